@@ -1,0 +1,66 @@
+//! The actor's side of the learner service: the run spec, the weight subscription and the
+//! episode reports.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fleetrl_core::net::MAX_MESSAGE_BYTES;
+use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
+use fleetrl_proto::v1::{ReportEpisodesRequest, SubscribeWeightsRequest, Weights};
+use tokio::sync::watch;
+use tonic::transport::Channel;
+
+use crate::runner::Progress;
+
+/// A client with fleetrl's message size limits.
+pub(crate) fn client(channel: Channel) -> LearnerServiceClient<Channel> {
+    LearnerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+/// Keeps `latest` set to the newest published weights, resubscribing after errors.
+pub(crate) async fn follow_weights(channel: Channel, latest: watch::Sender<Option<Arc<Weights>>>) {
+    let mut client = client(channel);
+    let mut after_version = -1;
+    loop {
+        let request = SubscribeWeightsRequest { after_version };
+        match client.subscribe_weights(request).await {
+            Ok(response) => {
+                let mut stream = response.into_inner();
+                while let Ok(Some(weights)) = stream.message().await {
+                    after_version = weights.version;
+                    if latest.send(Some(Arc::new(weights))).is_err() {
+                        return;
+                    }
+                }
+                tracing::warn!(after_version, "weight stream ended; resubscribing");
+            }
+            Err(status) => tracing::warn!(%status, "cannot subscribe to weights; retrying"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Sends the episodes finished since the last report every `interval`.
+pub(crate) async fn report_episodes(channel: Channel, actor_id: u32, progress: Arc<Mutex<Progress>>, interval: Duration) {
+    let mut client = client(channel);
+    let mut ticker = tokio::time::interval(interval);
+    loop {
+        ticker.tick().await;
+        let taken = std::mem::take(&mut *progress.lock().expect("progress lock poisoned"));
+        if taken.episodes.is_empty() && taken.env_steps == 0 {
+            continue;
+        }
+        let request = ReportEpisodesRequest {
+            actor_id,
+            returns: taken.episodes.iter().map(|e| e.return_).collect(),
+            lengths: taken.episodes.iter().map(|e| e.length).collect(),
+            env_steps: taken.env_steps,
+        };
+        if let Err(status) = client.report_episodes(request).await {
+            tracing::warn!(%status, "episode report failed; keeping it for the next one");
+            let mut progress = progress.lock().expect("progress lock poisoned");
+            progress.episodes.extend(taken.episodes);
+            progress.env_steps += taken.env_steps;
+        }
+    }
+}

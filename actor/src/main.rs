@@ -1,0 +1,89 @@
+//! fleet-actor: steps M environments with a CPU copy of the policy, streams fixed-length
+//! rollouts to a replay server, and follows the learner's weights. Stateless: kill it and start
+//! another anywhere; it needs only the learner's and the replay server's addresses.
+
+mod inserter;
+mod learner_link;
+mod runner;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::net;
+use fleetrl_core::telemetry;
+use fleetrl_proto::v1::GetRunSpecRequest;
+use tokio::sync::{mpsc, watch};
+
+/// The fleetrl actor.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Learner to get the run spec and weights from.
+    #[arg(long, env = "FLEETRL_LEARNER_ADDR", default_value = "127.0.0.1:50052")]
+    learner: String,
+    /// Replay server to insert rollouts into.
+    #[arg(long, env = "FLEETRL_REPLAY_ADDR", default_value = "127.0.0.1:50051")]
+    replay: String,
+    /// This actor's id: it picks the env seeds and names the actor in the learner's status.
+    #[arg(long, env = "FLEETRL_ACTOR_ID", default_value_t = 0)]
+    actor_id: u32,
+    /// Seconds to keep trying to reach the learner at startup.
+    #[arg(long, default_value_t = 120)]
+    connect_patience_s: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    telemetry::init("info");
+    let args = Args::parse();
+    tch::set_num_threads(1);
+    tch::set_num_interop_threads(1);
+    let patience = Duration::from_secs(args.connect_patience_s);
+    let learner = net::connect(&args.learner, patience).await.context("connecting to the learner")?;
+    let spec = learner_link::client(learner.clone())
+        .get_run_spec(GetRunSpecRequest {})
+        .await
+        .context("asking the learner for the run spec")?
+        .into_inner();
+    let config = RunConfig::from_toml(&spec.config_toml, "the learner's run spec")?;
+    tracing::info!(actor_id = args.actor_id, run_id = %spec.run_id, env = %config.env.id, "joined run");
+
+    let (weights_tx, weights_rx) = watch::channel(None);
+    tokio::spawn(learner_link::follow_weights(learner.clone(), weights_tx));
+    let progress = Arc::new(Mutex::new(runner::Progress::default()));
+    let interval = Duration::from_secs_f64(config.actors.report_interval_s.max(0.05));
+    tokio::spawn(learner_link::report_episodes(learner, args.actor_id, progress.clone(), interval));
+
+    let (rollouts_tx, rollouts_rx) = mpsc::channel(1);
+    let inserter = inserter::Inserter {
+        addr: args.replay.clone(),
+        table: spec.table.clone(),
+        max_in_flight: config.actors.max_in_flight as usize,
+    };
+    let mut inserting = tokio::spawn(inserter.run(rollouts_rx));
+    let stop = Arc::new(AtomicBool::new(false));
+    let runner = runner::Runner {
+        actor_id: args.actor_id,
+        config,
+        weights: weights_rx,
+        rollouts: rollouts_tx,
+        progress,
+        stop: stop.clone(),
+    };
+    let mut acting = tokio::task::spawn_blocking(move || runner.run());
+
+    tokio::select! {
+        _ = net::shutdown_signal() => tracing::info!("shutting down"),
+        result = &mut acting => return result.context("acting thread panicked")?,
+        result = &mut inserting => return result.context("inserter panicked")?,
+    }
+    stop.store(true, Ordering::Relaxed);
+    // The acting thread finishes its rollout; the inserter flushes what it holds.
+    let _ = tokio::time::timeout(Duration::from_secs(10), acting).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), inserting).await;
+    Ok(())
+}

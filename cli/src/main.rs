@@ -1,0 +1,81 @@
+//! fleetrl: the front door. `fleetrl train` runs a whole actor-learner cluster on this machine;
+//! `fleetrl eval` scores a checkpoint.
+
+mod eval_cmd;
+mod progress;
+mod summary;
+mod train;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::telemetry;
+
+/// fleetrl: distributed actor-learner reinforcement learning.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train: start a replay server, a learner and N actors on loopback and run to the stop condition.
+    Train {
+        /// A TOML file or a preset name from configs/ (e.g. cartpole-ppo).
+        #[arg(long, default_value = "cartpole-ppo")]
+        config: String,
+        /// Config overrides, `dotted.key=value` (e.g. seed=1, actors.count=4).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        /// Output directory (config, logs, checkpoints, TensorBoard, summary.json).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Resume from a checkpoint directory, or `latest` in <out>/checkpoints.
+        #[arg(long)]
+        resume: Option<String>,
+    },
+    /// Evaluate a checkpoint's deterministic policy.
+    Eval {
+        /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN).
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// Episodes to play.
+        #[arg(long, default_value_t = 20)]
+        episodes: usize,
+        /// Seed of the first episode's env (default: the run's evaluation seed, as in training).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+}
+
+fn default_out(config: &str) -> PathBuf {
+    let stem = std::path::Path::new(config).file_stem().and_then(|s| s.to_str()).unwrap_or("run");
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    PathBuf::from("runs").join(format!("{stem}-{secs}"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    telemetry::init("warn");
+    tch::set_num_threads(1);
+    match Cli::parse().command {
+        Command::Train { config, overrides, out, resume } => {
+            let run = RunConfig::load(&config, &overrides).context("loading the run config")?;
+            let out = out.unwrap_or_else(|| default_out(&config));
+            let (summary, interrupted) = train::train(run, &out, resume.as_deref()).await?;
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+            eprintln!("[fleetrl] wrote {}", out.join("summary.json").display());
+            if interrupted {
+                std::process::exit(130);
+            }
+            Ok(())
+        }
+        Command::Eval { checkpoint, episodes, seed } => {
+            tokio::task::spawn_blocking(move || eval_cmd::run(&checkpoint, episodes, seed)).await?
+        }
+    }
+}

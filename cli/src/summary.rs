@@ -1,0 +1,79 @@
+//! `summary.json`: what a run did, for people and for scripts.
+
+use std::path::Path;
+
+use anyhow::Context;
+use fleetrl_core::config::RunConfig;
+use fleetrl_proto::v1::LearnerStatus;
+use serde::Serialize;
+
+/// One evaluation of the deterministic policy.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Evaluation {
+    pub(crate) env_steps: u64,
+    pub(crate) policy_version: i64,
+    pub(crate) mean_return: f64,
+    pub(crate) std_return: f64,
+    pub(crate) wall_seconds: f64,
+    pub(crate) checkpoint: String,
+}
+
+/// The run's outcome (DESIGN.md's contract fields first).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Summary {
+    pub(crate) env: String,
+    pub(crate) algo: String,
+    pub(crate) total_env_steps: u64,
+    pub(crate) wall_seconds: f64,
+    pub(crate) env_steps_per_second: f64,
+    pub(crate) final_eval_return: f64,
+    pub(crate) eval_episodes: u32,
+    pub(crate) solved: bool,
+    pub(crate) checkpoint: String,
+    pub(crate) target_return: Option<f64>,
+    pub(crate) stop_reason: String,
+    pub(crate) seed: u64,
+    pub(crate) actors: u32,
+    pub(crate) policy_version: i64,
+    pub(crate) updates: u64,
+    pub(crate) recent_training_return: Option<f64>,
+    pub(crate) evaluations: Vec<Evaluation>,
+}
+
+impl Summary {
+    pub(crate) fn new(
+        config: &RunConfig,
+        status: &LearnerStatus,
+        last: &Evaluation,
+        evaluations: &[Evaluation],
+        wall_seconds: f64,
+        reason: &str,
+        _out: &Path,
+    ) -> Summary {
+        let steps = last.env_steps.max(status.env_steps_trained);
+        Summary {
+            env: config.env.id.clone(),
+            algo: "ppo".into(),
+            total_env_steps: steps,
+            wall_seconds,
+            env_steps_per_second: steps as f64 / status.seconds_since_start.max(1e-9),
+            final_eval_return: last.mean_return,
+            eval_episodes: config.eval.episodes,
+            solved: config.stop.target_return.is_some_and(|t| last.mean_return >= t),
+            checkpoint: last.checkpoint.clone(),
+            target_return: config.stop.target_return,
+            stop_reason: reason.to_string(),
+            seed: config.seed,
+            actors: config.actors.count,
+            policy_version: last.policy_version,
+            updates: status.updates,
+            recent_training_return: status.recent_return.is_finite().then_some(status.recent_return),
+            evaluations: evaluations.to_vec(),
+        }
+    }
+
+    pub(crate) fn write(&self, path: &Path) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self).expect("summary always serialises");
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+    }
+}

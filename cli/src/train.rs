@@ -1,0 +1,223 @@
+//! `fleetrl train`: one replay server, one learner and N actors on loopback; progress, periodic
+//! evaluation of the deterministic policy, the stop condition, and `summary.json`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::net;
+use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
+use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus, SaveCheckpointRequest};
+use tonic::transport::Channel;
+
+use crate::eval_cmd::evaluate_checkpoint;
+use fleetrl_core::launch::Role;
+use crate::progress::Progress;
+use crate::summary::{Evaluation, Summary};
+
+const START_PATIENCE: Duration = Duration::from_secs(120);
+const STOP_GRACE: Duration = Duration::from_secs(30);
+const MAX_ACTOR_RESTARTS: u32 = 10;
+
+/// The running cluster.
+struct Cluster {
+    replay: Role,
+    learner: Role,
+    actors: Vec<Role>,
+    actor_args: Vec<String>,
+    logs: PathBuf,
+    restarts: u32,
+}
+
+fn s(x: impl ToString) -> String {
+    x.to_string()
+}
+
+impl Cluster {
+    async fn start(config_path: &Path, out: &Path, actors: u32, resume: Option<&str>) -> anyhow::Result<(Cluster, SocketAddrs)> {
+        let logs = out.join("logs");
+        std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+        let config = s(config_path.display());
+        let replay_log = logs.join("replay-server.log");
+        let mut replay = Role::start("replay-server", "fleet-replay-server", &[s("--listen"), s("127.0.0.1:0"), s("--config"), config.clone()], &replay_log).await?;
+        let replay_addr = replay.listening_addr(START_PATIENCE, &replay_log).await?;
+        let mut learner_args = vec![s("--listen"), s("127.0.0.1:0"), s("--replay"), s(replay_addr), s("--config"), config, s("--run-dir"), s(out.display())];
+        if let Some(resume) = resume {
+            learner_args.extend([s("--resume"), s(resume)]);
+        }
+        let learner_log = logs.join("learner.log");
+        let mut learner = Role::start("learner", "fleet-learner", &learner_args, &learner_log).await?;
+        let learner_addr = learner.listening_addr(START_PATIENCE, &learner_log).await?;
+        let actor_args = vec![s("--learner"), s(learner_addr), s("--replay"), s(replay_addr)];
+        let mut cluster = Cluster { replay, learner, actors: Vec::new(), actor_args, logs, restarts: 0 };
+        for id in 0..actors {
+            let actor = cluster.start_actor(id).await?;
+            cluster.actors.push(actor);
+        }
+        Ok((cluster, SocketAddrs { learner: learner_addr.to_string() }))
+    }
+
+    async fn start_actor(&self, id: u32) -> anyhow::Result<Role> {
+        let mut args = self.actor_args.clone();
+        args.extend([s("--actor-id"), s(id)]);
+        let log = self.logs.join(format!("actor-{id}.log"));
+        Role::start(&format!("actor-{id}"), "fleet-actor", &args, &log).await
+    }
+
+    /// Fails if a server died; restarts actors that died (they are stateless).
+    async fn supervise(&mut self) -> anyhow::Result<()> {
+        for role in [&mut self.replay, &mut self.learner] {
+            if let Some(status) = role.exited() {
+                anyhow::bail!("{} exited ({status}); see {}/{}.log", role.name, self.logs.display(), role.name);
+            }
+        }
+        for id in 0..self.actors.len() {
+            let Some(status) = self.actors[id].exited() else { continue };
+            self.restarts += 1;
+            if self.restarts > MAX_ACTOR_RESTARTS {
+                anyhow::bail!("actors keep exiting (last: actor-{id}, {status}); see {}", self.logs.display());
+            }
+            tracing::warn!(actor = id, %status, "actor exited; starting a new one");
+            self.actors[id] = self.start_actor(id as u32).await?;
+        }
+        Ok(())
+    }
+
+    async fn stop(mut self) {
+        for actor in &mut self.actors {
+            actor.stop(STOP_GRACE).await;
+        }
+        self.learner.stop(STOP_GRACE).await;
+        self.replay.stop(STOP_GRACE).await;
+    }
+}
+
+struct SocketAddrs {
+    learner: String,
+}
+
+/// Why a run ended.
+enum Outcome {
+    Solved,
+    Budget,
+    WallClock,
+    Interrupted,
+}
+
+/// Runs training to its stop condition and writes `out/summary.json`. Returns the summary.
+pub(crate) async fn train(config: RunConfig, out: &Path, resume: Option<&str>) -> anyhow::Result<(Summary, bool)> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let config_path = out.join("config.toml");
+    std::fs::write(&config_path, config.to_toml()).with_context(|| format!("writing {}", config_path.display()))?;
+    let started = Instant::now();
+    let (mut cluster, addrs) = Cluster::start(&config_path, out, config.actors.count, resume).await?;
+    let channel = net::connect(&addrs.learner, START_PATIENCE).await?;
+    let mut learner = LearnerServiceClient::new(channel);
+    let result = run_loop(&config, &mut cluster, &mut learner, started).await;
+    let finished = match result {
+        Ok((outcome, evaluations, status)) => finish(&config, out, &mut learner, outcome, evaluations, status, started).await,
+        Err(e) => Err(e),
+    };
+    cluster.stop().await;
+    finished
+}
+
+type LoopResult = (Outcome, Vec<Evaluation>, LearnerStatus);
+
+async fn run_loop(
+    config: &RunConfig,
+    cluster: &mut Cluster,
+    learner: &mut LearnerServiceClient<Channel>,
+    started: Instant,
+) -> anyhow::Result<LoopResult> {
+    let target = config.stop.target_return;
+    let mut progress = Progress::new(config.stop.total_env_steps);
+    let mut evaluations = Vec::new();
+    let mut next_eval = config.eval.interval_env_steps;
+    let mut ticker = tokio::time::interval(Duration::from_millis(250));
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        tokio::select! {
+            _ = &mut interrupted => {
+                let status = learner.get_status(GetStatusRequest {}).await?.into_inner();
+                progress.finish("interrupted");
+                return Ok((Outcome::Interrupted, evaluations, status));
+            }
+            _ = ticker.tick() => {}
+        }
+        cluster.supervise().await?;
+        let status = learner.get_status(GetStatusRequest {}).await?.into_inner();
+        progress.update(&status);
+        let steps = status.env_steps_trained;
+        if steps >= config.stop.total_env_steps {
+            progress.finish("step budget reached");
+            return Ok((Outcome::Budget, evaluations, status));
+        }
+        let wall = config.stop.max_wall_seconds;
+        if wall > 0.0 && started.elapsed().as_secs_f64() >= wall {
+            progress.finish("wall-clock limit reached");
+            return Ok((Outcome::WallClock, evaluations, status));
+        }
+        let on_target = config.eval.on_target_training_return && target.is_some_and(|t| status.recent_return >= t);
+        let evaluated_at = evaluations.last().map_or(0, |e: &Evaluation| e.env_steps);
+        let fresh = steps > evaluated_at;
+        if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
+            next_eval = steps + config.eval.interval_env_steps;
+            let eval = evaluate_now(config, learner, started).await?;
+            progress.println(&format!(
+                "eval at {} steps: mean return {:.1} over {} episodes (version {})",
+                eval.env_steps, eval.mean_return, config.eval.episodes, eval.policy_version
+            ));
+            let solved = target.is_some_and(|t| eval.mean_return >= t);
+            evaluations.push(eval);
+            if solved {
+                progress.finish("solved");
+                return Ok((Outcome::Solved, evaluations, status));
+            }
+        }
+    }
+}
+
+/// Checkpoints the learner now and evaluates exactly that checkpoint.
+async fn evaluate_now(config: &RunConfig, learner: &mut LearnerServiceClient<Channel>, started: Instant) -> anyhow::Result<Evaluation> {
+    let saved = learner.save_checkpoint(SaveCheckpointRequest {}).await?.into_inner();
+    let env_steps = learner.get_status(GetStatusRequest {}).await?.into_inner().env_steps_trained;
+    let path = PathBuf::from(&saved.path);
+    let episodes = config.eval.episodes as usize;
+    let result = tokio::task::spawn_blocking(move || evaluate_checkpoint(&path, episodes, None)).await??;
+    Ok(Evaluation {
+        env_steps,
+        policy_version: saved.policy_version,
+        mean_return: result.mean(),
+        std_return: result.std(),
+        wall_seconds: started.elapsed().as_secs_f64(),
+        checkpoint: saved.path,
+    })
+}
+
+async fn finish(
+    config: &RunConfig,
+    out: &Path,
+    learner: &mut LearnerServiceClient<Channel>,
+    outcome: Outcome,
+    mut evaluations: Vec<Evaluation>,
+    status: LearnerStatus,
+    started: Instant,
+) -> anyhow::Result<(Summary, bool)> {
+    let needs_final_eval = !matches!(outcome, Outcome::Solved);
+    if needs_final_eval {
+        evaluations.push(evaluate_now(config, learner, started).await?);
+    }
+    let last = evaluations.last().context("at least one evaluation was made")?;
+    let reason = match outcome {
+        Outcome::Solved => "solved",
+        Outcome::Budget => "step_budget",
+        Outcome::WallClock => "wall_clock",
+        Outcome::Interrupted => "interrupted",
+    };
+    let summary = Summary::new(config, &status, last, &evaluations, started.elapsed().as_secs_f64(), reason, out);
+    summary.write(&out.join("summary.json"))?;
+    Ok((summary, matches!(outcome, Outcome::Interrupted)))
+}

@@ -1,0 +1,39 @@
+//! Learning algorithms. Each file reads top to bottom: paper, config, loss, update. The math
+//! is pure (slices or tensors in, tensors out) and unit-tested without an environment.
+
+pub mod ppo;
+pub mod returns;
+
+pub use ppo::Ppo;
+
+use crate::models::ActorCritic;
+use crate::rollout::RolloutBatch;
+
+/// Named scalar results of one update (losses, KL, clip fraction, ...).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Metrics(pub Vec<(&'static str, f64)>);
+
+impl Metrics {
+    /// The value named `name`, if present.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+}
+
+/// A learner-side algorithm: batches in, metrics out.
+///
+/// Runs on the learner's dedicated update thread (tch work blocks); not `Sync`.
+pub trait Algorithm: Send {
+    /// One update on a batch of rollouts.
+    fn update(&mut self, batch: &RolloutBatch) -> Metrics;
+    /// The network being trained (what gets published and checkpointed).
+    fn model(&self) -> &ActorCritic;
+    /// Mutable access, to restore weights from a checkpoint.
+    fn model_mut(&mut self) -> &mut ActorCritic;
+    /// Updates done so far (restored from checkpoints).
+    fn updates(&self) -> u64;
+    /// Optimiser state and counters as named tensors, for checkpoints.
+    fn state(&self) -> Vec<(String, tch::Tensor)>;
+    /// Restores what [`Algorithm::state`] returned; the error names what is missing.
+    fn load_state(&mut self, state: &[(String, tch::Tensor)]) -> Result<(), String>;
+}

@@ -1,0 +1,166 @@
+//! Checking items (and signatures themselves) against a table's [`Signature`].
+
+use std::collections::HashSet;
+
+use fleetrl_proto::{Dtype, Tensor, TensorMap};
+
+use super::{FieldSpec, ReplayError, Signature};
+
+impl Signature {
+    /// Checks that `item` has exactly the signature's fields, each with the declared dtype and
+    /// shape and the right number of data bytes. The error names the first bad field.
+    pub fn validate(&self, item: &TensorMap) -> Result<(), ReplayError> {
+        for spec in &self.fields {
+            let tensor = item
+                .tensors
+                .get(&spec.name)
+                .ok_or_else(|| ReplayError::invalid_item(&spec.name, "missing from the item"))?;
+            check_field(spec, tensor)?;
+        }
+        if item.tensors.len() != self.fields.len() {
+            return Err(self.first_extra_field(item));
+        }
+        Ok(())
+    }
+
+    /// Checks that the signature itself is usable: unique names, known dtypes, no negative
+    /// dimensions.
+    pub fn check(&self) -> Result<(), ReplayError> {
+        let mut seen = HashSet::new();
+        for spec in &self.fields {
+            let bad =
+                |why: &str| ReplayError::InvalidRequest(format!("field `{}`: {why}", spec.name));
+            if !seen.insert(spec.name.as_str()) {
+                return Err(bad("appears twice in the signature"));
+            }
+            if spec.dtype == Dtype::Unspecified {
+                return Err(bad("dtype is unspecified"));
+            }
+            if spec.shape.iter().any(|&d| d < 0) {
+                return Err(bad("shape has a negative dimension"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The spec of the field called `name`.
+    pub fn field(&self, name: &str) -> Option<&FieldSpec> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+
+    fn first_extra_field(&self, item: &TensorMap) -> ReplayError {
+        let mut extra: Vec<&String> = item
+            .tensors
+            .keys()
+            .filter(|name| self.field(name).is_none())
+            .collect();
+        // Map order is arbitrary; report the smallest name so the message is deterministic.
+        extra.sort();
+        match extra.first() {
+            Some(name) => ReplayError::invalid_item(name, "is not in the signature"),
+            // Unreachable while field names are unique (`check`), but never panic on input.
+            None => ReplayError::InvalidRequest("item and signature field counts differ".into()),
+        }
+    }
+}
+
+fn check_field(spec: &FieldSpec, tensor: &Tensor) -> Result<(), ReplayError> {
+    let invalid = |reason: String| ReplayError::invalid_item(&spec.name, reason);
+    let dtype = tensor.checked_dtype().map_err(|e| invalid(e.to_string()))?;
+    if dtype != spec.dtype {
+        return Err(invalid(format!(
+            "dtype {dtype:?} does not match signature {:?}",
+            spec.dtype
+        )));
+    }
+    if tensor.shape != spec.shape {
+        return Err(invalid(format!(
+            "shape {:?} does not match signature {:?}",
+            tensor.shape, spec.shape
+        )));
+    }
+    tensor.validate().map_err(|e| invalid(e.to_string()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signature() -> Signature {
+        Signature {
+            fields: vec![
+                FieldSpec::new("obs", Dtype::F32, &[32, 4, 4]),
+                FieldSpec::new("done", Dtype::Bool, &[32]),
+            ],
+        }
+    }
+
+    fn item(obs_shape: &[i64]) -> TensorMap {
+        let numel: i64 = obs_shape.iter().product();
+        TensorMap::from_pairs([
+            (
+                "obs",
+                Tensor::from_slice(obs_shape, &vec![0.0f32; numel as usize]),
+            ),
+            ("done", Tensor::from_slice(&[32], &[false; 32])),
+        ])
+    }
+
+    fn message(result: Result<(), ReplayError>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn accepts_a_matching_item() {
+        signature().validate(&item(&[32, 4, 4])).unwrap();
+    }
+
+    #[test]
+    fn names_the_field_with_a_wrong_shape() {
+        assert_eq!(
+            message(signature().validate(&item(&[32, 4, 3]))),
+            "field `obs`: shape [32, 4, 3] does not match signature [32, 4, 4]"
+        );
+    }
+
+    #[test]
+    fn rejects_missing_and_extra_fields() {
+        let mut missing = item(&[32, 4, 4]);
+        missing.tensors.remove("done");
+        assert_eq!(
+            message(signature().validate(&missing)),
+            "field `done`: missing from the item"
+        );
+        let mut extra = item(&[32, 4, 4]);
+        extra.tensors.insert("zeta".into(), Tensor::scalar(1i64));
+        assert_eq!(
+            message(signature().validate(&extra)),
+            "field `zeta`: is not in the signature"
+        );
+    }
+
+    #[test]
+    fn rejects_wrong_dtype_and_short_data() {
+        let mut wrong = item(&[32, 4, 4]);
+        wrong
+            .tensors
+            .insert("done".into(), Tensor::from_slice(&[32], &[0u8; 32]));
+        assert_eq!(
+            message(signature().validate(&wrong)),
+            "field `done`: dtype U8 does not match signature Bool"
+        );
+        let mut short = item(&[32, 4, 4]);
+        let obs = short.tensors.get_mut("obs").unwrap();
+        obs.data = obs.data.slice(0..8);
+        assert!(message(signature().validate(&short)).starts_with("field `obs`: shape [32, 4, 4]"));
+    }
+
+    #[test]
+    fn check_rejects_duplicate_names() {
+        let mut sig = signature();
+        sig.fields.push(FieldSpec::new("obs", Dtype::F32, &[1]));
+        assert!(matches!(sig.check(), Err(ReplayError::InvalidRequest(m)) if m.contains("twice")));
+        signature().check().unwrap();
+    }
+}

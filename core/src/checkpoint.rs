@@ -1,0 +1,184 @@
+//! Checkpoints: a directory per saved version holding the model, the algorithm's state
+//! (optimiser moments, counters) and the run config, written atomically (temp dir + rename).
+//!
+//! ```text
+//! <dir>/ckpt-00000123/
+//!   model.safetensors   policy parameters by var-store path
+//!   state.safetensors   optimiser and algorithm state
+//!   meta.json           counters (CheckpointMeta)
+//!   config.toml         the run's effective configuration
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tch::Tensor;
+
+use crate::config::{ConfigError, RunConfig};
+
+/// Why a checkpoint could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// Filesystem trouble, with the path.
+    #[error("checkpoint {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// A tensor file could not be written or read.
+    #[error("checkpoint {path}: {source}")]
+    Tensors {
+        /// The file.
+        path: PathBuf,
+        /// The tch error.
+        source: tch::TchError,
+    },
+    /// `meta.json` is malformed.
+    #[error("checkpoint {path}: bad meta.json: {message}")]
+    Meta {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// `config.toml` is malformed.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// Counters saved with a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMeta {
+    /// Weights version of the saved model.
+    pub policy_version: i64,
+    /// Learner updates done.
+    pub updates: u64,
+    /// Env steps trained on.
+    pub env_steps: u64,
+    /// Env id the policy was trained on.
+    pub env_id: String,
+}
+
+/// A checkpoint read back from disk.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// Its directory.
+    pub path: PathBuf,
+    /// Counters.
+    pub meta: CheckpointMeta,
+    /// The run config it was trained with.
+    pub config: RunConfig,
+    /// Model parameters by path.
+    pub model: Vec<(String, Tensor)>,
+    /// Algorithm state by name.
+    pub state: Vec<(String, Tensor)>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io { path: path.to_path_buf(), source }
+}
+
+fn tensors(path: &Path) -> impl FnOnce(tch::TchError) -> CheckpointError + '_ {
+    move |source| CheckpointError::Tensors { path: path.to_path_buf(), source }
+}
+
+/// Writes a checkpoint under `dir` and returns its directory.
+pub fn save(
+    dir: &Path,
+    model: &[(String, Tensor)],
+    state: &[(String, Tensor)],
+    meta: &CheckpointMeta,
+    config: &RunConfig,
+) -> Result<PathBuf, CheckpointError> {
+    let final_dir = dir.join(format!("ckpt-{:08}", meta.policy_version));
+    let tmp = dir.join(format!(".tmp-ckpt-{:08}-{}", meta.policy_version, std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    let model_path = tmp.join("model.safetensors");
+    Tensor::write_safetensors(model, &model_path).map_err(tensors(&model_path))?;
+    let state_path = tmp.join("state.safetensors");
+    Tensor::write_safetensors(state, &state_path).map_err(tensors(&state_path))?;
+    let meta_json = serde_json::to_string_pretty(meta).expect("meta always serialises");
+    std::fs::write(tmp.join("meta.json"), meta_json).map_err(io(&tmp))?;
+    std::fs::write(tmp.join("config.toml"), config.to_toml()).map_err(io(&tmp))?;
+    if final_dir.exists() {
+        std::fs::remove_dir_all(&final_dir).map_err(io(&final_dir))?;
+    }
+    std::fs::rename(&tmp, &final_dir).map_err(io(&final_dir))?;
+    Ok(final_dir)
+}
+
+/// Reads a checkpoint directory written by [`save`].
+pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
+    let meta_path = path.join("meta.json");
+    let meta_text = std::fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
+    let meta = serde_json::from_str(&meta_text)
+        .map_err(|e| CheckpointError::Meta { path: meta_path.clone(), message: e.to_string() })?;
+    let config_path = path.join("config.toml");
+    let config_text = std::fs::read_to_string(&config_path).map_err(io(&config_path))?;
+    let config = RunConfig::from_toml(&config_text, &config_path.display().to_string())?;
+    let model_path = path.join("model.safetensors");
+    let model = Tensor::read_safetensors(&model_path).map_err(tensors(&model_path))?;
+    let state_path = path.join("state.safetensors");
+    let state = Tensor::read_safetensors(&state_path).map_err(tensors(&state_path))?;
+    Ok(Checkpoint { path: path.to_path_buf(), meta, config, model, state })
+}
+
+/// The newest checkpoint directory under `dir`, if any.
+pub fn latest(dir: &Path) -> Option<PathBuf> {
+    let mut all = list(dir);
+    all.pop()
+}
+
+/// Deletes all but the newest `keep` checkpoints under `dir`.
+pub fn prune(dir: &Path, keep: usize) -> Result<(), CheckpointError> {
+    let all = list(dir);
+    let excess = all.len().saturating_sub(keep);
+    for old in &all[..excess] {
+        std::fs::remove_dir_all(old).map_err(io(old))?;
+    }
+    Ok(())
+}
+
+fn list(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("ckpt-")))
+        .collect();
+    found.sort();
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_load_prune() {
+        let dir = std::env::temp_dir().join(format!("fleetrl-ckpt-{}", std::process::id()));
+        let config = RunConfig::default();
+        for version in 1..=3 {
+            let meta = CheckpointMeta { policy_version: version, updates: 5, env_steps: 640, env_id: "CartPole-v1".into() };
+            let model = vec![("pi.out.bias".to_string(), Tensor::from_slice(&[version as f32, 2.0]))];
+            let state = vec![("adam.steps".to_string(), Tensor::from(7i64))];
+            save(&dir, &model, &state, &meta, &config).unwrap();
+        }
+        prune(&dir, 2).unwrap();
+        let newest = latest(&dir).unwrap();
+        assert!(newest.ends_with("ckpt-00000003"));
+        let ckpt = load(&newest).unwrap();
+        assert_eq!(ckpt.meta.policy_version, 3);
+        assert_eq!(ckpt.config, config);
+        assert_eq!(Vec::<f32>::try_from(&ckpt.model[0].1).unwrap(), vec![3.0, 2.0]);
+        assert_eq!(list(&dir).len(), 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn missing_checkpoint_names_the_file() {
+        let err = load(Path::new("/nonexistent/ckpt-1")).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/ckpt-1/meta.json"), "{err}");
+    }
+}

@@ -1,0 +1,432 @@
+//! The run configuration: one TOML file with a section per component, read by every binary.
+//!
+//! Layers, lowest first: each field's default, the file (a path, or a preset name from
+//! `configs/`), then `--set dotted.key=value` overrides. Unknown keys are errors everywhere.
+
+mod overrides;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use overrides::apply_override;
+
+/// The config file format this build reads.
+pub const CONFIG_VERSION: u32 = 1;
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown or mistyped keys.
+    #[error("invalid config {origin}: {message}")]
+    Parse {
+        /// The file or override the text came from.
+        origin: String,
+        /// What the parser said, naming the key.
+        message: String,
+    },
+    /// A `--set` override is malformed.
+    #[error("invalid override `{0}`: expected dotted.key=value")]
+    Override(String),
+    /// A value is out of its range.
+    #[error("invalid config value {key}: {message}")]
+    Invalid {
+        /// The dotted key.
+        key: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The file was written for another config version.
+    #[error("config version {0} is not supported (this build reads version {CONFIG_VERSION})")]
+    Version(u32),
+}
+
+/// A whole run: what to learn, with what, on how many actors, until when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    /// Config file format version; must be 1.
+    pub version: u32,
+    /// Seed for everything random: env starts, initial weights, sampling.
+    pub seed: u64,
+    /// The environment.
+    pub env: EnvConfig,
+    /// The policy network.
+    pub model: ModelConfig,
+    /// The PPO algorithm.
+    pub algo: PpoConfig,
+    /// The actors.
+    pub actors: ActorsConfig,
+    /// The replay server's tables.
+    pub replay: ReplayConfig,
+    /// The learner.
+    pub learner: LearnerConfig,
+    /// When the run stops.
+    pub stop: StopConfig,
+    /// Evaluation of the deterministic policy.
+    pub eval: EvalConfig,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            version: CONFIG_VERSION,
+            seed: 0,
+            env: EnvConfig::default(),
+            model: ModelConfig::default(),
+            algo: PpoConfig::default(),
+            actors: ActorsConfig::default(),
+            replay: ReplayConfig::default(),
+            learner: LearnerConfig::default(),
+            stop: StopConfig::default(),
+            eval: EvalConfig::default(),
+        }
+    }
+}
+
+/// Which environment to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvConfig {
+    /// Registered env id, e.g. "CartPole-v1".
+    pub id: String,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        EnvConfig { id: "CartPole-v1".into() }
+    }
+}
+
+/// Hidden-layer activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    /// tanh (SB3's default for PPO).
+    Tanh,
+    /// ReLU.
+    Relu,
+}
+
+/// The actor-critic MLP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Hidden layer widths of the policy and of the value network (separate networks).
+    pub hidden_sizes: Vec<i64>,
+    /// Hidden-layer activation: "tanh" or "relu".
+    pub activation: Activation,
+    /// Orthogonal initialisation (gain sqrt 2 hidden, 0.01 policy head, 1 value head).
+    pub orthogonal_init: bool,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig { hidden_sizes: vec![64, 64], activation: Activation::Tanh, orthogonal_init: true }
+    }
+}
+
+/// PPO hyperparameters (names follow rlpyt's `PPO`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PpoConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// GAE lambda; 1.0 gives discounted returns minus values.
+    pub gae_lambda: f64,
+    /// Adam learning rate at the start of training.
+    pub learning_rate: f64,
+    /// Decay the learning rate linearly to 0 over `stop.total_env_steps`.
+    pub linear_lr_schedule: bool,
+    /// PPO ratio clip epsilon at the start of training.
+    pub ratio_clip: f64,
+    /// Decay the ratio clip linearly to 0 over `stop.total_env_steps`.
+    pub linear_clip_schedule: bool,
+    /// Weight of the value loss (mean squared error against the GAE return).
+    pub value_loss_coeff: f64,
+    /// Weight of the entropy bonus.
+    pub entropy_loss_coeff: f64,
+    /// Global gradient-norm clip; 0 disables clipping.
+    pub clip_grad_norm: f64,
+    /// Passes over each batch.
+    pub epochs: u32,
+    /// Minibatches per epoch (the batch is shuffled, then split).
+    pub minibatches: u32,
+    /// Normalise advantages per minibatch (mean 0, std 1).
+    pub normalize_advantage: bool,
+    /// Adam epsilon.
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+}
+
+impl Default for PpoConfig {
+    fn default() -> Self {
+        PpoConfig {
+            discount: 0.99,
+            gae_lambda: 0.95,
+            learning_rate: 3e-4,
+            linear_lr_schedule: false,
+            ratio_clip: 0.2,
+            linear_clip_schedule: false,
+            value_loss_coeff: 0.5,
+            entropy_loss_coeff: 0.0,
+            clip_grad_norm: 0.5,
+            epochs: 10,
+            minibatches: 4,
+            normalize_advantage: true,
+            adam_eps: 1e-5,
+            bootstrap_truncation: true,
+        }
+    }
+}
+
+/// The actor fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ActorsConfig {
+    /// Actor processes the launcher starts.
+    pub count: u32,
+    /// Environments each actor steps in lockstep.
+    pub envs_per_actor: u32,
+    /// Env steps per rollout (T); a rollout is T x envs_per_actor steps.
+    pub rollout_length: u32,
+    /// Rollouts an actor may have sent but not yet seen acknowledged.
+    pub max_in_flight: u32,
+    /// Seconds between episode reports to the learner.
+    pub report_interval_s: f64,
+    /// After each rollout, wait for weights newer than the ones that acted (synchronous,
+    /// on-policy PPO as in SB3); false acts on with whatever weights are newest (IMPALA-style).
+    pub sync_weights: bool,
+    /// Longest wait for new weights, in seconds; then act with the old ones (so a lost actor
+    /// or a slow update cannot stall the fleet).
+    pub sync_timeout_s: f64,
+}
+
+impl Default for ActorsConfig {
+    fn default() -> Self {
+        ActorsConfig {
+            count: 2,
+            envs_per_actor: 4,
+            rollout_length: 32,
+            max_in_flight: 1,
+            report_interval_s: 0.5,
+            sync_weights: true,
+            sync_timeout_s: 1.0,
+        }
+    }
+}
+
+/// The replay server's on-policy queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplayConfig {
+    /// Name of the rollout table.
+    pub table: String,
+    /// Rollouts the queue holds before inserts wait.
+    pub max_size: u64,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig { table: "rollouts".into(), max_size: 4 }
+    }
+}
+
+/// The learner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LearnerConfig {
+    /// Rollouts per training batch (the batch is this x rollout_length x envs_per_actor steps).
+    pub batch_rollouts: u32,
+    /// Device for the update: "cpu", "cuda" or "cuda:N".
+    pub device: String,
+    /// Torch intra-op threads for the update.
+    pub threads: u32,
+    /// Write a checkpoint every this many updates (0: only on request and at shutdown).
+    pub checkpoint_interval: u64,
+    /// Checkpoints kept on disk; older ones are deleted.
+    pub keep_checkpoints: u32,
+    /// Write TensorBoard event files.
+    pub tensorboard: bool,
+}
+
+impl Default for LearnerConfig {
+    fn default() -> Self {
+        LearnerConfig {
+            batch_rollouts: 2,
+            device: "cpu".into(),
+            threads: 1,
+            checkpoint_interval: 0,
+            keep_checkpoints: 3,
+            tensorboard: true,
+        }
+    }
+}
+
+/// When the run stops: whichever comes first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StopConfig {
+    /// Env steps of training budget.
+    pub total_env_steps: u64,
+    /// Stop once an evaluation's mean return reaches this (none: train for the whole budget).
+    pub target_return: Option<f64>,
+    /// Give up after this many seconds of wall time (0: no limit).
+    pub max_wall_seconds: f64,
+}
+
+impl Default for StopConfig {
+    fn default() -> Self {
+        StopConfig { total_env_steps: 100_000, target_return: None, max_wall_seconds: 0.0 }
+    }
+}
+
+/// Evaluation of the deterministic (greedy) policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Episodes per evaluation.
+    pub episodes: u32,
+    /// Env steps of training between evaluations.
+    pub interval_env_steps: u64,
+    /// Evaluate early once the recent training return reaches the target.
+    pub on_target_training_return: bool,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig { episodes: 20, interval_env_steps: 10_000, on_target_training_return: true }
+    }
+}
+
+impl RunConfig {
+    /// Parses TOML text, checking version and ranges.
+    pub fn from_toml(text: &str, origin: &str) -> Result<RunConfig, ConfigError> {
+        let value: toml::Table = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() })?;
+        RunConfig::from_table(value, origin)
+    }
+
+    /// Loads a file or preset, then applies `key=value` overrides in order.
+    pub fn load(spec: &str, overrides: &[String]) -> Result<RunConfig, ConfigError> {
+        let path = resolve_preset(spec);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let mut table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            origin: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        for o in overrides {
+            apply_override(&mut table, o)?;
+        }
+        RunConfig::from_table(table, &path.display().to_string())
+    }
+
+    fn from_table(table: toml::Table, origin: &str) -> Result<RunConfig, ConfigError> {
+        let config: RunConfig = toml::Table::try_into(table)
+            .map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The effective config as TOML, every default filled in.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("RunConfig always serialises")
+    }
+
+    /// Checks ranges that serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::Invalid { key, message: message.to_string() })
+            }
+        }
+        if self.version != CONFIG_VERSION {
+            return Err(ConfigError::Version(self.version));
+        }
+        let a = &self.algo;
+        check((0.0..=1.0).contains(&a.discount), "algo.discount", "must be in [0, 1]")?;
+        check((0.0..=1.0).contains(&a.gae_lambda), "algo.gae_lambda", "must be in [0, 1]")?;
+        check(a.learning_rate > 0.0, "algo.learning_rate", "must be > 0")?;
+        check(a.ratio_clip > 0.0, "algo.ratio_clip", "must be > 0")?;
+        check(a.epochs >= 1, "algo.epochs", "must be >= 1")?;
+        check(a.minibatches >= 1, "algo.minibatches", "must be >= 1")?;
+        check(a.clip_grad_norm >= 0.0, "algo.clip_grad_norm", "must be >= 0")?;
+        check(self.actors.envs_per_actor >= 1, "actors.envs_per_actor", "must be >= 1")?;
+        check(self.actors.rollout_length >= 1, "actors.rollout_length", "must be >= 1")?;
+        check(self.actors.max_in_flight >= 1, "actors.max_in_flight", "must be >= 1")?;
+        check(self.learner.batch_rollouts >= 1, "learner.batch_rollouts", "must be >= 1")?;
+        check(self.replay.max_size >= 1, "replay.max_size", "must be >= 1")?;
+        check(self.eval.episodes >= 1, "eval.episodes", "must be >= 1")?;
+        check(self.stop.total_env_steps >= 1, "stop.total_env_steps", "must be >= 1")?;
+        let batch = self.batch_env_steps();
+        check(
+            batch % self.algo.minibatches as u64 == 0,
+            "algo.minibatches",
+            &format!("must divide the batch of {batch} env steps"),
+        )
+    }
+
+    /// Env steps in one training batch.
+    pub fn batch_env_steps(&self) -> u64 {
+        self.learner.batch_rollouts as u64
+            * self.actors.rollout_length as u64
+            * self.actors.envs_per_actor as u64
+    }
+
+    /// Updates the step budget allows (for linear schedules); at least 1.
+    pub fn total_updates(&self) -> u64 {
+        (self.stop.total_env_steps / self.batch_env_steps()).max(1)
+    }
+}
+
+/// A bare name like `cartpole-ppo` means `configs/cartpole-ppo.toml`, looked up in the current
+/// directory, then beside the running binary's workspace (`<repo>/target/release/..`).
+pub fn resolve_preset(spec: &str) -> PathBuf {
+    let direct = PathBuf::from(spec);
+    if direct.exists() || spec.contains('/') || spec.ends_with(".toml") {
+        return direct;
+    }
+    let file = format!("{spec}.toml");
+    let mut candidates = vec![Path::new("configs").join(&file)];
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1).take(4) {
+            candidates.push(dir.join("configs").join(&file));
+        }
+    }
+    candidates.into_iter().find(|p| p.exists()).unwrap_or(direct)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let c = RunConfig::default();
+        assert_eq!(RunConfig::from_toml(&c.to_toml(), "test").unwrap(), c);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = RunConfig::from_toml("[algo]\nlearning_rat = 1.0\n", "test").unwrap_err();
+        assert!(err.to_string().contains("learning_rat"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_is_named() {
+        let err = RunConfig::from_toml("[algo]\ndiscount = 1.5\n", "test").unwrap_err();
+        assert!(err.to_string().contains("algo.discount"), "{err}");
+    }
+}

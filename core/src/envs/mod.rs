@@ -1,0 +1,203 @@
+//! Environments: the [`Env`] trait every environment implements (native or hosted), the
+//! registry [`make`], wrappers, and [`VecEnv`], a vector of envs with auto-reset.
+
+mod cartpole;
+mod time_limit;
+mod vec_env;
+
+pub use cartpole::CartPole;
+pub use time_limit::TimeLimit;
+pub use vec_env::{Episode, VecEnv, VecStep};
+
+/// Why an environment could not be made or stepped.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// No environment is registered under this id.
+    #[error("unknown environment `{0}` (known: {known})", known = KNOWN_ENVS.join(", "))]
+    UnknownEnv(String),
+    /// The action does not belong to the env's action space.
+    #[error("invalid action {action:?} for action space {space:?}")]
+    InvalidAction {
+        /// The action that was given.
+        action: Action,
+        /// The env's action space.
+        space: Space,
+    },
+    /// A vector of envs was built or stepped inconsistently: no envs, envs whose spaces
+    /// differ, or an action count that is not the number of envs.
+    #[error("vector env mismatch: {0}")]
+    VecMismatch(String),
+}
+
+/// Ids [`make`] knows.
+pub const KNOWN_ENVS: &[&str] = &["CartPole-v1"];
+
+/// An observation or action space.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Space {
+    /// Integers `0..n`.
+    Discrete {
+        /// Number of actions.
+        n: i64,
+    },
+    /// A box of f32 values with per-element bounds (infinite bounds allowed).
+    Box {
+        /// Shape of one value.
+        shape: Vec<i64>,
+        /// Lower bound per element (row-major, product(shape) entries).
+        low: Vec<f32>,
+        /// Upper bound per element.
+        high: Vec<f32>,
+    },
+}
+
+impl Space {
+    /// Number of scalar elements in one value of this space (1 for discrete).
+    pub fn flat_dim(&self) -> usize {
+        match self {
+            Space::Discrete { .. } => 1,
+            Space::Box { shape, .. } => shape.iter().product::<i64>() as usize,
+        }
+    }
+}
+
+/// An action for one env.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// An index into a [`Space::Discrete`].
+    Discrete(i64),
+    /// A point in a [`Space::Box`].
+    Continuous(Vec<f32>),
+}
+
+/// What one env step returns, named as gymnasium names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Observation after the step (flattened row-major).
+    pub obs: Vec<f32>,
+    /// Reward for the step.
+    pub reward: f32,
+    /// The episode reached a terminal state (no bootstrapping past it).
+    pub terminated: bool,
+    /// The episode was cut short (time limit); the state is not terminal.
+    pub truncated: bool,
+}
+
+/// A single environment.
+///
+/// Contract: `reset` must be called before the first `step` and after any step that
+/// returned `terminated || truncated`; stepping past the end is the caller's bug and an env
+/// may panic on it. An env is used from one thread at a time (`Send`, not `Sync`).
+pub trait Env: Send {
+    /// The space observations come from.
+    fn observation_space(&self) -> Space;
+    /// The space actions must come from.
+    fn action_space(&self) -> Space;
+    /// Starts a new episode and returns its first observation. `Some(seed)` reseeds the
+    /// env's random generator first (same seed, same start); `None` continues its stream.
+    fn reset(&mut self, seed: Option<u64>) -> Vec<f32>;
+    /// Applies one action.
+    fn step(&mut self, action: &Action) -> Result<Step, EnvError>;
+}
+
+/// Builds a registered environment, with gymnasium's time limit for that id.
+pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
+    match id {
+        "CartPole-v1" => Ok(Box::new(TimeLimit::new(CartPole::new(), 500))),
+        other => Err(EnvError::UnknownEnv(other.to_string())),
+    }
+}
+
+/// Checks that `env` keeps the [`Env`] contract, panicking with a message on the first breach;
+/// every env implementation runs it in its tests (like SB3's `check_env`).
+///
+/// Checks: observations have the observation space's flat length and lie in its bounds; the
+/// same seed gives the same start and, under the same actions, the same steps; actions outside
+/// the action space are rejected with [`EnvError::InvalidAction`].
+pub fn check_env_contract(env: &mut dyn Env) {
+    let obs_space = env.observation_space();
+    let first = env.reset(Some(42));
+    assert_obs_in_space(&obs_space, &first, "reset");
+    let run_a = seeded_run(env, 42, 20);
+    let run_b = seeded_run(env, 42, 20);
+    assert_eq!(
+        run_a, run_b,
+        "same seed and actions must give the same steps"
+    );
+    for (t, step) in run_a.iter().enumerate() {
+        assert_obs_in_space(&obs_space, &step.obs, &format!("step {t}"));
+        assert!(step.reward.is_finite(), "step {t}: reward {}", step.reward);
+    }
+    env.reset(Some(0));
+    for action in invalid_actions(&env.action_space()) {
+        let result = env.step(&action);
+        assert!(
+            matches!(result, Err(EnvError::InvalidAction { .. })),
+            "action {action:?} outside the space was not rejected: {result:?}"
+        );
+    }
+}
+
+/// Resets with `seed` and takes up to `steps` steps with a fixed action sequence, stopping when
+/// the episode ends; returns the steps taken.
+fn seeded_run(env: &mut dyn Env, seed: u64, steps: usize) -> Vec<Step> {
+    let space = env.action_space();
+    let mut out = Vec::new();
+    let first = env.reset(Some(seed));
+    out.push(Step {
+        obs: first,
+        reward: 0.0,
+        terminated: false,
+        truncated: false,
+    });
+    for t in 0..steps {
+        let action = match &space {
+            Space::Discrete { n } => Action::Discrete((t as i64 * 7 + 3) % n),
+            Space::Box { low, high, .. } => Action::Continuous(
+                low.iter()
+                    .zip(high)
+                    .map(|(lo, hi)| if t % 2 == 0 { *lo } else { *hi })
+                    .collect(),
+            ),
+        };
+        let step = match env.step(&action) {
+            Ok(step) => step,
+            Err(e) => panic!("step {t}: valid action {action:?} rejected: {e}"),
+        };
+        let done = step.terminated || step.truncated;
+        out.push(step);
+        if done {
+            break;
+        }
+    }
+    out
+}
+
+fn assert_obs_in_space(space: &Space, obs: &[f32], when: &str) {
+    assert_eq!(obs.len(), space.flat_dim(), "{when}: observation length");
+    if let Space::Box { low, high, .. } = space {
+        for (k, v) in obs.iter().enumerate() {
+            assert!(
+                low[k] <= *v && *v <= high[k],
+                "{when}: obs[{k}] = {v} outside [{}, {}]",
+                low[k],
+                high[k]
+            );
+        }
+    }
+}
+
+/// Actions that do not belong to `space`.
+fn invalid_actions(space: &Space) -> Vec<Action> {
+    match space {
+        Space::Discrete { n } => vec![
+            Action::Discrete(-1),
+            Action::Discrete(*n),
+            Action::Continuous(vec![0.0]),
+        ],
+        Space::Box { .. } => vec![
+            Action::Discrete(0),
+            Action::Continuous(vec![0.0; space.flat_dim() + 1]),
+        ],
+    }
+}

@@ -1,0 +1,342 @@
+//! [`VecEnv`]: M envs stepped together with same-step auto-reset, as SB3's `VecEnv`
+//! (`stable_baselines3/common/vec_env/dummy_vec_env.py`).
+//!
+//! When env i ends an episode on a step, it is reset at once: `obs` row i already holds the
+//! first observation of the next episode and `final_obs[i]` holds the last one of the episode
+//! that ended (SB3's `terminal_observation`), which a learner needs to bootstrap truncations.
+
+use super::{make, Action, Env, EnvError, Space};
+
+/// A finished episode's statistics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Episode {
+    /// Undiscounted sum of the episode's rewards.
+    pub return_: f64,
+    /// Number of steps in the episode.
+    pub length: u64,
+}
+
+/// The result of stepping every env once. Rows are env indices; all vectors have M entries
+/// except `obs`, which is flat `[M * D]` row-major.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VecStep {
+    /// Observations after the step; for an env whose episode ended this is already the first
+    /// observation of its next episode.
+    pub obs: Vec<f32>,
+    /// Reward of the step.
+    pub reward: Vec<f32>,
+    /// The env's episode reached a terminal state on this step.
+    pub terminated: Vec<bool>,
+    /// The env's episode was cut short (time limit) on this step.
+    pub truncated: Vec<bool>,
+    /// The last observation of an episode that ended on this step, else `None`.
+    pub final_obs: Vec<Option<Vec<f32>>>,
+}
+
+/// A vector of envs with identical spaces, stepped in lockstep with auto-reset.
+///
+/// Used from one thread at a time, like [`Env`].
+pub struct VecEnv {
+    envs: Vec<Box<dyn Env>>,
+    observation_space: Space,
+    action_space: Space,
+    obs_dim: usize,
+    /// Reused across steps so stepping does not allocate per env row.
+    out: VecStep,
+    /// Return of each env's running episode.
+    returns: Vec<f64>,
+    /// Length of each env's running episode.
+    lengths: Vec<u64>,
+    /// Finished episodes not yet drained.
+    episodes: Vec<Episode>,
+}
+
+impl VecEnv {
+    /// Vectorises `envs`. Fails when there are none or their spaces differ.
+    pub fn new(envs: Vec<Box<dyn Env>>) -> Result<VecEnv, EnvError> {
+        let first = envs
+            .first()
+            .ok_or_else(|| EnvError::VecMismatch("no envs given".to_string()))?;
+        let observation_space = first.observation_space();
+        let action_space = first.action_space();
+        for (i, env) in envs.iter().enumerate() {
+            if env.observation_space() != observation_space || env.action_space() != action_space {
+                return Err(EnvError::VecMismatch(format!(
+                    "env {i} has different spaces from env 0"
+                )));
+            }
+        }
+        let m = envs.len();
+        let obs_dim = observation_space.flat_dim();
+        Ok(VecEnv {
+            envs,
+            observation_space,
+            action_space,
+            obs_dim,
+            out: VecStep {
+                obs: vec![0.0; m * obs_dim],
+                reward: vec![0.0; m],
+                terminated: vec![false; m],
+                truncated: vec![false; m],
+                final_obs: vec![None; m],
+            },
+            returns: vec![0.0; m],
+            lengths: vec![0; m],
+            episodes: Vec::new(),
+        })
+    }
+
+    /// `n` copies of the registered env `id` (see [`make`]).
+    pub fn make(id: &str, n: usize) -> Result<VecEnv, EnvError> {
+        let envs = (0..n).map(|_| make(id)).collect::<Result<Vec<_>, _>>()?;
+        VecEnv::new(envs)
+    }
+
+    /// Number of envs, M.
+    pub fn num_envs(&self) -> usize {
+        self.envs.len()
+    }
+
+    /// Number of f32 values in one env's observation, D.
+    pub fn obs_dim(&self) -> usize {
+        self.obs_dim
+    }
+
+    /// The space of one env's observation.
+    pub fn observation_space(&self) -> &Space {
+        &self.observation_space
+    }
+
+    /// The space of one env's action.
+    pub fn action_space(&self) -> &Space {
+        &self.action_space
+    }
+
+    /// Resets every env, env i with seed `seed + i`, drops the running episodes' statistics
+    /// (finished ones stay until drained) and returns the flat `[M * D]` observations.
+    pub fn reset(&mut self, seed: u64) -> &[f32] {
+        for (i, env) in self.envs.iter_mut().enumerate() {
+            let obs = env.reset(Some(seed.wrapping_add(i as u64)));
+            copy_row(&mut self.out.obs, self.obs_dim, i, &obs);
+        }
+        self.returns.fill(0.0);
+        self.lengths.fill(0);
+        self.out.reward.fill(0.0);
+        self.out.terminated.fill(false);
+        self.out.truncated.fill(false);
+        self.out.final_obs.fill(None);
+        &self.out.obs
+    }
+
+    /// Steps env i with `actions[i]`, auto-resetting each env whose episode ends.
+    ///
+    /// All actions are checked against the action space before any env moves, so an
+    /// `InvalidAction` or `VecMismatch` (wrong action count) error leaves every env untouched.
+    /// An error raised by an env itself after that check may leave earlier envs stepped.
+    pub fn step(&mut self, actions: &[Action]) -> Result<&VecStep, EnvError> {
+        self.check_count(actions.len())?;
+        if let Some(bad) = actions.iter().find(|a| !self.action_space_contains(a)) {
+            return Err(self.invalid(bad.clone()));
+        }
+        for (i, action) in actions.iter().enumerate() {
+            self.step_one(i, action)?;
+        }
+        Ok(&self.out)
+    }
+
+    /// [`VecEnv::step`] for a discrete action space, from raw indices (the actor's hot path:
+    /// no `Action` vector is built).
+    pub fn step_discrete(&mut self, actions: &[i64]) -> Result<&VecStep, EnvError> {
+        self.check_count(actions.len())?;
+        let n = match self.action_space {
+            Space::Discrete { n } => n,
+            Space::Box { .. } => {
+                let first = actions.first().copied().unwrap_or_default();
+                return Err(self.invalid(Action::Discrete(first)));
+            }
+        };
+        if let Some(&bad) = actions.iter().find(|&&a| !(0..n).contains(&a)) {
+            return Err(self.invalid(Action::Discrete(bad)));
+        }
+        for (i, &a) in actions.iter().enumerate() {
+            self.step_one(i, &Action::Discrete(a))?;
+        }
+        Ok(&self.out)
+    }
+
+    /// Takes the episodes that finished since the last call, in the order they finished.
+    pub fn drain_episodes(&mut self) -> Vec<Episode> {
+        std::mem::take(&mut self.episodes)
+    }
+
+    /// Steps env `i`, writes its row of the output, and auto-resets it if its episode ended.
+    fn step_one(&mut self, i: usize, action: &Action) -> Result<(), EnvError> {
+        let step = self.envs[i].step(action)?;
+        self.returns[i] += f64::from(step.reward);
+        self.lengths[i] += 1;
+        self.out.reward[i] = step.reward;
+        self.out.terminated[i] = step.terminated;
+        self.out.truncated[i] = step.truncated;
+        if !(step.terminated || step.truncated) {
+            copy_row(&mut self.out.obs, self.obs_dim, i, &step.obs);
+            self.out.final_obs[i] = None;
+            return Ok(());
+        }
+        self.episodes.push(Episode {
+            return_: self.returns[i],
+            length: self.lengths[i],
+        });
+        self.returns[i] = 0.0;
+        self.lengths[i] = 0;
+        let first = self.envs[i].reset(None);
+        copy_row(&mut self.out.obs, self.obs_dim, i, &first);
+        self.out.final_obs[i] = Some(step.obs);
+        Ok(())
+    }
+
+    fn check_count(&self, got: usize) -> Result<(), EnvError> {
+        if got == self.envs.len() {
+            return Ok(());
+        }
+        Err(EnvError::VecMismatch(format!(
+            "{got} actions for {} envs",
+            self.envs.len()
+        )))
+    }
+
+    fn action_space_contains(&self, action: &Action) -> bool {
+        match (&self.action_space, action) {
+            (Space::Discrete { n }, Action::Discrete(a)) => (0..*n).contains(a),
+            (Space::Box { .. }, Action::Continuous(v)) => v.len() == self.action_space.flat_dim(),
+            _ => false,
+        }
+    }
+
+    fn invalid(&self, action: Action) -> EnvError {
+        EnvError::InvalidAction {
+            action,
+            space: self.action_space.clone(),
+        }
+    }
+}
+
+/// Writes `row` into row `i` of the flat `[M * dim]` buffer `buf`.
+///
+/// Panics if an env returned an observation whose length differs from its space's flat
+/// dimension, which breaks the [`Env`] contract.
+fn copy_row(buf: &mut [f32], dim: usize, i: usize, row: &[f32]) {
+    buf[i * dim..(i + 1) * dim].copy_from_slice(row);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envs::{CartPole, TimeLimit};
+
+    fn cartpoles(n: usize, max_steps: u32) -> VecEnv {
+        let envs: Vec<Box<dyn Env>> = (0..n)
+            .map(|_| Box::new(TimeLimit::new(CartPole::new(), max_steps)) as Box<dyn Env>)
+            .collect();
+        VecEnv::new(envs).unwrap()
+    }
+
+    #[test]
+    fn make_and_reset_shapes() {
+        let mut venv = VecEnv::make("CartPole-v1", 3).unwrap();
+        assert_eq!((venv.num_envs(), venv.obs_dim()), (3, 4));
+        assert_eq!(venv.action_space(), &Space::Discrete { n: 2 });
+        let obs = venv.reset(0).to_vec();
+        assert_eq!(obs.len(), 12);
+        assert_ne!(obs[0..4], obs[4..8], "env i is seeded with seed + i");
+        assert_eq!(venv.reset(0), obs.as_slice());
+    }
+
+    #[test]
+    fn rejects_empty_and_mismatched() {
+        assert!(matches!(VecEnv::new(vec![]), Err(EnvError::VecMismatch(_))));
+        assert!(matches!(
+            VecEnv::make("Nope-v0", 2),
+            Err(EnvError::UnknownEnv(_))
+        ));
+        let mut venv = cartpoles(2, 10);
+        venv.reset(0);
+        assert!(venv.step_discrete(&[0]).is_err());
+        assert!(venv.step_discrete(&[0, 2]).is_err());
+        assert!(venv
+            .step(&[Action::Discrete(0), Action::Continuous(vec![0.0])])
+            .is_err());
+    }
+
+    #[test]
+    fn auto_resets_on_truncation_and_counts_episodes() {
+        let mut venv = cartpoles(2, 5);
+        let mut obs = venv.reset(1).to_vec();
+        for t in 1..=5 {
+            let actions: Vec<i64> = (0..2).map(|i| i64::from(obs[i * 4 + 2] > 0.0)).collect();
+            let step = venv.step_discrete(&actions).unwrap();
+            let done = t == 5;
+            assert_eq!(step.truncated, [done, done], "step {t}");
+            assert_eq!(step.final_obs.iter().all(Option::is_some), done);
+            obs = step.obs.clone();
+        }
+        // The auto-reset observation is a fresh start, not the final one.
+        assert!(obs.iter().all(|v| v.abs() < 0.05));
+        let episodes = venv.drain_episodes();
+        assert_eq!(
+            episodes,
+            vec![
+                Episode {
+                    return_: 5.0,
+                    length: 5
+                };
+                2
+            ]
+        );
+        assert!(venv.drain_episodes().is_empty());
+    }
+
+    #[test]
+    fn terminated_env_reports_final_obs_and_keeps_others_running() {
+        let mut venv = cartpoles(2, 500);
+        venv.reset(0);
+        let mut terminated_at = None;
+        for t in 1..=200u64 {
+            // Env 0 always pushes right and falls; env 1 is balanced by a controller.
+            let theta = venv.out.obs[6] + 0.5 * venv.out.obs[7];
+            let step = venv.step_discrete(&[1, i64::from(theta > 0.0)]).unwrap();
+            assert!(!step.terminated[1]);
+            if step.terminated[0] {
+                let last = step.final_obs[0].as_ref().unwrap();
+                assert!(last[0].abs() > 2.4 || last[2].abs() > 0.2094);
+                assert!(step.obs[0..4].iter().all(|v| v.abs() < 0.05));
+                terminated_at = Some(t);
+                break;
+            }
+            assert!(step.final_obs[0].is_none());
+        }
+        let length = terminated_at.expect("always pushing right terminates");
+        let episodes = venv.drain_episodes();
+        assert_eq!(
+            episodes,
+            [Episode {
+                return_: length as f64,
+                length
+            }]
+        );
+    }
+
+    #[test]
+    fn step_with_actions_matches_step_discrete() {
+        let mut a = cartpoles(3, 500);
+        let mut b = cartpoles(3, 500);
+        a.reset(9);
+        b.reset(9);
+        for t in 0..50 {
+            let raw = [t % 2, (t / 3) % 2, 1];
+            let actions: Vec<Action> = raw.iter().map(|&x| Action::Discrete(x)).collect();
+            let sa = a.step(&actions).unwrap().clone();
+            assert_eq!(&sa, b.step_discrete(&raw).unwrap(), "step {t}");
+        }
+        assert_eq!(a.drain_episodes(), b.drain_episodes());
+    }
+}

@@ -1,0 +1,70 @@
+//! Evaluation: run a policy for whole episodes and report the undiscounted returns.
+
+use tch::Tensor;
+
+use crate::config::RunConfig;
+use crate::envs::{self, Action, Env, EnvError};
+use crate::models::Policy;
+
+/// Env seeds of evaluation start here (offset from the run's seed, so evaluation episodes
+/// never replay the training envs' starts); `fleetrl train` and `fleetrl eval` agree on it.
+pub fn eval_seed(config: &RunConfig) -> u64 {
+    config.seed.wrapping_add(1_000_000)
+}
+
+/// Returns of the evaluated episodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalResult {
+    /// One undiscounted return per episode.
+    pub returns: Vec<f64>,
+}
+
+impl EvalResult {
+    /// Mean return.
+    pub fn mean(&self) -> f64 {
+        self.returns.iter().sum::<f64>() / self.returns.len().max(1) as f64
+    }
+
+    /// Population standard deviation of the returns.
+    pub fn std(&self) -> f64 {
+        let m = self.mean();
+        let n = self.returns.len().max(1) as f64;
+        (self.returns.iter().map(|r| (r - m) * (r - m)).sum::<f64>() / n).sqrt()
+    }
+}
+
+/// Plays `episodes` episodes of `env_id` at once (one env each, seeds `seed..seed+episodes`),
+/// batching the policy over the envs still running. Blocks; call off the async runtime.
+pub fn evaluate(
+    policy: &dyn Policy,
+    env_id: &str,
+    episodes: usize,
+    seed: u64,
+    deterministic: bool,
+) -> Result<EvalResult, EnvError> {
+    let mut envs: Vec<Box<dyn Env>> = (0..episodes).map(|_| envs::make(env_id)).collect::<Result<_, _>>()?;
+    let obs_dim = envs.first().map_or(0, |e| e.observation_space().flat_dim());
+    let mut obs: Vec<Vec<f32>> = Vec::with_capacity(episodes);
+    for (i, env) in envs.iter_mut().enumerate() {
+        obs.push(env.reset(Some(seed + i as u64)));
+    }
+    let mut returns = vec![0.0f64; episodes];
+    let mut running: Vec<usize> = (0..episodes).collect();
+    while !running.is_empty() {
+        let flat: Vec<f32> = running.iter().flat_map(|&i| obs[i].iter().copied()).collect();
+        let batch = Tensor::from_slice(&flat).view([running.len() as i64, obs_dim as i64]);
+        let actions = Vec::<i64>::try_from(&policy.act(&batch, deterministic).action)
+            .expect("policy actions are an i64 vector");
+        let mut still = Vec::with_capacity(running.len());
+        for (&i, &a) in running.iter().zip(&actions) {
+            let step = envs[i].step(&Action::Discrete(a))?;
+            returns[i] += step.reward as f64;
+            obs[i] = step.obs;
+            if !(step.terminated || step.truncated) {
+                still.push(i);
+            }
+        }
+        running = still;
+    }
+    Ok(EvalResult { returns })
+}

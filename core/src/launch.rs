@@ -1,0 +1,115 @@
+//! Child processes: the role binaries started by the launcher and the test sandbox, with their
+//! logs in files, stopped in order, and never outliving their parent (SIGTERM if it dies).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use crate::telemetry::parse_listening;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A running role process.
+#[derive(Debug)]
+pub struct Role {
+    /// Name for messages and logs, e.g. `actor-3`.
+    pub name: String,
+    child: Child,
+}
+
+/// Where the role binaries are: `FLEETRL_BIN_DIR`, else beside this executable (for a test
+/// binary in `target/<profile>/deps/`, the profile directory above it).
+pub fn bin_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("FLEETRL_BIN_DIR") {
+        return Ok(dir.into());
+    }
+    let exe = std::env::current_exe().context("locating the fleetrl executable")?;
+    let dir = exe.parent().context("the fleetrl executable has no directory")?;
+    match dir.file_name() {
+        Some(name) if name == "deps" => Ok(dir.parent().unwrap_or(dir).to_path_buf()),
+        _ => Ok(dir.to_path_buf()),
+    }
+}
+
+fn command(binary: &str, args: &[String], log: &Path) -> anyhow::Result<Command> {
+    let path = bin_dir()?.join(binary);
+    if !path.exists() {
+        bail!("{} not found; build it with `cargo build --release --bins` (or set FLEETRL_BIN_DIR)", path.display());
+    }
+    let log_file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut cmd = Command::new(&path);
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log_file).kill_on_drop(true);
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the child when
+    // this process dies, so a killed launcher leaves no orphaned roles behind.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    Ok(cmd)
+}
+
+impl Role {
+    /// Starts `binary` (from [`bin_dir`]) with its stderr in `log`; for servers, follow with
+    /// [`Role::listening_addr`].
+    pub async fn start(name: &str, binary: &str, args: &[String], log: &Path) -> anyhow::Result<Role> {
+        let child = command(binary, args, log)?.spawn().with_context(|| format!("starting {binary}"))?;
+        Ok(Role { name: name.to_string(), child })
+    }
+
+    /// Waits up to `patience` for the listening line on stdout.
+    pub async fn listening_addr(&mut self, patience: Duration, log: &Path) -> anyhow::Result<SocketAddr> {
+        let stdout = self.child.stdout.take().context("stdout already taken")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let found = tokio::time::timeout(patience, async {
+            while let Some(line) = lines.next_line().await? {
+                if let Some(addr) = parse_listening(&line) {
+                    return Ok(Some(addr));
+                }
+            }
+            Ok::<_, std::io::Error>(None)
+        })
+        .await;
+        match found {
+            Ok(Ok(Some(addr))) => Ok(addr),
+            Ok(_) => bail!("{} exited before listening; see {}", self.name, log.display()),
+            Err(_) => bail!("{} did not start listening within {patience:?}; see {}", self.name, log.display()),
+        }
+    }
+
+    /// The exit status if the process has ended.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// The OS process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// SIGKILL now, as a crash would (for failure tests).
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`.
+    pub async fn stop(&mut self, grace: Duration) {
+        if self.exited().is_some() {
+            return;
+        }
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) on our own child's pid; the worst case is ESRCH if it just exited.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGTERM);
+            }
+        }
+        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+            tracing::warn!(role = %self.name, "did not stop in time; killing");
+            let _ = self.child.kill().await;
+        }
+    }
+}

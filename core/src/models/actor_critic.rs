@@ -1,0 +1,192 @@
+//! Actor-critic with separate policy (`pi`) and value (`vf`) MLPs and a categorical head, as
+//! SB3's `MlpPolicy` for PPO.
+
+use std::collections::HashMap;
+
+use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
+use tch::nn::{self, Module};
+use tch::{Device, Kind, Tensor};
+
+use super::{Mlp, ModelError, Policy};
+use crate::config::ModelConfig;
+use crate::envs::Space;
+
+/// What [`Policy::act`] returns for a batch.
+#[derive(Debug)]
+pub struct PolicyStep {
+    /// Actions `[N]` (i64).
+    pub action: Tensor,
+    /// Log-probabilities of those actions `[N]`.
+    pub log_prob: Tensor,
+    /// Value estimates `[N]`.
+    pub value: Tensor,
+}
+
+/// What the learner needs to score actions it did not pick.
+#[derive(Debug)]
+pub struct Evaluation {
+    /// log pi(a|s) `[N]`.
+    pub log_prob: Tensor,
+    /// Entropy of pi(.|s) `[N]`.
+    pub entropy: Tensor,
+    /// V(s) `[N]`.
+    pub value: Tensor,
+}
+
+/// The network and the variable store that owns its parameters.
+#[derive(Debug)]
+pub struct ActorCritic {
+    vs: nn::VarStore,
+    pi: Mlp,
+    vf: Mlp,
+}
+
+impl ActorCritic {
+    /// Builds a fresh network on `device` for these spaces.
+    pub fn new(
+        config: &ModelConfig,
+        obs_space: &Space,
+        action_space: &Space,
+        device: Device,
+    ) -> Result<ActorCritic, ModelError> {
+        let n_actions = match action_space {
+            Space::Discrete { n } => *n,
+            other => return Err(ModelError::UnsupportedSpace(other.clone())),
+        };
+        let obs_dim = obs_space.flat_dim() as i64;
+        let vs = nn::VarStore::new(device);
+        let root = vs.root();
+        let hidden = &config.hidden_sizes;
+        let ortho = config.orthogonal_init;
+        let pi = Mlp::new(&(&root / "pi"), obs_dim, hidden, n_actions, config.activation, ortho.then_some(0.01));
+        let vf = Mlp::new(&(&root / "vf"), obs_dim, hidden, 1, config.activation, ortho.then_some(1.0));
+        Ok(ActorCritic { vs, pi, vf })
+    }
+
+    /// The variable store (for optimisers and checkpoints).
+    pub fn var_store(&self) -> &nn::VarStore {
+        &self.vs
+    }
+
+    /// Scores `actions` `[N]` taken at `obs` `[N, D]`, with gradients.
+    pub fn evaluate(&self, obs: &Tensor, actions: &Tensor) -> Evaluation {
+        let log_probs = self.pi.forward(obs).log_softmax(-1, Kind::Float);
+        let log_prob = log_probs.gather(1, &actions.unsqueeze(1), false).squeeze_dim(1);
+        let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float);
+        let value = self.vf.forward(obs).squeeze_dim(1);
+        Evaluation { log_prob, entropy, value }
+    }
+
+    /// Every parameter as a proto tensor, by path.
+    pub fn export(&self) -> Result<TensorMap, ModelError> {
+        let mut map = HashMap::new();
+        for (name, var) in self.vs.variables() {
+            map.insert(name, ProtoTensor::try_from(&var)?);
+        }
+        Ok(TensorMap { tensors: map })
+    }
+
+    /// Copies weights in from a proto map; every parameter must be present with its shape.
+    pub fn import(&mut self, weights: &TensorMap) -> Result<(), ModelError> {
+        let mut named = Vec::with_capacity(weights.tensors.len());
+        for (name, proto) in &weights.tensors {
+            named.push((name.clone(), Tensor::try_from(proto)?));
+        }
+        self.load_named(&named)
+    }
+
+    /// Every parameter, by path (for checkpoints).
+    pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut named: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        named
+    }
+
+    /// Copies named weights in; every parameter must be present with its exact shape.
+    pub fn load_named(&mut self, weights: &[(String, Tensor)]) -> Result<(), ModelError> {
+        let _guard = tch::no_grad_guard();
+        for (name, mut var) in self.vs.variables() {
+            let src = weights
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, t)| t)
+                .ok_or_else(|| ModelError::WeightsMismatch(format!("missing `{name}`")))?;
+            if src.size() != var.size() {
+                return Err(ModelError::WeightsMismatch(format!(
+                    "`{name}` has shape {:?}, model expects {:?}",
+                    src.size(),
+                    var.size()
+                )));
+            }
+            var.copy_(src);
+        }
+        Ok(())
+    }
+}
+
+impl Policy for ActorCritic {
+    fn act(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
+        let _guard = tch::no_grad_guard();
+        let log_probs = self.pi.forward(obs).log_softmax(-1, Kind::Float);
+        let action = if deterministic {
+            log_probs.argmax(-1, false)
+        } else {
+            log_probs.exp().multinomial(1, true).squeeze_dim(1)
+        };
+        let log_prob = log_probs.gather(1, &action.unsqueeze(1), false).squeeze_dim(1);
+        let value = self.vf.forward(obs).squeeze_dim(1);
+        PolicyStep { action, log_prob, value }
+    }
+
+    fn value(&self, obs: &Tensor) -> Tensor {
+        let _guard = tch::no_grad_guard();
+        self.vf.forward(obs).squeeze_dim(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelConfig;
+
+    fn spaces() -> (Space, Space) {
+        let obs = Space::Box { shape: vec![4], low: vec![-1.0; 4], high: vec![1.0; 4] };
+        (obs, Space::Discrete { n: 2 })
+    }
+
+    #[test]
+    fn export_import_round_trip_makes_identical_policies() {
+        let (obs_space, act_space) = spaces();
+        tch::manual_seed(1);
+        let a = ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
+        tch::manual_seed(2);
+        let mut b = ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
+        let obs = Tensor::randn([5, 4], (Kind::Float, Device::Cpu));
+        assert!(!a.value(&obs).allclose(&b.value(&obs), 1e-6, 1e-6, false));
+        b.import(&a.export().unwrap()).unwrap();
+        assert!(a.value(&obs).allclose(&b.value(&obs), 1e-6, 1e-6, false));
+    }
+
+    #[test]
+    fn evaluate_matches_act_log_prob_and_entropy_is_bounded() {
+        let (obs_space, act_space) = spaces();
+        let m = ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
+        let obs = Tensor::randn([16, 4], (Kind::Float, Device::Cpu));
+        let step = m.act(&obs, false);
+        let eval = m.evaluate(&obs, &step.action);
+        assert!(eval.log_prob.allclose(&step.log_prob, 1e-5, 1e-5, false));
+        let max_entropy = 2f64.ln() + 1e-6;
+        assert!(eval.entropy.max().double_value(&[]) <= max_entropy);
+        assert!(eval.entropy.min().double_value(&[]) >= 0.0);
+    }
+
+    #[test]
+    fn import_names_the_missing_parameter() {
+        let (obs_space, act_space) = spaces();
+        let mut m = ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
+        let mut weights = m.export().unwrap();
+        weights.tensors.remove("vf.out.bias");
+        let err = m.import(&weights).unwrap_err().to_string();
+        assert!(err.contains("vf.out.bias"), "{err}");
+    }
+}

@@ -1,0 +1,59 @@
+//! A multi-layer perceptron with named layers (`l0`, `l1`, ..., `out`).
+
+use tch::nn::{self, Module};
+
+use crate::config::Activation;
+
+/// Linear layers with an activation between them and none after the last.
+#[derive(Debug)]
+pub struct Mlp {
+    hidden: Vec<nn::Linear>,
+    out: nn::Linear,
+    activation: Activation,
+}
+
+impl Mlp {
+    /// Builds `in_dim -> hidden_sizes... -> out_dim` under `path`. With `orthogonal`, hidden
+    /// weights get orthogonal init with gain sqrt(2) and the output layer `out_gain`
+    /// (the PPO implementation-details recipe); biases start at zero.
+    pub fn new(
+        path: &nn::Path,
+        in_dim: i64,
+        hidden_sizes: &[i64],
+        out_dim: i64,
+        activation: Activation,
+        orthogonal: Option<f64>,
+    ) -> Mlp {
+        let config = |gain: f64| match orthogonal {
+            Some(_) => nn::LinearConfig {
+                ws_init: nn::Init::Orthogonal { gain },
+                bs_init: Some(nn::Init::Const(0.0)),
+                bias: true,
+            },
+            None => nn::LinearConfig::default(),
+        };
+        let mut hidden = Vec::with_capacity(hidden_sizes.len());
+        let mut width = in_dim;
+        for (i, &size) in hidden_sizes.iter().enumerate() {
+            let layer = nn::linear(path / format!("l{i}"), width, size, config(2f64.sqrt()));
+            hidden.push(layer);
+            width = size;
+        }
+        let out = nn::linear(path / "out", width, out_dim, config(orthogonal.unwrap_or(1.0)));
+        Mlp { hidden, out, activation }
+    }
+}
+
+impl Module for Mlp {
+    fn forward(&self, xs: &tch::Tensor) -> tch::Tensor {
+        let mut h = xs.shallow_clone();
+        for layer in &self.hidden {
+            let z = layer.forward(&h);
+            h = match self.activation {
+                Activation::Tanh => z.tanh(),
+                Activation::Relu => z.relu(),
+            };
+        }
+        self.out.forward(&h)
+    }
+}

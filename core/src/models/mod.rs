@@ -1,0 +1,40 @@
+//! Policy networks (tch): an MLP trunk per head, and the actor-critic the actors act with and
+//! the learner trains. Every `VarStore` path is named (`pi.l0.weight`, `vf.out.bias`, ...) so
+//! checkpoints and weight messages keep loading across versions.
+
+mod actor_critic;
+mod mlp;
+
+pub use actor_critic::{ActorCritic, Evaluation, PolicyStep};
+pub use mlp::Mlp;
+
+use crate::envs::Space;
+
+/// Why a model could not be built or loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The action space has no head yet.
+    #[error("action space {0:?} is not supported by this model")]
+    UnsupportedSpace(Space),
+    /// Weights are missing a parameter or have the wrong shape.
+    #[error("weights do not fit the model: {0}")]
+    WeightsMismatch(String),
+    /// A tensor conversion or torch call failed.
+    #[error(transparent)]
+    Tch(#[from] tch::TchError),
+    /// A proto tensor could not be converted.
+    #[error(transparent)]
+    Tensor(#[from] fleetrl_proto::TensorError),
+}
+
+/// Observation in, action out: what an actor needs from a policy.
+///
+/// Implementations run on the calling thread (tch work is synchronous; never call from an
+/// async task) and are not `Sync`; give each thread its own copy.
+pub trait Policy {
+    /// Picks actions for a batch of observations `[N, D]`: sampled, or the mode when
+    /// `deterministic`. Also returns the log-probability and value estimate of each.
+    fn act(&self, obs: &tch::Tensor, deterministic: bool) -> PolicyStep;
+    /// Value estimates `[N]` for a batch of observations `[N, D]`.
+    fn value(&self, obs: &tch::Tensor) -> tch::Tensor;
+}

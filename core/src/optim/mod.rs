@@ -1,0 +1,5 @@
+//! Optimisers whose state is plain tensors, so checkpoints carry it.
+
+mod adam;
+
+pub use adam::Adam;

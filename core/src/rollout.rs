@@ -1,0 +1,343 @@
+//! The rollout: T steps of M envs, as an actor records it and the learner trains on it.
+//!
+//! Field layout (time-major, as rlpyt's `[T, B]`):
+//!
+//! | field | dtype | shape | meaning |
+//! |---|---|---|---|
+//! | `obs` | f32 | [T, M, D] | observation the action was taken from |
+//! | `action` | i64 / f32 | [T, M] / [T, M, A] | discrete / continuous action |
+//! | `reward` | f32 | [T, M] | reward of the step |
+//! | `terminated` | bool | [T, M] | the step ended the episode in a terminal state |
+//! | `truncated` | bool | [T, M] | the step ended the episode by time limit |
+//! | `log_prob` | f32 | [T, M] | behaviour policy log-probability of `action` |
+//! | `value` | f32 | [T, M] | behaviour value estimate V(obs) |
+//! | `final_value` | f32 | [T, M] | V(final obs) where `truncated`, else 0 |
+//! | `bootstrap_value` | f32 | [M] | V(obs after the last step) |
+//! | `policy_version` | i64 | [] | weights version that acted |
+
+use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
+
+use crate::algos::returns::StepData;
+use crate::buffers::{FieldSpec, Signature, TableSpec};
+use crate::config::RunConfig;
+use crate::envs::{self, EnvError, Space};
+
+/// Field names, so producers and consumers cannot drift apart.
+pub mod field {
+    /// Observations, [T, M, D].
+    pub const OBS: &str = "obs";
+    /// Actions, [T, M] or [T, M, A].
+    pub const ACTION: &str = "action";
+    /// Rewards, [T, M].
+    pub const REWARD: &str = "reward";
+    /// Terminal flags, [T, M].
+    pub const TERMINATED: &str = "terminated";
+    /// Time-limit flags, [T, M].
+    pub const TRUNCATED: &str = "truncated";
+    /// Behaviour log-probabilities, [T, M].
+    pub const LOG_PROB: &str = "log_prob";
+    /// Behaviour values, [T, M].
+    pub const VALUE: &str = "value";
+    /// Values of final observations at truncation, [T, M].
+    pub const FINAL_VALUE: &str = "final_value";
+    /// Values after the last step, [M].
+    pub const BOOTSTRAP_VALUE: &str = "bootstrap_value";
+    /// Acting weights version, [].
+    pub const POLICY_VERSION: &str = "policy_version";
+}
+
+/// The signature of a rollout of `t` steps of `m` envs with these spaces.
+pub fn signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Signature {
+    let obs_dim = obs_space.flat_dim() as i64;
+    let action = match action_space {
+        Space::Discrete { .. } => FieldSpec::new(field::ACTION, Dtype::I64, &[t, m]),
+        Space::Box { .. } => {
+            FieldSpec::new(field::ACTION, Dtype::F32, &[t, m, action_space.flat_dim() as i64])
+        }
+    };
+    let per_step = |name: &str, dtype: Dtype| FieldSpec::new(name, dtype, &[t, m]);
+    Signature {
+        fields: vec![
+            FieldSpec::new(field::OBS, Dtype::F32, &[t, m, obs_dim]),
+            action,
+            per_step(field::REWARD, Dtype::F32),
+            per_step(field::TERMINATED, Dtype::Bool),
+            per_step(field::TRUNCATED, Dtype::Bool),
+            per_step(field::LOG_PROB, Dtype::F32),
+            per_step(field::VALUE, Dtype::F32),
+            per_step(field::FINAL_VALUE, Dtype::F32),
+            FieldSpec::new(field::BOOTSTRAP_VALUE, Dtype::F32, &[m]),
+            FieldSpec::new(field::POLICY_VERSION, Dtype::I64, &[]),
+        ],
+    }
+}
+
+/// The on-policy queue table a run's actors insert into.
+pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
+    let env = envs::make(&config.env.id)?;
+    let sig = signature(
+        &env.observation_space(),
+        &env.action_space(),
+        config.actors.rollout_length as i64,
+        config.actors.envs_per_actor as i64,
+    );
+    Ok(TableSpec::queue(&config.replay.table, config.replay.max_size, sig))
+}
+
+/// One time step of M envs, as the actor records it.
+#[derive(Debug, Clone, Copy)]
+pub struct StepRecord<'a> {
+    /// Observations acted on, [M, D].
+    pub obs: &'a [f32],
+    /// Actions taken, [M].
+    pub action: &'a [i64],
+    /// Their behaviour log-probabilities, [M].
+    pub log_prob: &'a [f32],
+    /// Behaviour values V(obs), [M].
+    pub value: &'a [f32],
+    /// Rewards, [M].
+    pub reward: &'a [f32],
+    /// Terminal flags, [M].
+    pub terminated: &'a [bool],
+    /// Time-limit flags, [M].
+    pub truncated: &'a [bool],
+    /// V(final obs) where truncated, else 0, [M].
+    pub final_value: &'a [f32],
+}
+
+/// Accumulates T steps of M envs (discrete actions) into a rollout item.
+#[derive(Debug)]
+pub struct RolloutBuilder {
+    t: usize,
+    m: usize,
+    obs_dim: usize,
+    obs: Vec<f32>,
+    action: Vec<i64>,
+    log_prob: Vec<f32>,
+    value: Vec<f32>,
+    reward: Vec<f32>,
+    terminated: Vec<bool>,
+    truncated: Vec<bool>,
+    final_value: Vec<f32>,
+}
+
+impl RolloutBuilder {
+    /// An empty builder for rollouts of `t` steps of `m` envs with `obs_dim` observations.
+    pub fn new(t: usize, m: usize, obs_dim: usize) -> RolloutBuilder {
+        let n = t * m;
+        RolloutBuilder {
+            t,
+            m,
+            obs_dim,
+            obs: Vec::with_capacity(n * obs_dim),
+            action: Vec::with_capacity(n),
+            log_prob: Vec::with_capacity(n),
+            value: Vec::with_capacity(n),
+            reward: Vec::with_capacity(n),
+            terminated: Vec::with_capacity(n),
+            truncated: Vec::with_capacity(n),
+            final_value: Vec::with_capacity(n),
+        }
+    }
+
+    /// Appends one time step. Panics if the slices do not have M (or M x D) entries.
+    pub fn push(&mut self, step: StepRecord<'_>) {
+        assert_eq!(step.obs.len(), self.m * self.obs_dim, "obs must be [M, D]");
+        assert_eq!(step.action.len(), self.m, "one action per env");
+        self.obs.extend_from_slice(step.obs);
+        self.action.extend_from_slice(step.action);
+        self.log_prob.extend_from_slice(step.log_prob);
+        self.value.extend_from_slice(step.value);
+        self.reward.extend_from_slice(step.reward);
+        self.terminated.extend_from_slice(step.terminated);
+        self.truncated.extend_from_slice(step.truncated);
+        self.final_value.extend_from_slice(step.final_value);
+    }
+
+    /// Whether T steps were pushed.
+    pub fn is_full(&self) -> bool {
+        self.action.len() == self.t * self.m
+    }
+
+    /// The rollout item; the builder is empty afterwards. Panics unless [`Self::is_full`].
+    pub fn finish(&mut self, bootstrap_value: &[f32], policy_version: i64) -> TensorMap {
+        assert!(self.is_full(), "a rollout needs exactly T steps");
+        let (t, m) = (self.t as i64, self.m as i64);
+        let tm = [t, m];
+        let item = TensorMap::from_pairs([
+            (field::OBS, Tensor::from_slice(&[t, m, self.obs_dim as i64], &self.obs)),
+            (field::ACTION, Tensor::from_slice(&tm, &self.action)),
+            (field::REWARD, Tensor::from_slice(&tm, &self.reward)),
+            (field::TERMINATED, Tensor::from_slice(&tm, &self.terminated)),
+            (field::TRUNCATED, Tensor::from_slice(&tm, &self.truncated)),
+            (field::LOG_PROB, Tensor::from_slice(&tm, &self.log_prob)),
+            (field::VALUE, Tensor::from_slice(&tm, &self.value)),
+            (field::FINAL_VALUE, Tensor::from_slice(&tm, &self.final_value)),
+            (field::BOOTSTRAP_VALUE, Tensor::from_slice(&[m], bootstrap_value)),
+            (field::POLICY_VERSION, Tensor::scalar(policy_version)),
+        ]);
+        self.obs.clear();
+        self.action.clear();
+        self.log_prob.clear();
+        self.value.clear();
+        self.reward.clear();
+        self.terminated.clear();
+        self.truncated.clear();
+        self.final_value.clear();
+        item
+    }
+}
+
+/// A stacked batch of K rollouts, rearranged time-major: `[T, B]` with B = K x M columns
+/// (column `k * M + m` is env m of rollout k), ready for return computation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RolloutBatch {
+    /// Steps per column.
+    pub t: usize,
+    /// Columns.
+    pub b: usize,
+    /// Observation size D.
+    pub obs_dim: usize,
+    /// [T, B, D].
+    pub obs: Vec<f32>,
+    /// [T, B].
+    pub action: Vec<i64>,
+    /// [T, B].
+    pub reward: Vec<f32>,
+    /// [T, B].
+    pub terminated: Vec<bool>,
+    /// [T, B].
+    pub truncated: Vec<bool>,
+    /// [T, B].
+    pub log_prob: Vec<f32>,
+    /// [T, B].
+    pub value: Vec<f32>,
+    /// [T, B].
+    pub final_value: Vec<f32>,
+    /// [B].
+    pub bootstrap_value: Vec<f32>,
+    /// [K], the version that acted in each rollout.
+    pub policy_version: Vec<i64>,
+}
+
+/// `[K, T, M, inner]` -> `[T, K, M, inner]`.
+fn time_major<T: Copy>(src: &[T], k: usize, t: usize, m: usize, inner: usize) -> Vec<T> {
+    let row = m * inner;
+    let mut dst = Vec::with_capacity(src.len());
+    for ti in 0..t {
+        for ki in 0..k {
+            let start = (ki * t + ti) * row;
+            dst.extend_from_slice(&src[start..start + row]);
+        }
+    }
+    dst
+}
+
+impl RolloutBatch {
+    /// Reads a batch stacked by the replay server (every field with a leading K).
+    pub fn from_stacked(batch: &TensorMap) -> Result<RolloutBatch, TensorError> {
+        let obs = batch.field(field::OBS)?;
+        let [k, t, m, d] = match obs.shape[..] {
+            [k, t, m, d] => [k as usize, t as usize, m as usize, d as usize],
+            _ => return Err(TensorError::Mismatch(format!("obs shape {:?} is not [K, T, M, D]", obs.shape))),
+        };
+        let per_step = |name: &str| -> Result<Vec<f32>, TensorError> {
+            Ok(time_major(&batch.field(name)?.to_vec::<f32>()?, k, t, m, 1))
+        };
+        let flags = |name: &str| -> Result<Vec<bool>, TensorError> {
+            Ok(time_major(&batch.field(name)?.to_vec::<bool>()?, k, t, m, 1))
+        };
+        Ok(RolloutBatch {
+            t,
+            b: k * m,
+            obs_dim: d,
+            obs: time_major(&obs.to_vec::<f32>()?, k, t, m, d),
+            action: time_major(&batch.field(field::ACTION)?.to_vec::<i64>()?, k, t, m, 1),
+            reward: per_step(field::REWARD)?,
+            terminated: flags(field::TERMINATED)?,
+            truncated: flags(field::TRUNCATED)?,
+            log_prob: per_step(field::LOG_PROB)?,
+            value: per_step(field::VALUE)?,
+            final_value: per_step(field::FINAL_VALUE)?,
+            bootstrap_value: batch.field(field::BOOTSTRAP_VALUE)?.to_vec::<f32>()?,
+            policy_version: batch.field(field::POLICY_VERSION)?.to_vec::<i64>()?,
+        })
+    }
+
+    /// The view return computations take.
+    pub fn step_data(&self) -> StepData<'_> {
+        StepData {
+            t: self.t,
+            b: self.b,
+            reward: &self.reward,
+            value: &self.value,
+            terminated: &self.terminated,
+            truncated: &self.truncated,
+            final_value: &self.final_value,
+            bootstrap_value: &self.bootstrap_value,
+        }
+    }
+
+    /// Env steps in the batch.
+    pub fn env_steps(&self) -> u64 {
+        (self.t * self.b) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rollout(t: usize, m: usize, tag: f32, version: i64) -> TensorMap {
+        let mut b = RolloutBuilder::new(t, m, 2);
+        for step in 0..t {
+            let base = tag + step as f32;
+            let obs: Vec<f32> = (0..m * 2).map(|i| base + i as f32 / 10.0).collect();
+            let action: Vec<i64> = (0..m).map(|i| (step * 10 + i) as i64).collect();
+            let reward: Vec<f32> = (0..m).map(|i| base + i as f32 / 10.0).collect();
+            b.push(StepRecord {
+                obs: &obs,
+                action: &action,
+                log_prob: &reward,
+                value: &reward,
+                reward: &reward,
+                terminated: &vec![step == 1; m],
+                truncated: &vec![false; m],
+                final_value: &vec![0.0; m],
+            });
+        }
+        b.finish(&vec![tag; m], version)
+    }
+
+    #[test]
+    fn built_rollout_matches_the_signature() {
+        let env = crate::envs::make("CartPole-v1").unwrap();
+        let sig = signature(&env.observation_space(), &env.action_space(), 3, 2);
+        let item = rollout(3, 2, 0.0, 7);
+        for f in &sig.fields {
+            let t = item.field(&f.name).unwrap();
+            assert_eq!(t.checked_dtype().unwrap(), f.dtype, "{}", f.name);
+            if f.name != field::OBS {
+                assert_eq!(t.shape, f.shape, "{}", f.name);
+            }
+        }
+        assert_eq!(item.tensors.len(), sig.fields.len());
+    }
+
+    #[test]
+    fn stacked_batch_becomes_time_major_with_k_times_m_columns() {
+        let (a, b) = (rollout(3, 2, 100.0, 4), rollout(3, 2, 200.0, 5));
+        let stacked = TensorMap::from_pairs(a.tensors.keys().map(|name| {
+            (name.clone(), Tensor::stack(&[&a.tensors[name], &b.tensors[name]]).unwrap())
+        }));
+        let batch = RolloutBatch::from_stacked(&stacked).unwrap();
+        assert_eq!((batch.t, batch.b, batch.obs_dim), (3, 4, 2));
+        // Row t = 1: rollout a's two envs, then rollout b's.
+        assert_eq!(&batch.reward[4..8], &[101.0, 101.1, 201.0, 201.1]);
+        assert_eq!(&batch.action[4..8], &[10, 11, 10, 11]);
+        assert_eq!(&batch.obs[8..12], &[101.0, 101.1, 101.2, 101.3]);
+        assert_eq!(batch.terminated[4..8], [true; 4]);
+        assert_eq!(batch.bootstrap_value, vec![100.0, 100.0, 200.0, 200.0]);
+        assert_eq!(batch.policy_version, vec![4, 5]);
+    }
+}

@@ -1,0 +1,119 @@
+//! fleet-learner: samples rollout batches from a replay server, trains on a dedicated thread,
+//! publishes every new version of the weights, checkpoints, and serves its status.
+
+mod prefetch;
+mod service;
+mod stats;
+mod trainer;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
+use fleetrl_core::telemetry::{self, EventWriter};
+use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::setup::{build_algorithm, Restored};
+
+mod setup;
+
+/// The fleetrl learner.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Address to serve the learner service on.
+    #[arg(long, env = "FLEETRL_LEARNER_LISTEN", default_value = "0.0.0.0:50052")]
+    listen: String,
+    /// Replay server to sample batches from.
+    #[arg(long, env = "FLEETRL_REPLAY_ADDR", default_value = "127.0.0.1:50051")]
+    replay: String,
+    /// Run config: a TOML path or a preset name from configs/.
+    #[arg(long, env = "FLEETRL_CONFIG", default_value = "cartpole-ppo")]
+    config: String,
+    /// Config overrides, `dotted.key=value`, applied in order.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Directory for checkpoints and TensorBoard events.
+    #[arg(long, env = "FLEETRL_RUN_DIR", default_value = "runs/latest")]
+    run_dir: PathBuf,
+    /// Resume from a checkpoint directory (`latest`: the newest under <run-dir>/checkpoints).
+    #[arg(long, env = "FLEETRL_RESUME")]
+    resume: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    telemetry::init("info");
+    let args = Args::parse();
+    let config = RunConfig::load(&args.config, &args.overrides).context("loading the run config")?;
+    tracing::info!(config = %config.to_toml(), "effective config");
+    tch::set_num_threads(config.learner.threads as i32);
+    tch::set_num_interop_threads(1);
+    let checkpoint_dir = args.run_dir.join("checkpoints");
+    let Restored { algo, stats } = build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
+    let initial = trainer::weights_message(algo.as_ref(), stats.policy_version).map_err(anyhow::Error::msg)?;
+    let (weights_tx, weights_rx) = tokio::sync::watch::channel(Arc::new(initial));
+    let stats = Arc::new(Mutex::new(stats));
+    let (work_tx, work_rx) = mpsc::channel(1);
+    let events = config
+        .learner
+        .tensorboard
+        .then(|| EventWriter::create(&args.run_dir.join("tb")))
+        .transpose()
+        .context("creating the TensorBoard event file")?;
+    let trainer = trainer::Trainer {
+        algo,
+        config: config.clone(),
+        stats: stats.clone(),
+        weights: weights_tx,
+        checkpoint_dir,
+        events,
+        last_log: Instant::now(),
+    };
+    let trainer_thread = std::thread::Builder::new()
+        .name("trainer".into())
+        .spawn(move || trainer.run(work_rx))
+        .context("starting the trainer thread")?;
+    let prefetch = tokio::spawn(prefetch::run(
+        args.replay.clone(),
+        config.replay.table.clone(),
+        config.learner.batch_rollouts,
+        work_tx.clone(),
+    ));
+
+    let spec = setup::run_spec(&config);
+    let service = service::Learner { spec, stats, weights: weights_rx, work: work_tx.clone() };
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<LearnerServiceServer<service::Learner>>().await;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    telemetry::announce_listening(listener.local_addr()?);
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(
+            LearnerServiceServer::new(service)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), net::shutdown_signal())
+        .await?;
+
+    tracing::info!("shutting down: writing a final checkpoint");
+    prefetch.abort();
+    let (reply, saved) = oneshot::channel();
+    if work_tx.send(trainer::Work::Checkpoint(reply)).await.is_ok() {
+        match tokio::time::timeout(Duration::from_secs(60), saved).await {
+            Ok(Ok(Ok((path, version)))) => tracing::info!(path = %path.display(), version, "final checkpoint"),
+            other => tracing::error!(?other, "final checkpoint failed"),
+        }
+    }
+    drop(work_tx);
+    let _ = tokio::task::spawn_blocking(move || trainer_thread.join()).await;
+    Ok(())
+}

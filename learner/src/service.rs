@@ -1,0 +1,87 @@
+//! `fleetrl.v1.LearnerService`: run spec, weight stream, episode reports, status, checkpoints.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use fleetrl_proto::v1::learner_service_server::LearnerService;
+use fleetrl_proto::v1::{
+    GetRunSpecRequest, GetStatusRequest, LearnerStatus, ReportEpisodesRequest, ReportEpisodesResponse,
+    RunSpec, SaveCheckpointRequest, SaveCheckpointResponse, SubscribeWeightsRequest, Weights,
+};
+use futures::{Stream, StreamExt};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_stream::wrappers::WatchStream;
+use tonic::{Request, Response, Status};
+
+use crate::stats::Stats;
+use crate::trainer::Work;
+
+/// The service's handles onto the trainer and its published state.
+pub(crate) struct Learner {
+    pub(crate) spec: RunSpec,
+    pub(crate) stats: Arc<Mutex<Stats>>,
+    pub(crate) weights: watch::Receiver<Arc<Weights>>,
+    pub(crate) work: mpsc::Sender<Work>,
+}
+
+type WeightStream = Pin<Box<dyn Stream<Item = Result<Weights, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl LearnerService for Learner {
+    async fn get_run_spec(&self, _: Request<GetRunSpecRequest>) -> Result<Response<RunSpec>, Status> {
+        Ok(Response::new(self.spec.clone()))
+    }
+
+    type SubscribeWeightsStream = WeightStream;
+
+    #[tracing::instrument(skip_all, fields(after_version = request.get_ref().after_version))]
+    async fn subscribe_weights(
+        &self,
+        request: Request<SubscribeWeightsRequest>,
+    ) -> Result<Response<WeightStream>, Status> {
+        let after = request.into_inner().after_version;
+        // WatchStream yields the current value first, then only the newest on each change,
+        // so a slow subscriber skips versions instead of queueing them.
+        let stream = WatchStream::new(self.weights.clone())
+            .filter(move |w| std::future::ready(w.version > after))
+            .map(|w| Ok(Weights::clone(&w)));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn report_episodes(
+        &self,
+        request: Request<ReportEpisodesRequest>,
+    ) -> Result<Response<ReportEpisodesResponse>, Status> {
+        let report = request.into_inner();
+        if report.returns.len() != report.lengths.len() {
+            return Err(Status::invalid_argument(format!(
+                "returns has {} entries but lengths has {}",
+                report.returns.len(),
+                report.lengths.len()
+            )));
+        }
+        self.stats.lock().expect("stats lock poisoned").record_report(&report);
+        Ok(Response::new(ReportEpisodesResponse {}))
+    }
+
+    async fn get_status(&self, _: Request<GetStatusRequest>) -> Result<Response<LearnerStatus>, Status> {
+        Ok(Response::new(self.stats.lock().expect("stats lock poisoned").to_proto()))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn save_checkpoint(
+        &self,
+        _: Request<SaveCheckpointRequest>,
+    ) -> Result<Response<SaveCheckpointResponse>, Status> {
+        let (reply, saved) = oneshot::channel();
+        self.work
+            .send(Work::Checkpoint(reply))
+            .await
+            .map_err(|_| Status::unavailable("the trainer has stopped"))?;
+        let (path, version) = saved
+            .await
+            .map_err(|_| Status::unavailable("the trainer has stopped"))?
+            .map_err(Status::internal)?;
+        Ok(Response::new(SaveCheckpointResponse { path: path.display().to_string(), policy_version: version }))
+    }
+}

@@ -1,0 +1,70 @@
+//! Building the learner's algorithm: fresh, or restored from a checkpoint.
+
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use fleetrl_core::algos::{Algorithm, Ppo};
+use fleetrl_core::checkpoint;
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::envs;
+use fleetrl_core::models::ActorCritic;
+use fleetrl_proto::v1::RunSpec;
+
+use crate::stats::Stats;
+
+/// The algorithm and the counters it resumes from.
+pub(crate) struct Restored {
+    pub(crate) algo: Box<dyn Algorithm>,
+    pub(crate) stats: Stats,
+}
+
+/// Parses `cpu`, `cuda` or `cuda:N`.
+pub(crate) fn device(name: &str) -> anyhow::Result<tch::Device> {
+    match name {
+        "cpu" => Ok(tch::Device::Cpu),
+        "cuda" => Ok(tch::Device::Cuda(0)),
+        other => match other.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
+            Some(n) => Ok(tch::Device::Cuda(n)),
+            None => bail!("learner.device must be cpu, cuda or cuda:N, got `{other}`"),
+        },
+    }
+}
+
+/// A fresh PPO learner, or one restored from `resume` (a path, or `latest`).
+pub(crate) fn build_algorithm(config: &RunConfig, resume: Option<&str>, checkpoint_dir: &Path) -> anyhow::Result<Restored> {
+    let device = device(&config.learner.device)?;
+    if device.is_cuda() && !tch::Cuda::is_available() {
+        bail!("learner.device is {} but CUDA is not available to libtorch", config.learner.device);
+    }
+    tch::manual_seed(config.seed as i64);
+    let env = envs::make(&config.env.id)?;
+    let model = ActorCritic::new(&config.model, &env.observation_space(), &env.action_space(), device)?;
+    let mut algo: Box<dyn Algorithm> = Box::new(Ppo::new(&config.algo, model, config.total_updates()));
+    let Some(resume) = resume else {
+        return Ok(Restored { algo, stats: Stats::new(0, 0, 0) });
+    };
+    let path = match resume {
+        "latest" => checkpoint::latest(checkpoint_dir)
+            .with_context(|| format!("no checkpoint under {} to resume from", checkpoint_dir.display()))?,
+        explicit => explicit.into(),
+    };
+    let ckpt = checkpoint::load(&path)?;
+    algo.model_mut().load_named(&ckpt.model).context("restoring model weights")?;
+    algo.load_state(&ckpt.state).map_err(anyhow::Error::msg).context("restoring optimiser state")?;
+    tracing::info!(path = %path.display(), version = ckpt.meta.policy_version, env_steps = ckpt.meta.env_steps, "resumed");
+    let stats = Stats::new(ckpt.meta.policy_version, ckpt.meta.updates, ckpt.meta.env_steps);
+    Ok(Restored { algo, stats })
+}
+
+/// What actors need to start: the effective config and the table to insert into.
+pub(crate) fn run_spec(config: &RunConfig) -> RunSpec {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    RunSpec {
+        run_id: format!("run-{started}-{}", std::process::id()),
+        config_toml: config.to_toml(),
+        table: config.replay.table.clone(),
+    }
+}

@@ -1,0 +1,103 @@
+//! What the learner knows about the run's progress, shared by the trainer and the service.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use fleetrl_proto::v1::{ActorStatus, LearnerStatus, ReportEpisodesRequest};
+
+/// Episodes kept for the recent-return mean.
+const RECENT_EPISODES: usize = 100;
+
+#[derive(Debug)]
+struct ActorStats {
+    episodes: u64,
+    env_steps: u64,
+    last_report: Instant,
+}
+
+/// Counters and recent returns; one mutex, held for microseconds.
+#[derive(Debug)]
+pub(crate) struct Stats {
+    started: Instant,
+    pub(crate) policy_version: i64,
+    pub(crate) updates: u64,
+    pub(crate) env_steps_trained: u64,
+    pub(crate) policy_lag: f64,
+    env_steps_reported: u64,
+    episodes: u64,
+    recent: VecDeque<f64>,
+    actors: HashMap<u32, ActorStats>,
+}
+
+impl Stats {
+    pub(crate) fn new(policy_version: i64, updates: u64, env_steps_trained: u64) -> Stats {
+        Stats {
+            started: Instant::now(),
+            policy_version,
+            updates,
+            env_steps_trained,
+            policy_lag: 0.0,
+            env_steps_reported: 0,
+            episodes: 0,
+            recent: VecDeque::with_capacity(RECENT_EPISODES),
+            actors: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn record_report(&mut self, report: &ReportEpisodesRequest) {
+        for &r in &report.returns {
+            if self.recent.len() == RECENT_EPISODES {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(r);
+        }
+        let n = report.returns.len() as u64;
+        self.episodes += n;
+        self.env_steps_reported += report.env_steps;
+        let actor = self.actors.entry(report.actor_id).or_insert(ActorStats {
+            episodes: 0,
+            env_steps: 0,
+            last_report: Instant::now(),
+        });
+        actor.episodes += n;
+        actor.env_steps += report.env_steps;
+        actor.last_report = Instant::now();
+    }
+
+    /// Mean of the recent returns, NaN before the first episode.
+    pub(crate) fn recent_return(&self) -> f64 {
+        if self.recent.is_empty() {
+            return f64::NAN;
+        }
+        self.recent.iter().sum::<f64>() / self.recent.len() as f64
+    }
+
+    pub(crate) fn seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    pub(crate) fn to_proto(&self) -> LearnerStatus {
+        let mut actors: Vec<ActorStatus> = self
+            .actors
+            .iter()
+            .map(|(&actor_id, a)| ActorStatus {
+                actor_id,
+                episodes: a.episodes,
+                env_steps: a.env_steps,
+                seconds_since_report: a.last_report.elapsed().as_secs_f64(),
+            })
+            .collect();
+        actors.sort_by_key(|a| a.actor_id);
+        LearnerStatus {
+            policy_version: self.policy_version,
+            updates: self.updates,
+            env_steps_trained: self.env_steps_trained,
+            env_steps_reported: self.env_steps_reported,
+            episodes: self.episodes,
+            recent_return: self.recent_return(),
+            seconds_since_start: self.seconds(),
+            actors,
+            policy_lag: self.policy_lag,
+        }
+    }
+}

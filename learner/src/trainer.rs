@@ -1,0 +1,166 @@
+//! The update loop, on its own OS thread: batches in, updated weights out.
+//!
+//! Everything tch runs here, never on the async runtime. The loop owns the algorithm; the
+//! gRPC side talks to it only through the [`Work`] channel and reads what it publishes.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use fleetrl_core::algos::{Algorithm, Metrics};
+use fleetrl_core::checkpoint::{self, CheckpointMeta};
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::rollout::RolloutBatch;
+use fleetrl_core::telemetry::EventWriter;
+use fleetrl_proto::v1::Weights;
+use fleetrl_proto::TensorMap;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::stats::Stats;
+
+/// Where a saved checkpoint is and which version it holds.
+pub(crate) type Saved = Result<(PathBuf, i64), String>;
+
+/// What the trainer thread is asked to do, in arrival order.
+pub(crate) enum Work {
+    /// Train on a stacked batch from the replay server.
+    Batch(TensorMap),
+    /// Write a checkpoint now and say where.
+    Checkpoint(oneshot::Sender<Saved>),
+}
+
+/// The trainer thread's state.
+pub(crate) struct Trainer {
+    pub(crate) algo: Box<dyn Algorithm>,
+    pub(crate) config: RunConfig,
+    pub(crate) stats: Arc<Mutex<Stats>>,
+    pub(crate) weights: watch::Sender<Arc<Weights>>,
+    pub(crate) checkpoint_dir: PathBuf,
+    pub(crate) events: Option<EventWriter>,
+    pub(crate) last_log: Instant,
+}
+
+/// Builds the weights message for the model's current parameters.
+pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weights, String> {
+    let params = algo.model().export().map_err(|e| e.to_string())?;
+    Ok(Weights { version, params: Some(params) })
+}
+
+impl Trainer {
+    /// Runs until every sender of `work` is gone.
+    pub(crate) fn run(mut self, mut work: mpsc::Receiver<Work>) {
+        while let Some(item) = work.blocking_recv() {
+            match item {
+                Work::Batch(batch) => self.train(&batch),
+                Work::Checkpoint(reply) => {
+                    let _ = reply.send(self.checkpoint());
+                }
+            }
+        }
+        if let Some(events) = self.events.as_mut() {
+            let _ = events.flush();
+        }
+    }
+
+    fn budget_reached(&self) -> bool {
+        let stats = self.stats.lock().expect("stats lock poisoned");
+        stats.env_steps_trained >= self.config.stop.total_env_steps
+    }
+
+    fn train(&mut self, stacked: &TensorMap) {
+        if self.budget_reached() {
+            return;
+        }
+        let batch = match RolloutBatch::from_stacked(stacked) {
+            Ok(batch) => batch,
+            Err(error) => {
+                tracing::error!(%error, "dropping a batch that is not a rollout batch");
+                return;
+            }
+        };
+        let version = self.stats.lock().expect("stats lock poisoned").policy_version;
+        let span = tracing::info_span!("update", step = version + 1, batch_size = batch.env_steps());
+        let metrics = span.in_scope(|| self.algo.update(&batch));
+        let lag = version as f64 + 1.0
+            - batch.policy_version.iter().sum::<i64>() as f64 / batch.policy_version.len().max(1) as f64;
+        self.publish(version + 1);
+        let (steps, recent) = {
+            let mut stats = self.stats.lock().expect("stats lock poisoned");
+            stats.policy_version = version + 1;
+            stats.updates = self.algo.updates();
+            stats.env_steps_trained += batch.env_steps();
+            stats.policy_lag = lag;
+            (stats.env_steps_trained, stats.recent_return())
+        };
+        self.record(version + 1, steps, recent, &metrics);
+        let interval = self.config.learner.checkpoint_interval;
+        let budget_done = steps >= self.config.stop.total_env_steps;
+        if (interval > 0 && self.algo.updates() % interval == 0) || budget_done {
+            match self.checkpoint() {
+                Ok((path, _)) if budget_done => {
+                    tracing::info!(env_steps = steps, checkpoint = %path.display(), "step budget reached; training stops")
+                }
+                Ok(_) => {}
+                Err(error) => tracing::error!(%error, "checkpoint failed"),
+            }
+        }
+    }
+
+    fn publish(&mut self, version: i64) {
+        match weights_message(self.algo.as_ref(), version) {
+            Ok(weights) => {
+                self.weights.send_replace(Arc::new(weights));
+            }
+            Err(error) => tracing::error!(%error, "cannot export weights"),
+        }
+    }
+
+    fn record(&mut self, version: i64, env_steps: u64, recent: f64, metrics: &Metrics) {
+        if let Some(events) = self.events.as_mut() {
+            let mut values: Vec<(&str, f64)> = metrics.0.iter().map(|(k, v)| (*k, *v)).collect();
+            if recent.is_finite() {
+                values.push(("episode_return", recent));
+            }
+            if let Err(error) = events.scalars(env_steps as i64, &values) {
+                tracing::warn!(%error, "cannot write TensorBoard events");
+            }
+        }
+        if self.last_log.elapsed().as_secs_f64() >= 5.0 {
+            self.last_log = Instant::now();
+            if let Some(events) = self.events.as_mut() {
+                let _ = events.flush();
+            }
+            tracing::info!(
+                version,
+                env_steps,
+                recent_return = recent,
+                policy_loss = metrics.get("policy_loss"),
+                value_loss = metrics.get("value_loss"),
+                approx_kl = metrics.get("approx_kl"),
+                "progress"
+            );
+        }
+    }
+
+    fn checkpoint(&mut self) -> Saved {
+        let (version, env_steps) = {
+            let stats = self.stats.lock().expect("stats lock poisoned");
+            (stats.policy_version, stats.env_steps_trained)
+        };
+        let meta = CheckpointMeta {
+            policy_version: version,
+            updates: self.algo.updates(),
+            env_steps,
+            env_id: self.config.env.id.clone(),
+        };
+        let model = self.algo.model().named_parameters();
+        let path = checkpoint::save(&self.checkpoint_dir, &model, &self.algo.state(), &meta, &self.config)
+            .map_err(|e| e.to_string())?;
+        let keep = self.config.learner.keep_checkpoints.max(1) as usize;
+        if let Err(error) = checkpoint::prune(&self.checkpoint_dir, keep) {
+            tracing::warn!(%error, "cannot prune old checkpoints");
+        }
+        tracing::debug!(path = %path.display(), version, "checkpoint written");
+        Ok((path, version))
+    }
+}

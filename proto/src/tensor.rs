@@ -1,0 +1,293 @@
+//! Conversions between [`Tensor`] (dtype, shape, little-endian bytes) and typed Rust data.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::v1::{Dtype, Tensor, TensorMap};
+
+/// Why a proto tensor could not be built, read or stacked.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TensorError {
+    #[error("dtype is unspecified or unknown ({0})")]
+    UnknownDType(i32),
+    #[error("shape {shape:?} has a negative dimension")]
+    NegativeDim { shape: Vec<i64> },
+    #[error("shape {shape:?} of {dtype:?} needs {expected} bytes, data has {actual}")]
+    DataLength { shape: Vec<i64>, dtype: Dtype, expected: usize, actual: usize },
+    #[error("expected dtype {expected:?}, got {actual:?}")]
+    WrongDType { expected: Dtype, actual: Dtype },
+    #[error("cannot stack tensors of different dtype or shape ({0})")]
+    Mismatch(String),
+    #[error("cannot stack zero tensors")]
+    Empty,
+    #[error("missing field `{0}`")]
+    MissingField(String),
+    #[cfg(feature = "tch")]
+    #[error("tch: {0}")]
+    Tch(String),
+}
+
+impl Dtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F64 | Dtype::I64 => 8,
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::U8 | Dtype::Bool | Dtype::Unspecified => 1,
+        }
+    }
+}
+
+/// A Rust element type that has a proto dtype.
+pub trait Element: Copy + Sized {
+    /// The matching proto dtype.
+    const DTYPE: Dtype;
+    /// Appends the little-endian bytes of `self`.
+    fn put(self, out: &mut BytesMut);
+    /// Reads one element from exactly `Self::DTYPE.size()` little-endian bytes.
+    fn get(bytes: &[u8]) -> Self;
+}
+
+macro_rules! numeric_element {
+    ($ty:ty, $dtype:expr) => {
+        impl Element for $ty {
+            const DTYPE: Dtype = $dtype;
+            fn put(self, out: &mut BytesMut) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn get(bytes: &[u8]) -> Self {
+                let mut raw = [0u8; std::mem::size_of::<$ty>()];
+                raw.copy_from_slice(bytes);
+                <$ty>::from_le_bytes(raw)
+            }
+        }
+    };
+}
+
+numeric_element!(f32, Dtype::F32);
+numeric_element!(f64, Dtype::F64);
+numeric_element!(i64, Dtype::I64);
+numeric_element!(i32, Dtype::I32);
+numeric_element!(u8, Dtype::U8);
+
+impl Element for bool {
+    const DTYPE: Dtype = Dtype::Bool;
+    fn put(self, out: &mut BytesMut) {
+        out.extend_from_slice(&[self as u8]);
+    }
+    fn get(bytes: &[u8]) -> Self {
+        bytes[0] != 0
+    }
+}
+
+impl Tensor {
+    /// Builds a tensor from row-major `values` of the given shape.
+    ///
+    /// Panics if `values.len()` is not the product of `shape`: that is a caller bug, not input.
+    pub fn from_slice<T: Element>(shape: &[i64], values: &[T]) -> Tensor {
+        let numel: i64 = shape.iter().product();
+        assert_eq!(numel as usize, values.len(), "values do not fill shape {shape:?}");
+        let mut data = BytesMut::with_capacity(values.len() * T::DTYPE.size());
+        for &v in values {
+            v.put(&mut data);
+        }
+        Tensor { dtype: T::DTYPE as i32, shape: shape.to_vec(), data: data.freeze() }
+    }
+
+    /// A scalar (shape `[]`).
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        Tensor::from_slice(&[], &[value])
+    }
+
+    /// The dtype, or an error if it is unspecified or unknown.
+    pub fn checked_dtype(&self) -> Result<Dtype, TensorError> {
+        match Dtype::try_from(self.dtype) {
+            Ok(Dtype::Unspecified) | Err(_) => Err(TensorError::UnknownDType(self.dtype)),
+            Ok(dtype) => Ok(dtype),
+        }
+    }
+
+    /// Number of elements the shape describes.
+    pub fn numel(&self) -> Result<usize, TensorError> {
+        let mut n = 1usize;
+        for &d in &self.shape {
+            if d < 0 {
+                return Err(TensorError::NegativeDim { shape: self.shape.clone() });
+            }
+            n *= d as usize;
+        }
+        Ok(n)
+    }
+
+    /// Checks that dtype is known and `data` has exactly the bytes the shape needs.
+    pub fn validate(&self) -> Result<Dtype, TensorError> {
+        let dtype = self.checked_dtype()?;
+        let expected = self.numel()? * dtype.size();
+        if expected != self.data.len() {
+            return Err(TensorError::DataLength {
+                shape: self.shape.clone(),
+                dtype,
+                expected,
+                actual: self.data.len(),
+            });
+        }
+        Ok(dtype)
+    }
+
+    /// Reads the elements back, checking dtype and length.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, TensorError> {
+        let dtype = self.validate()?;
+        if dtype != T::DTYPE {
+            return Err(TensorError::WrongDType { expected: T::DTYPE, actual: dtype });
+        }
+        Ok(self.data.chunks_exact(dtype.size()).map(T::get).collect())
+    }
+
+    /// Stacks same-typed, same-shaped tensors along a new leading dimension.
+    pub fn stack(parts: &[&Tensor]) -> Result<Tensor, TensorError> {
+        let first = parts.first().ok_or(TensorError::Empty)?;
+        let dtype = first.validate()?;
+        let mut data = BytesMut::with_capacity(first.data.len() * parts.len());
+        for part in parts {
+            if part.dtype != first.dtype || part.shape != first.shape {
+                return Err(TensorError::Mismatch(format!(
+                    "{:?}{:?} vs {:?}{:?}",
+                    dtype,
+                    first.shape,
+                    part.checked_dtype(),
+                    part.shape
+                )));
+            }
+            part.validate()?;
+            data.extend_from_slice(&part.data);
+        }
+        let mut shape = Vec::with_capacity(first.shape.len() + 1);
+        shape.push(parts.len() as i64);
+        shape.extend_from_slice(&first.shape);
+        Ok(Tensor { dtype: first.dtype, shape, data: data.freeze() })
+    }
+
+    /// The raw little-endian bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.data
+    }
+}
+
+impl TensorMap {
+    /// Builds a map from `(name, tensor)` pairs.
+    pub fn from_pairs<I, S>(pairs: I) -> TensorMap
+    where
+        I: IntoIterator<Item = (S, Tensor)>,
+        S: Into<String>,
+    {
+        TensorMap { tensors: pairs.into_iter().map(|(k, v)| (k.into(), v)).collect() }
+    }
+
+    /// The tensor named `name`, or a `MissingField` error.
+    pub fn field(&self, name: &str) -> Result<&Tensor, TensorError> {
+        self.tensors.get(name).ok_or_else(|| TensorError::MissingField(name.to_string()))
+    }
+}
+
+#[cfg(feature = "tch")]
+mod tch_conv {
+    use super::*;
+
+    fn kind_of(dtype: Dtype) -> Result<tch::Kind, TensorError> {
+        Ok(match dtype {
+            Dtype::F32 => tch::Kind::Float,
+            Dtype::F64 => tch::Kind::Double,
+            Dtype::I64 => tch::Kind::Int64,
+            Dtype::I32 => tch::Kind::Int,
+            Dtype::U8 => tch::Kind::Uint8,
+            Dtype::Bool => tch::Kind::Bool,
+            Dtype::Unspecified => return Err(TensorError::UnknownDType(0)),
+        })
+    }
+
+    fn dtype_of(kind: tch::Kind) -> Result<Dtype, TensorError> {
+        Ok(match kind {
+            tch::Kind::Float => Dtype::F32,
+            tch::Kind::Double => Dtype::F64,
+            tch::Kind::Int64 => Dtype::I64,
+            tch::Kind::Int => Dtype::I32,
+            tch::Kind::Uint8 => Dtype::U8,
+            tch::Kind::Bool => Dtype::Bool,
+            other => return Err(TensorError::Tch(format!("no proto dtype for {other:?}"))),
+        })
+    }
+
+    impl TryFrom<&tch::Tensor> for Tensor {
+        type Error = TensorError;
+
+        /// Copies a tch tensor (any device) into a proto tensor.
+        fn try_from(t: &tch::Tensor) -> Result<Tensor, TensorError> {
+            let dtype = dtype_of(t.kind())?;
+            let t = t.to_device(tch::Device::Cpu).contiguous();
+            let numel = t.numel();
+            let mut data = vec![0u8; numel * dtype.size()];
+            // x86-64 and aarch64 are little-endian, so the in-memory bytes are the wire bytes.
+            #[cfg(target_endian = "little")]
+            t.f_copy_data_u8(&mut data, numel).map_err(|e| TensorError::Tch(e.to_string()))?;
+            Ok(Tensor { dtype: dtype as i32, shape: t.size(), data: Bytes::from(data) })
+        }
+    }
+
+    impl TryFrom<&Tensor> for tch::Tensor {
+        type Error = TensorError;
+
+        /// Copies a proto tensor into a new CPU tch tensor.
+        fn try_from(t: &Tensor) -> Result<tch::Tensor, TensorError> {
+            let dtype = t.validate()?;
+            tch::Tensor::f_from_data_size(&t.data, &t.shape, kind_of(dtype)?)
+                .map_err(|e| TensorError::Tch(e.to_string()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn rejects_short_data_naming_lengths() {
+        let mut t = Tensor::from_slice(&[2, 2], &[1.0f32, 2.0, 3.0, 4.0]);
+        t.data = t.data.slice(0..12);
+        let err = t.validate().unwrap_err();
+        assert_eq!(err.to_string(), "shape [2, 2] of F32 needs 16 bytes, data has 12");
+    }
+
+    #[test]
+    fn rejects_wrong_dtype_on_read() {
+        let t = Tensor::from_slice(&[1], &[3i64]);
+        assert!(matches!(t.to_vec::<f32>(), Err(TensorError::WrongDType { .. })));
+    }
+
+    #[test]
+    fn stack_adds_leading_dim() {
+        let a = Tensor::from_slice(&[2], &[1u8, 2]);
+        let b = Tensor::from_slice(&[2], &[3u8, 4]);
+        let s = Tensor::stack(&[&a, &b]).unwrap();
+        assert_eq!(s.shape, vec![2, 2]);
+        assert_eq!(s.to_vec::<u8>().unwrap(), vec![1, 2, 3, 4]);
+        let c = Tensor::from_slice(&[1], &[5u8]);
+        assert!(matches!(Tensor::stack(&[&a, &c]), Err(TensorError::Mismatch(_))));
+    }
+
+    proptest! {
+        #[test]
+        fn f32_round_trip(values in proptest::collection::vec(any::<f32>(), 0..64)) {
+            let t = Tensor::from_slice(&[values.len() as i64], &values);
+            let back = t.to_vec::<f32>().unwrap();
+            prop_assert_eq!(values.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            back.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
+
+        #[test]
+        fn i64_round_trip_2d(rows in 0usize..8, cols in 0usize..8, seed in any::<i64>()) {
+            let values: Vec<i64> = (0..rows * cols).map(|i| seed.wrapping_mul(i as i64 + 1)).collect();
+            let t = Tensor::from_slice(&[rows as i64, cols as i64], &values);
+            prop_assert_eq!(t.to_vec::<i64>().unwrap(), values);
+        }
+    }
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs what fleetrl needs to build and run, once: a project-local virtualenv (.venv) with
+# PyTorch 2.11.0 from PyPI (libtorch for tch 0.24), then a release build of every binary.
+# Safe to run again: each step checks whether it is already done and skips itself.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+TORCH_VERSION="2.11.0"
+venv="$root/.venv"
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+python_bin="${PYTHON:-}"
+if [ -z "$python_bin" ]; then
+  for candidate in python3 python3.12 python3.11 python3.10; do
+    if "$candidate" -c 'import sys, venv; assert sys.version_info >= (3, 10)' >/dev/null 2>&1; then
+      python_bin="$candidate"; break
+    fi
+  done
+fi
+[ -n "$python_bin" ] || { log "error: no python3 found; install Python 3.10+ first"; exit 1; }
+
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating virtualenv $venv with $python_bin"
+  "$python_bin" -m venv "$venv"
+fi
+
+installed="$("$venv/bin/python" - <<'PY' 2>/dev/null || true
+import importlib.metadata as m
+try:
+    print(m.version("torch"))
+except m.PackageNotFoundError:
+    pass
+PY
+)"
+if [ "${installed%%+*}" != "$TORCH_VERSION" ]; then
+  log "installing torch==$TORCH_VERSION from PyPI into $venv (about 4.5 GB, a few minutes)"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+else
+  log "torch $installed already installed"
+fi
+
+torch_dir="$("$venv/bin/python" -W ignore -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)"
+# A stable path to libtorch whatever the Python version: .cargo/config.toml points LIBTORCH at
+# it, and the binaries' rpath resolves through it.
+ln -sfn "$(realpath --relative-to="$venv" "$torch_dir")" "$venv/libtorch"
+
+if [ "${FLEETRL_SKIP_BUILD:-0}" != 1 ]; then
+  log "building release binaries (the first build takes several minutes)"
+  cargo build --release --workspace --bins
+fi

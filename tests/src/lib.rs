@@ -1,0 +1,162 @@
+//! fleetrl-tests: scenarios across the real binaries. [`Sandbox`] starts a replay server, a
+//! learner and N actors as separate processes on 127.0.0.1 with ephemeral ports, the way the
+//! launcher does, and gives the test clients and handles to kill or add actors.
+//!
+//! The binaries must be built first (`cargo build --release --bins`; the README's test command
+//! does it). One scenario per file in `tests/`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use fleetrl_core::launch::Role;
+use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
+use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
+use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus};
+use tonic::transport::Channel;
+
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// A running cluster of real processes; everything is killed on drop.
+pub struct Sandbox {
+    /// Scratch directory with the config, logs and checkpoints.
+    pub dir: PathBuf,
+    /// The replay server's address.
+    pub replay_addr: SocketAddr,
+    /// The learner's address.
+    pub learner_addr: SocketAddr,
+    replay: Role,
+    learner: Role,
+    actors: Vec<(u32, Role)>,
+}
+
+/// Builds a [`Sandbox`].
+pub struct SandboxBuilder {
+    name: String,
+    actors: u32,
+    overrides: Vec<String>,
+}
+
+impl Sandbox {
+    /// A sandbox for the `cartpole-ppo` preset, named after the test.
+    pub fn builder(name: &str) -> SandboxBuilder {
+        SandboxBuilder { name: name.to_string(), actors: 2, overrides: Vec::new() }
+    }
+
+    /// A learner client.
+    pub async fn learner(&self) -> anyhow::Result<LearnerServiceClient<Channel>> {
+        let channel = fleetrl_core::net::connect(&self.learner_addr.to_string(), PATIENCE).await?;
+        Ok(LearnerServiceClient::new(channel))
+    }
+
+    /// A replay client.
+    pub async fn replay(&self) -> anyhow::Result<ReplayServiceClient<Channel>> {
+        let channel = fleetrl_core::net::connect(&self.replay_addr.to_string(), PATIENCE).await?;
+        Ok(ReplayServiceClient::new(channel))
+    }
+
+    /// The learner's status now.
+    pub async fn status(&self) -> anyhow::Result<LearnerStatus> {
+        Ok(self.learner().await?.get_status(GetStatusRequest {}).await?.into_inner())
+    }
+
+    /// Polls the status every 200 ms until `done` holds, failing after `timeout`.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&LearnerStatus) -> bool,
+    ) -> anyhow::Result<LearnerStatus> {
+        let start = Instant::now();
+        loop {
+            let status = self.status().await?;
+            if done(&status) {
+                return Ok(status);
+            }
+            if start.elapsed() > timeout {
+                anyhow::bail!("timed out after {timeout:?} waiting for {what}; last status: {status:?}; logs in {}", self.dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Starts another actor with this id.
+    pub async fn add_actor(&mut self, id: u32) -> anyhow::Result<()> {
+        let role = start_actor(&self.dir, id, self.learner_addr, self.replay_addr).await?;
+        self.actors.push((id, role));
+        Ok(())
+    }
+
+    /// SIGKILLs the actor with this id, as a crash would.
+    pub async fn kill_actor(&mut self, id: u32) -> anyhow::Result<()> {
+        let at = self.actors.iter().position(|(i, _)| *i == id).context("no such actor")?;
+        let (_, mut role) = self.actors.remove(at);
+        role.kill().await;
+        Ok(())
+    }
+
+    /// Fails if a server process has exited.
+    pub fn check_servers(&mut self) -> anyhow::Result<()> {
+        for role in [&mut self.replay, &mut self.learner] {
+            if let Some(status) = role.exited() {
+                anyhow::bail!("{} exited with {status}; logs in {}", role.name, self.dir.display());
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn start_actor(dir: &Path, id: u32, learner: SocketAddr, replay: SocketAddr) -> anyhow::Result<Role> {
+    let args = [
+        "--learner".to_string(),
+        learner.to_string(),
+        "--replay".to_string(),
+        replay.to_string(),
+        "--actor-id".to_string(),
+        id.to_string(),
+    ];
+    Role::start(&format!("actor-{id}"), "fleet-actor", &args, &dir.join(format!("actor-{id}.log"))).await
+}
+
+impl SandboxBuilder {
+    /// Number of actors to start with.
+    pub fn actors(mut self, n: u32) -> Self {
+        self.actors = n;
+        self
+    }
+
+    /// A config override, `dotted.key=value`.
+    pub fn set(mut self, assignment: &str) -> Self {
+        self.overrides.push(assignment.to_string());
+        self
+    }
+
+    /// Starts the processes and waits until both servers listen.
+    pub async fn start(self) -> anyhow::Result<Sandbox> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dir = std::env::temp_dir().join(format!("fleetrl-{}-{}", self.name, std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let config = fleetrl_core::config::RunConfig::load(
+            &root.join("configs/cartpole-ppo.toml").display().to_string(),
+            &self.overrides,
+        )?;
+        let config_path = dir.join("config.toml");
+        std::fs::write(&config_path, config.to_toml())?;
+        let cfg = config_path.display().to_string();
+        let s = |x: &str| x.to_string();
+        let replay_log = dir.join("replay-server.log");
+        let mut replay = Role::start("replay-server", "fleet-replay-server", &[s("--listen"), s("127.0.0.1:0"), s("--config"), cfg.clone()], &replay_log).await?;
+        let replay_addr = replay.listening_addr(PATIENCE, &replay_log).await?;
+        let learner_log = dir.join("learner.log");
+        let learner_args = [s("--listen"), s("127.0.0.1:0"), s("--replay"), replay_addr.to_string(), s("--config"), cfg, s("--run-dir"), dir.display().to_string()];
+        let mut learner = Role::start("learner", "fleet-learner", &learner_args, &learner_log).await?;
+        let learner_addr = learner.listening_addr(PATIENCE, &learner_log).await?;
+        let mut sandbox = Sandbox { dir, replay_addr, learner_addr, replay, learner, actors: Vec::new() };
+        for id in 0..self.actors {
+            sandbox.add_actor(id).await?;
+        }
+        Ok(sandbox)
+    }
+}
