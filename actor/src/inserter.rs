@@ -38,13 +38,21 @@ impl Inserter {
                     tracing::warn!(%error, replay = %self.addr, unacked = pending.len(), "insert stream broke; reconnecting");
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                Err(status) => return Err(anyhow::anyhow!("replay server rejected our rollouts: {status}")),
+                Err(status) => {
+                    return Err(anyhow::anyhow!(
+                        "replay server rejected our rollouts: {status}"
+                    ))
+                }
             }
         }
     }
 
     fn request(&self, item: &TensorMap) -> InsertRequest {
-        InsertRequest { table: self.table.clone(), item: Some(item.clone()), priority: 0.0 }
+        InsertRequest {
+            table: self.table.clone(),
+            item: Some(item.clone()),
+            priority: 0.0,
+        }
     }
 
     async fn session(
@@ -56,7 +64,8 @@ impl Inserter {
             Ok(channel) => channel,
             Err(e) => return Ok(Ended::Broken(e.into())),
         };
-        let mut client = ReplayServiceClient::new(channel).max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let mut client =
+            ReplayServiceClient::new(channel).max_encoding_message_size(MAX_MESSAGE_BYTES);
         let (tx, rx) = mpsc::channel(self.max_in_flight + 1);
         for item in pending.iter() {
             let _ = tx.send(self.request(item)).await;

@@ -41,7 +41,12 @@ pub(crate) async fn follow_weights(channel: Channel, latest: watch::Sender<Optio
 }
 
 /// Sends the episodes finished since the last report every `interval`.
-pub(crate) async fn report_episodes(channel: Channel, actor_id: u32, progress: Arc<Mutex<Progress>>, interval: Duration) {
+pub(crate) async fn report_episodes(
+    channel: Channel,
+    actor_id: u32,
+    progress: Arc<Mutex<Progress>>,
+    interval: Duration,
+) {
     let mut client = client(channel);
     let mut ticker = tokio::time::interval(interval);
     loop {

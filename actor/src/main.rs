@@ -43,7 +43,9 @@ async fn main() -> anyhow::Result<()> {
     tch::set_num_threads(1);
     tch::set_num_interop_threads(1);
     let patience = Duration::from_secs(args.connect_patience_s);
-    let learner = net::connect(&args.learner, patience).await.context("connecting to the learner")?;
+    let learner = net::connect(&args.learner, patience)
+        .await
+        .context("connecting to the learner")?;
     let spec = learner_link::client(learner.clone())
         .get_run_spec(GetRunSpecRequest {})
         .await
@@ -56,7 +58,12 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(learner_link::follow_weights(learner.clone(), weights_tx));
     let progress = Arc::new(Mutex::new(runner::Progress::default()));
     let interval = Duration::from_secs_f64(config.actors.report_interval_s.max(0.05));
-    tokio::spawn(learner_link::report_episodes(learner, args.actor_id, progress.clone(), interval));
+    tokio::spawn(learner_link::report_episodes(
+        learner,
+        args.actor_id,
+        progress.clone(),
+        interval,
+    ));
 
     let (rollouts_tx, rollouts_rx) = mpsc::channel(1);
     let inserter = inserter::Inserter {

@@ -41,7 +41,10 @@ impl Runner {
     /// Acts until `stop` is set or the inserter goes away.
     pub(crate) fn run(mut self) -> anyhow::Result<()> {
         let actors = &self.config.actors;
-        let (t, m) = (actors.rollout_length as usize, actors.envs_per_actor as usize);
+        let (t, m) = (
+            actors.rollout_length as usize,
+            actors.envs_per_actor as usize,
+        );
         let mut envs = VecEnv::make(&self.config.env.id, m)?;
         let obs_dim = envs.obs_dim();
         let mut model = ActorCritic::new(
@@ -51,12 +54,18 @@ impl Runner {
             tch::Device::Cpu,
         )?;
         tch::manual_seed((self.config.seed + 7919 * self.actor_id as u64) as i64);
-        let mut obs = envs.reset(self.config.seed + 1000 * self.actor_id as u64).to_vec();
+        let mut obs = envs
+            .reset(self.config.seed + 1000 * self.actor_id as u64)
+            .to_vec();
         let mut builder = RolloutBuilder::new(t, m, obs_dim);
         let mut version = self.wait_for_weights(&mut model)?;
         tracing::info!(actor_id = self.actor_id, version, envs = m, "acting");
         while !self.stop.load(Ordering::Relaxed) {
-            let span = tracing::debug_span!("rollout", actor_id = self.actor_id, policy_version = version);
+            let span = tracing::debug_span!(
+                "rollout",
+                actor_id = self.actor_id,
+                policy_version = version
+            );
             let _entered = span.enter();
             for _ in 0..t {
                 let input = Tensor::from_slice(&obs).view([m as i64, obs_dim as i64]);
@@ -64,7 +73,8 @@ impl Runner {
                 let action = Vec::<i64>::try_from(&act.action).context("actions are not i64")?;
                 let (log_prob, value) = (floats(&act.log_prob)?, floats(&act.value)?);
                 let step = envs.step_discrete(&action)?;
-                let final_value = truncation_values(&model, &step.final_obs, &step.truncated, obs_dim)?;
+                let final_value =
+                    truncation_values(&model, &step.final_obs, &step.truncated, obs_dim)?;
                 builder.push(StepRecord {
                     obs: &obs,
                     action: &action,
@@ -77,7 +87,8 @@ impl Runner {
                 });
                 obs.copy_from_slice(&step.obs);
             }
-            let bootstrap = floats(&model.value(&Tensor::from_slice(&obs).view([m as i64, obs_dim as i64])))?;
+            let bootstrap =
+                floats(&model.value(&Tensor::from_slice(&obs).view([m as i64, obs_dim as i64])))?;
             let item = builder.finish(&bootstrap, version);
             self.report(envs.drain_episodes(), (t * m) as u64);
             if self.rollouts.blocking_send(item).is_err() {
@@ -114,16 +125,24 @@ impl Runner {
     /// Blocks until weights newer than `version` are published, or the sync timeout passes.
     fn wait_for_newer(&mut self, version: i64) {
         let timeout = Duration::from_secs_f64(self.config.actors.sync_timeout_s.max(0.0));
-        let newer = self.weights.wait_for(|w| w.as_ref().is_some_and(|w| w.version > version));
+        let newer = self
+            .weights
+            .wait_for(|w| w.as_ref().is_some_and(|w| w.version > version));
         let waited = Handle::current().block_on(tokio::time::timeout(timeout, newer));
         if waited.is_err() {
-            tracing::debug!(actor_id = self.actor_id, version, "no new weights in time; acting with the old ones");
+            tracing::debug!(
+                actor_id = self.actor_id,
+                version,
+                "no new weights in time; acting with the old ones"
+            );
         }
     }
 
     /// Loads the newest published weights, if newer than `version`.
     fn refresh_weights(&mut self, model: &mut ActorCritic, version: i64) -> anyhow::Result<i64> {
-        let Some(w) = self.weights.borrow_and_update().clone() else { return Ok(version) };
+        let Some(w) = self.weights.borrow_and_update().clone() else {
+            return Ok(version);
+        };
         if w.version <= version {
             return Ok(version);
         }
@@ -140,12 +159,18 @@ fn truncation_values(
     obs_dim: usize,
 ) -> anyhow::Result<Vec<f32>> {
     let mut values = vec![0.0f32; truncated.len()];
-    let rows: Vec<usize> = (0..truncated.len()).filter(|&i| truncated[i] && final_obs[i].is_some()).collect();
+    let rows: Vec<usize> = (0..truncated.len())
+        .filter(|&i| truncated[i] && final_obs[i].is_some())
+        .collect();
     if rows.is_empty() {
         return Ok(values);
     }
-    let flat: Vec<f32> = rows.iter().flat_map(|&i| final_obs[i].iter().flatten().copied()).collect();
-    let v = floats(&model.value(&Tensor::from_slice(&flat).view([rows.len() as i64, obs_dim as i64])))?;
+    let flat: Vec<f32> = rows
+        .iter()
+        .flat_map(|&i| final_obs[i].iter().flatten().copied())
+        .collect();
+    let v =
+        floats(&model.value(&Tensor::from_slice(&flat).view([rows.len() as i64, obs_dim as i64])))?;
     for (row, value) in rows.into_iter().zip(v) {
         values[row] = value;
     }

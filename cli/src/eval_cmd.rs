@@ -11,19 +11,35 @@ use fleetrl_core::models::ActorCritic;
 /// Plays `episodes` deterministic episodes with the policy in checkpoint `path`.
 /// Blocks (tch and env work): call from a blocking thread.
 /// `seed` defaults to the run's evaluation seed.
-pub(crate) fn evaluate_checkpoint(path: &Path, episodes: usize, seed: Option<u64>) -> anyhow::Result<EvalResult> {
+pub(crate) fn evaluate_checkpoint(
+    path: &Path,
+    episodes: usize,
+    seed: Option<u64>,
+) -> anyhow::Result<EvalResult> {
     let ckpt = checkpoint::load(path)?;
     let seed = seed.unwrap_or_else(|| eval_seed(&ckpt.config));
     let env = envs::make(&ckpt.config.env.id)?;
-    let mut model = ActorCritic::new(&ckpt.config.model, &env.observation_space(), &env.action_space(), tch::Device::Cpu)?;
-    model.load_named(&ckpt.model).with_context(|| format!("loading the policy from {}", path.display()))?;
+    let mut model = ActorCritic::new(
+        &ckpt.config.model,
+        &env.observation_space(),
+        &env.action_space(),
+        tch::Device::Cpu,
+    )?;
+    model
+        .load_named(&ckpt.model)
+        .with_context(|| format!("loading the policy from {}", path.display()))?;
     Ok(evaluate(&model, &ckpt.config.env.id, episodes, seed, true)?)
 }
 
 /// The `eval` subcommand: prints the mean return and writes `<checkpoint>/eval.json`.
 pub(crate) fn run(path: &Path, episodes: usize, seed: Option<u64>) -> anyhow::Result<()> {
     let result = evaluate_checkpoint(path, episodes, seed)?;
-    println!("mean return {:.2} ± {:.2} over {} episodes", result.mean(), result.std(), episodes);
+    println!(
+        "mean return {:.2} ± {:.2} over {} episodes",
+        result.mean(),
+        result.std(),
+        episodes
+    );
     let report = serde_json::json!({
         "checkpoint": path.display().to_string(),
         "episodes": episodes,
@@ -33,7 +49,8 @@ pub(crate) fn run(path: &Path, episodes: usize, seed: Option<u64>) -> anyhow::Re
         "returns": result.returns,
     });
     let out = path.join("eval.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n").with_context(|| format!("writing {}", out.display()))?;
+    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
     println!("wrote {}", out.display());
     Ok(())
 }

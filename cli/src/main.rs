@@ -53,8 +53,13 @@ enum Command {
 }
 
 fn default_out(config: &str) -> PathBuf {
-    let stem = std::path::Path::new(config).file_stem().and_then(|s| s.to_str()).unwrap_or("run");
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let stem = std::path::Path::new(config)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("run");
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     PathBuf::from("runs").join(format!("{stem}-{secs}"))
 }
 
@@ -63,7 +68,12 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init("warn");
     tch::set_num_threads(1);
     match Cli::parse().command {
-        Command::Train { config, overrides, out, resume } => {
+        Command::Train {
+            config,
+            overrides,
+            out,
+            resume,
+        } => {
             let run = RunConfig::load(&config, &overrides).context("loading the run config")?;
             let out = out.unwrap_or_else(|| default_out(&config));
             let (summary, interrupted) = train::train(run, &out, resume.as_deref()).await?;
@@ -74,7 +84,11 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Eval { checkpoint, episodes, seed } => {
+        Command::Eval {
+            checkpoint,
+            episodes,
+            seed,
+        } => {
             tokio::task::spawn_blocking(move || eval_cmd::run(&checkpoint, episodes, seed)).await?
         }
     }

@@ -18,13 +18,20 @@ impl Progress {
     pub(crate) fn new(total_env_steps: u64) -> Progress {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new(total_env_steps);
-            let style = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} steps  {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> ");
+            let style = ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} steps  {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
             bar.set_style(style);
             bar
         });
-        Progress { bar, last_line: Instant::now(), window: (Instant::now(), 0), sps: 0.0 }
+        Progress {
+            bar,
+            last_line: Instant::now(),
+            window: (Instant::now(), 0),
+            sps: 0.0,
+        }
     }
 
     pub(crate) fn update(&mut self, status: &LearnerStatus) {
@@ -39,7 +46,11 @@ impl Progress {
             self.sps,
             status.recent_return,
             status.policy_version,
-            status.actors.iter().filter(|a| a.seconds_since_report < 10.0).count()
+            status
+                .actors
+                .iter()
+                .filter(|a| a.seconds_since_report < 10.0)
+                .count()
         );
         match &self.bar {
             Some(bar) => {

@@ -59,7 +59,10 @@ impl Summary {
             env_steps_per_second: steps as f64 / status.seconds_since_start.max(1e-9),
             final_eval_return: last.mean_return,
             eval_episodes: config.eval.episodes,
-            solved: config.stop.target_return.is_some_and(|t| last.mean_return >= t),
+            solved: config
+                .stop
+                .target_return
+                .is_some_and(|t| last.mean_return >= t),
             checkpoint: last.checkpoint.clone(),
             target_return: config.stop.target_return,
             stop_reason: reason.to_string(),
@@ -67,7 +70,10 @@ impl Summary {
             actors: config.actors.count,
             policy_version: last.policy_version,
             updates: status.updates,
-            recent_training_return: status.recent_return.is_finite().then_some(status.recent_return),
+            recent_training_return: status
+                .recent_return
+                .is_finite()
+                .then_some(status.recent_return),
             evaluations: evaluations.to_vec(),
         }
     }

@@ -12,9 +12,9 @@ use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus, SaveCheckpointRequest};
 use tonic::transport::Channel;
 
 use crate::eval_cmd::evaluate_checkpoint;
-use fleetrl_core::launch::Role;
 use crate::progress::Progress;
 use crate::summary::{Evaluation, Summary};
+use fleetrl_core::launch::Role;
 
 const START_PATIENCE: Duration = Duration::from_secs(120);
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -35,27 +35,70 @@ fn s(x: impl ToString) -> String {
 }
 
 impl Cluster {
-    async fn start(config_path: &Path, out: &Path, actors: u32, resume: Option<&str>) -> anyhow::Result<(Cluster, SocketAddrs)> {
+    async fn start(
+        config_path: &Path,
+        out: &Path,
+        actors: u32,
+        resume: Option<&str>,
+    ) -> anyhow::Result<(Cluster, SocketAddrs)> {
         let logs = out.join("logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         let config = s(config_path.display());
         let replay_log = logs.join("replay-server.log");
-        let mut replay = Role::start("replay-server", "fleet-replay-server", &[s("--listen"), s("127.0.0.1:0"), s("--config"), config.clone()], &replay_log).await?;
+        let mut replay = Role::start(
+            "replay-server",
+            "fleet-replay-server",
+            &[
+                s("--listen"),
+                s("127.0.0.1:0"),
+                s("--config"),
+                config.clone(),
+            ],
+            &replay_log,
+        )
+        .await?;
         let replay_addr = replay.listening_addr(START_PATIENCE, &replay_log).await?;
-        let mut learner_args = vec![s("--listen"), s("127.0.0.1:0"), s("--replay"), s(replay_addr), s("--config"), config, s("--run-dir"), s(out.display())];
+        let mut learner_args = vec![
+            s("--listen"),
+            s("127.0.0.1:0"),
+            s("--replay"),
+            s(replay_addr),
+            s("--config"),
+            config,
+            s("--run-dir"),
+            s(out.display()),
+        ];
         if let Some(resume) = resume {
             learner_args.extend([s("--resume"), s(resume)]);
         }
         let learner_log = logs.join("learner.log");
-        let mut learner = Role::start("learner", "fleet-learner", &learner_args, &learner_log).await?;
+        let mut learner =
+            Role::start("learner", "fleet-learner", &learner_args, &learner_log).await?;
         let learner_addr = learner.listening_addr(START_PATIENCE, &learner_log).await?;
-        let actor_args = vec![s("--learner"), s(learner_addr), s("--replay"), s(replay_addr)];
-        let mut cluster = Cluster { replay, learner, actors: Vec::new(), actor_args, logs, restarts: 0 };
+        let actor_args = vec![
+            s("--learner"),
+            s(learner_addr),
+            s("--replay"),
+            s(replay_addr),
+        ];
+        let mut cluster = Cluster {
+            replay,
+            learner,
+            actors: Vec::new(),
+            actor_args,
+            logs,
+            restarts: 0,
+        };
         for id in 0..actors {
             let actor = cluster.start_actor(id).await?;
             cluster.actors.push(actor);
         }
-        Ok((cluster, SocketAddrs { learner: learner_addr.to_string() }))
+        Ok((
+            cluster,
+            SocketAddrs {
+                learner: learner_addr.to_string(),
+            },
+        ))
     }
 
     async fn start_actor(&self, id: u32) -> anyhow::Result<Role> {
@@ -69,14 +112,24 @@ impl Cluster {
     async fn supervise(&mut self) -> anyhow::Result<()> {
         for role in [&mut self.replay, &mut self.learner] {
             if let Some(status) = role.exited() {
-                anyhow::bail!("{} exited ({status}); see {}/{}.log", role.name, self.logs.display(), role.name);
+                anyhow::bail!(
+                    "{} exited ({status}); see {}/{}.log",
+                    role.name,
+                    self.logs.display(),
+                    role.name
+                );
             }
         }
         for id in 0..self.actors.len() {
-            let Some(status) = self.actors[id].exited() else { continue };
+            let Some(status) = self.actors[id].exited() else {
+                continue;
+            };
             self.restarts += 1;
             if self.restarts > MAX_ACTOR_RESTARTS {
-                anyhow::bail!("actors keep exiting (last: actor-{id}, {status}); see {}", self.logs.display());
+                anyhow::bail!(
+                    "actors keep exiting (last: actor-{id}, {status}); see {}",
+                    self.logs.display()
+                );
             }
             tracing::warn!(actor = id, %status, "actor exited; starting a new one");
             self.actors[id] = self.start_actor(id as u32).await?;
@@ -106,17 +159,34 @@ enum Outcome {
 }
 
 /// Runs training to its stop condition and writes `out/summary.json`. Returns the summary.
-pub(crate) async fn train(config: RunConfig, out: &Path, resume: Option<&str>) -> anyhow::Result<(Summary, bool)> {
+pub(crate) async fn train(
+    config: RunConfig,
+    out: &Path,
+    resume: Option<&str>,
+) -> anyhow::Result<(Summary, bool)> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let config_path = out.join("config.toml");
-    std::fs::write(&config_path, config.to_toml()).with_context(|| format!("writing {}", config_path.display()))?;
+    std::fs::write(&config_path, config.to_toml())
+        .with_context(|| format!("writing {}", config_path.display()))?;
     let started = Instant::now();
-    let (mut cluster, addrs) = Cluster::start(&config_path, out, config.actors.count, resume).await?;
+    let (mut cluster, addrs) =
+        Cluster::start(&config_path, out, config.actors.count, resume).await?;
     let channel = net::connect(&addrs.learner, START_PATIENCE).await?;
     let mut learner = LearnerServiceClient::new(channel);
     let result = run_loop(&config, &mut cluster, &mut learner, started).await;
     let finished = match result {
-        Ok((outcome, evaluations, status)) => finish(&config, out, &mut learner, outcome, evaluations, status, started).await,
+        Ok((outcome, evaluations, status)) => {
+            finish(
+                &config,
+                out,
+                &mut learner,
+                outcome,
+                evaluations,
+                status,
+                started,
+            )
+            .await
+        }
         Err(e) => Err(e),
     };
     cluster.stop().await;
@@ -160,7 +230,8 @@ async fn run_loop(
             progress.finish("wall-clock limit reached");
             return Ok((Outcome::WallClock, evaluations, status));
         }
-        let on_target = config.eval.on_target_training_return && target.is_some_and(|t| status.recent_return >= t);
+        let on_target = config.eval.on_target_training_return
+            && target.is_some_and(|t| status.recent_return >= t);
         let evaluated_at = evaluations.last().map_or(0, |e: &Evaluation| e.env_steps);
         let fresh = steps > evaluated_at;
         if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
@@ -181,12 +252,24 @@ async fn run_loop(
 }
 
 /// Checkpoints the learner now and evaluates exactly that checkpoint.
-async fn evaluate_now(config: &RunConfig, learner: &mut LearnerServiceClient<Channel>, started: Instant) -> anyhow::Result<Evaluation> {
-    let saved = learner.save_checkpoint(SaveCheckpointRequest {}).await?.into_inner();
-    let env_steps = learner.get_status(GetStatusRequest {}).await?.into_inner().env_steps_trained;
+async fn evaluate_now(
+    config: &RunConfig,
+    learner: &mut LearnerServiceClient<Channel>,
+    started: Instant,
+) -> anyhow::Result<Evaluation> {
+    let saved = learner
+        .save_checkpoint(SaveCheckpointRequest {})
+        .await?
+        .into_inner();
+    let env_steps = learner
+        .get_status(GetStatusRequest {})
+        .await?
+        .into_inner()
+        .env_steps_trained;
     let path = PathBuf::from(&saved.path);
     let episodes = config.eval.episodes as usize;
-    let result = tokio::task::spawn_blocking(move || evaluate_checkpoint(&path, episodes, None)).await??;
+    let result =
+        tokio::task::spawn_blocking(move || evaluate_checkpoint(&path, episodes, None)).await??;
     Ok(Evaluation {
         env_steps,
         policy_version: saved.policy_version,
@@ -210,14 +293,24 @@ async fn finish(
     if needs_final_eval {
         evaluations.push(evaluate_now(config, learner, started).await?);
     }
-    let last = evaluations.last().context("at least one evaluation was made")?;
+    let last = evaluations
+        .last()
+        .context("at least one evaluation was made")?;
     let reason = match outcome {
         Outcome::Solved => "solved",
         Outcome::Budget => "step_budget",
         Outcome::WallClock => "wall_clock",
         Outcome::Interrupted => "interrupted",
     };
-    let summary = Summary::new(config, &status, last, &evaluations, started.elapsed().as_secs_f64(), reason, out);
+    let summary = Summary::new(
+        config,
+        &status,
+        last,
+        &evaluations,
+        started.elapsed().as_secs_f64(),
+        reason,
+        out,
+    );
     summary.write(&out.join("summary.json"))?;
     Ok((summary, matches!(outcome, Outcome::Interrupted)))
 }

@@ -77,11 +77,17 @@ pub struct Checkpoint {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io { path: path.to_path_buf(), source }
+    move |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn tensors(path: &Path) -> impl FnOnce(tch::TchError) -> CheckpointError + '_ {
-    move |source| CheckpointError::Tensors { path: path.to_path_buf(), source }
+    move |source| CheckpointError::Tensors {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Writes a checkpoint under `dir` and returns its directory.
@@ -93,7 +99,11 @@ pub fn save(
     config: &RunConfig,
 ) -> Result<PathBuf, CheckpointError> {
     let final_dir = dir.join(format!("ckpt-{:08}", meta.policy_version));
-    let tmp = dir.join(format!(".tmp-ckpt-{:08}-{}", meta.policy_version, std::process::id()));
+    let tmp = dir.join(format!(
+        ".tmp-ckpt-{:08}-{}",
+        meta.policy_version,
+        std::process::id()
+    ));
     std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
     let model_path = tmp.join("model.safetensors");
     Tensor::write_safetensors(model, &model_path).map_err(tensors(&model_path))?;
@@ -113,8 +123,10 @@ pub fn save(
 pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     let meta_path = path.join("meta.json");
     let meta_text = std::fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
-    let meta = serde_json::from_str(&meta_text)
-        .map_err(|e| CheckpointError::Meta { path: meta_path.clone(), message: e.to_string() })?;
+    let meta = serde_json::from_str(&meta_text).map_err(|e| CheckpointError::Meta {
+        path: meta_path.clone(),
+        message: e.to_string(),
+    })?;
     let config_path = path.join("config.toml");
     let config_text = std::fs::read_to_string(&config_path).map_err(io(&config_path))?;
     let config = RunConfig::from_toml(&config_text, &config_path.display().to_string())?;
@@ -122,7 +134,13 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     let model = Tensor::read_safetensors(&model_path).map_err(tensors(&model_path))?;
     let state_path = path.join("state.safetensors");
     let state = Tensor::read_safetensors(&state_path).map_err(tensors(&state_path))?;
-    Ok(Checkpoint { path: path.to_path_buf(), meta, config, model, state })
+    Ok(Checkpoint {
+        path: path.to_path_buf(),
+        meta,
+        config,
+        model,
+        state,
+    })
 }
 
 /// The newest checkpoint directory under `dir`, if any.
@@ -142,10 +160,16 @@ pub fn prune(dir: &Path, keep: usize) -> Result<(), CheckpointError> {
 }
 
 fn list(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
     let mut found: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("ckpt-")))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("ckpt-"))
+        })
         .collect();
     found.sort();
     found
@@ -160,8 +184,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("fleetrl-ckpt-{}", std::process::id()));
         let config = RunConfig::default();
         for version in 1..=3 {
-            let meta = CheckpointMeta { policy_version: version, updates: 5, env_steps: 640, env_id: "CartPole-v1".into() };
-            let model = vec![("pi.out.bias".to_string(), Tensor::from_slice(&[version as f32, 2.0]))];
+            let meta = CheckpointMeta {
+                policy_version: version,
+                updates: 5,
+                env_steps: 640,
+                env_id: "CartPole-v1".into(),
+            };
+            let model = vec![(
+                "pi.out.bias".to_string(),
+                Tensor::from_slice(&[version as f32, 2.0]),
+            )];
             let state = vec![("adam.steps".to_string(), Tensor::from(7i64))];
             save(&dir, &model, &state, &meta, &config).unwrap();
         }
@@ -171,14 +203,19 @@ mod tests {
         let ckpt = load(&newest).unwrap();
         assert_eq!(ckpt.meta.policy_version, 3);
         assert_eq!(ckpt.config, config);
-        assert_eq!(Vec::<f32>::try_from(&ckpt.model[0].1).unwrap(), vec![3.0, 2.0]);
+        assert_eq!(
+            Vec::<f32>::try_from(&ckpt.model[0].1).unwrap(),
+            vec![3.0, 2.0]
+        );
         assert_eq!(list(&dir).len(), 2);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn missing_checkpoint_names_the_file() {
-        let err = load(Path::new("/nonexistent/ckpt-1")).unwrap_err().to_string();
+        let err = load(Path::new("/nonexistent/ckpt-1"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("/nonexistent/ckpt-1/meta.json"), "{err}");
     }
 }

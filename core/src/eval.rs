@@ -42,7 +42,9 @@ pub fn evaluate(
     seed: u64,
     deterministic: bool,
 ) -> Result<EvalResult, EnvError> {
-    let mut envs: Vec<Box<dyn Env>> = (0..episodes).map(|_| envs::make(env_id)).collect::<Result<_, _>>()?;
+    let mut envs: Vec<Box<dyn Env>> = (0..episodes)
+        .map(|_| envs::make(env_id))
+        .collect::<Result<_, _>>()?;
     let obs_dim = envs.first().map_or(0, |e| e.observation_space().flat_dim());
     let mut obs: Vec<Vec<f32>> = Vec::with_capacity(episodes);
     for (i, env) in envs.iter_mut().enumerate() {
@@ -51,7 +53,10 @@ pub fn evaluate(
     let mut returns = vec![0.0f64; episodes];
     let mut running: Vec<usize> = (0..episodes).collect();
     while !running.is_empty() {
-        let flat: Vec<f32> = running.iter().flat_map(|&i| obs[i].iter().copied()).collect();
+        let flat: Vec<f32> = running
+            .iter()
+            .flat_map(|&i| obs[i].iter().copied())
+            .collect();
         let batch = Tensor::from_slice(&flat).view([running.len() as i64, obs_dim as i64]);
         let actions = Vec::<i64>::try_from(&policy.act(&batch, deterministic).action)
             .expect("policy actions are an i64 vector");

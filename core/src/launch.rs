@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use crate::telemetry::parse_listening;
+use anyhow::{bail, Context};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -26,7 +26,9 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
         return Ok(dir.into());
     }
     let exe = std::env::current_exe().context("locating the fleetrl executable")?;
-    let dir = exe.parent().context("the fleetrl executable has no directory")?;
+    let dir = exe
+        .parent()
+        .context("the fleetrl executable has no directory")?;
     match dir.file_name() {
         Some(name) if name == "deps" => Ok(dir.parent().unwrap_or(dir).to_path_buf()),
         _ => Ok(dir.to_path_buf()),
@@ -36,11 +38,19 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
 fn command(binary: &str, args: &[String], log: &Path) -> anyhow::Result<Command> {
     let path = bin_dir()?.join(binary);
     if !path.exists() {
-        bail!("{} not found; build it with `cargo build --release --bins` (or set FLEETRL_BIN_DIR)", path.display());
+        bail!(
+            "{} not found; build it with `cargo build --release --bins` (or set FLEETRL_BIN_DIR)",
+            path.display()
+        );
     }
-    let log_file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let log_file =
+        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = Command::new(&path);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log_file).kill_on_drop(true);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        .kill_on_drop(true);
     #[cfg(target_os = "linux")]
     // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the child when
     // this process dies, so a killed launcher leaves no orphaned roles behind.
@@ -56,13 +66,27 @@ fn command(binary: &str, args: &[String], log: &Path) -> anyhow::Result<Command>
 impl Role {
     /// Starts `binary` (from [`bin_dir`]) with its stderr in `log`; for servers, follow with
     /// [`Role::listening_addr`].
-    pub async fn start(name: &str, binary: &str, args: &[String], log: &Path) -> anyhow::Result<Role> {
-        let child = command(binary, args, log)?.spawn().with_context(|| format!("starting {binary}"))?;
-        Ok(Role { name: name.to_string(), child })
+    pub async fn start(
+        name: &str,
+        binary: &str,
+        args: &[String],
+        log: &Path,
+    ) -> anyhow::Result<Role> {
+        let child = command(binary, args, log)?
+            .spawn()
+            .with_context(|| format!("starting {binary}"))?;
+        Ok(Role {
+            name: name.to_string(),
+            child,
+        })
     }
 
     /// Waits up to `patience` for the listening line on stdout.
-    pub async fn listening_addr(&mut self, patience: Duration, log: &Path) -> anyhow::Result<SocketAddr> {
+    pub async fn listening_addr(
+        &mut self,
+        patience: Duration,
+        log: &Path,
+    ) -> anyhow::Result<SocketAddr> {
         let stdout = self.child.stdout.take().context("stdout already taken")?;
         let mut lines = BufReader::new(stdout).lines();
         let found = tokio::time::timeout(patience, async {
@@ -76,8 +100,16 @@ impl Role {
         .await;
         match found {
             Ok(Ok(Some(addr))) => Ok(addr),
-            Ok(_) => bail!("{} exited before listening; see {}", self.name, log.display()),
-            Err(_) => bail!("{} did not start listening within {patience:?}; see {}", self.name, log.display()),
+            Ok(_) => bail!(
+                "{} exited before listening; see {}",
+                self.name,
+                log.display()
+            ),
+            Err(_) => bail!(
+                "{} did not start listening within {patience:?}; see {}",
+                self.name,
+                log.display()
+            ),
         }
     }
 
@@ -107,7 +139,10 @@ impl Role {
                 libc::kill(pid as i32, libc::SIGTERM);
             }
         }
-        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!(role = %self.name, "did not stop in time; killing");
             let _ = self.child.kill().await;
         }

@@ -32,7 +32,11 @@ pub enum ConnectError {
 
 /// Accepts `host:port` or a full `http://host:port` URI.
 pub fn normalize_addr(addr: &str) -> String {
-    if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") }
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    }
 }
 
 /// Connects to `addr`, retrying every 100 ms for up to `patience` (servers may still be
@@ -40,7 +44,10 @@ pub fn normalize_addr(addr: &str) -> String {
 pub async fn connect(addr: &str, patience: Duration) -> Result<Channel, ConnectError> {
     let uri = normalize_addr(addr);
     let endpoint = Endpoint::from_shared(uri.clone())
-        .map_err(|e| ConnectError::BadAddress { addr: addr.to_string(), message: e.to_string() })?
+        .map_err(|e| ConnectError::BadAddress {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        })?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true);
     let deadline = tokio::time::Instant::now() + patience;
@@ -57,6 +64,12 @@ pub async fn connect(addr: &str, patience: Duration) -> Result<Channel, ConnectE
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+}
+
+/// Accepted connections with `TCP_NODELAY`: weights and batches are small, latency-bound
+/// messages that Nagle's algorithm would hold back for a delayed ACK.
+pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// Resolves when the process gets SIGTERM or Ctrl-C (SIGINT).

@@ -51,9 +51,11 @@ pub fn signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Sig
     let obs_dim = obs_space.flat_dim() as i64;
     let action = match action_space {
         Space::Discrete { .. } => FieldSpec::new(field::ACTION, Dtype::I64, &[t, m]),
-        Space::Box { .. } => {
-            FieldSpec::new(field::ACTION, Dtype::F32, &[t, m, action_space.flat_dim() as i64])
-        }
+        Space::Box { .. } => FieldSpec::new(
+            field::ACTION,
+            Dtype::F32,
+            &[t, m, action_space.flat_dim() as i64],
+        ),
     };
     let per_step = |name: &str, dtype: Dtype| FieldSpec::new(name, dtype, &[t, m]);
     Signature {
@@ -81,7 +83,11 @@ pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
         config.actors.rollout_length as i64,
         config.actors.envs_per_actor as i64,
     );
-    Ok(TableSpec::queue(&config.replay.table, config.replay.max_size, sig))
+    Ok(TableSpec::queue(
+        &config.replay.table,
+        config.replay.max_size,
+        sig,
+    ))
 }
 
 /// One time step of M envs, as the actor records it.
@@ -165,15 +171,24 @@ impl RolloutBuilder {
         let (t, m) = (self.t as i64, self.m as i64);
         let tm = [t, m];
         let item = TensorMap::from_pairs([
-            (field::OBS, Tensor::from_slice(&[t, m, self.obs_dim as i64], &self.obs)),
+            (
+                field::OBS,
+                Tensor::from_slice(&[t, m, self.obs_dim as i64], &self.obs),
+            ),
             (field::ACTION, Tensor::from_slice(&tm, &self.action)),
             (field::REWARD, Tensor::from_slice(&tm, &self.reward)),
             (field::TERMINATED, Tensor::from_slice(&tm, &self.terminated)),
             (field::TRUNCATED, Tensor::from_slice(&tm, &self.truncated)),
             (field::LOG_PROB, Tensor::from_slice(&tm, &self.log_prob)),
             (field::VALUE, Tensor::from_slice(&tm, &self.value)),
-            (field::FINAL_VALUE, Tensor::from_slice(&tm, &self.final_value)),
-            (field::BOOTSTRAP_VALUE, Tensor::from_slice(&[m], bootstrap_value)),
+            (
+                field::FINAL_VALUE,
+                Tensor::from_slice(&tm, &self.final_value),
+            ),
+            (
+                field::BOOTSTRAP_VALUE,
+                Tensor::from_slice(&[m], bootstrap_value),
+            ),
             (field::POLICY_VERSION, Tensor::scalar(policy_version)),
         ]);
         self.obs.clear();
@@ -239,13 +254,24 @@ impl RolloutBatch {
         let obs = batch.field(field::OBS)?;
         let [k, t, m, d] = match obs.shape[..] {
             [k, t, m, d] => [k as usize, t as usize, m as usize, d as usize],
-            _ => return Err(TensorError::Mismatch(format!("obs shape {:?} is not [K, T, M, D]", obs.shape))),
+            _ => {
+                return Err(TensorError::Mismatch(format!(
+                    "obs shape {:?} is not [K, T, M, D]",
+                    obs.shape
+                )))
+            }
         };
         let per_step = |name: &str| -> Result<Vec<f32>, TensorError> {
             Ok(time_major(&batch.field(name)?.to_vec::<f32>()?, k, t, m, 1))
         };
         let flags = |name: &str| -> Result<Vec<bool>, TensorError> {
-            Ok(time_major(&batch.field(name)?.to_vec::<bool>()?, k, t, m, 1))
+            Ok(time_major(
+                &batch.field(name)?.to_vec::<bool>()?,
+                k,
+                t,
+                m,
+                1,
+            ))
         };
         Ok(RolloutBatch {
             t,
@@ -328,7 +354,10 @@ mod tests {
     fn stacked_batch_becomes_time_major_with_k_times_m_columns() {
         let (a, b) = (rollout(3, 2, 100.0, 4), rollout(3, 2, 200.0, 5));
         let stacked = TensorMap::from_pairs(a.tensors.keys().map(|name| {
-            (name.clone(), Tensor::stack(&[&a.tensors[name], &b.tensors[name]]).unwrap())
+            (
+                name.clone(),
+                Tensor::stack(&[&a.tensors[name], &b.tensors[name]]).unwrap(),
+            )
         }));
         let batch = RolloutBatch::from_stacked(&stacked).unwrap();
         assert_eq!((batch.t, batch.b, batch.obs_dim), (3, 4, 2));

@@ -27,7 +27,9 @@ fn collect(envs: &mut VecEnv, obs: &mut Vec<f32>, model: &ActorCritic, t: usize)
         let step = envs.step_discrete(&action).unwrap();
         let final_value: Vec<f32> = (0..m)
             .map(|i| match (&step.final_obs[i], step.truncated[i]) {
-                (Some(o), true) => model.value(&Tensor::from_slice(o).view([1, d as i64])).double_value(&[0]) as f32,
+                (Some(o), true) => model
+                    .value(&Tensor::from_slice(o).view([1, d as i64]))
+                    .double_value(&[0]) as f32,
                 _ => 0.0,
             })
             .collect();
@@ -43,9 +45,15 @@ fn collect(envs: &mut VecEnv, obs: &mut Vec<f32>, model: &ActorCritic, t: usize)
         });
         obs.copy_from_slice(&step.obs);
     }
-    let boot = Vec::<f32>::try_from(&model.value(&Tensor::from_slice(obs).view([m as i64, d as i64]))).unwrap();
+    let boot =
+        Vec::<f32>::try_from(&model.value(&Tensor::from_slice(obs).view([m as i64, d as i64])))
+            .unwrap();
     let item = builder.finish(&boot, 0);
-    TensorMap::from_pairs(item.tensors.iter().map(|(k, v)| (k.clone(), ProtoTensor::stack(&[v]).unwrap())))
+    TensorMap::from_pairs(
+        item.tensors
+            .iter()
+            .map(|(k, v)| (k.clone(), ProtoTensor::stack(&[v]).unwrap())),
+    )
 }
 
 #[test]
@@ -56,9 +64,19 @@ fn serial_ppo_solves_cartpole() {
     let m = (config.actors.count * config.actors.envs_per_actor) as usize;
     let t = config.actors.rollout_length as usize;
     let mut envs = VecEnv::make("CartPole-v1", m).unwrap();
-    let model = ActorCritic::new(&config.model, &envs.observation_space(), &envs.action_space(), tch::Device::Cpu).unwrap();
+    let model = ActorCritic::new(
+        &config.model,
+        &envs.observation_space(),
+        &envs.action_space(),
+        tch::Device::Cpu,
+    )
+    .unwrap();
     let budget = 60_000;
-    let mut ppo = Ppo::new(&config.algo, model, (config.stop.total_env_steps / (t * m) as u64).max(1));
+    let mut ppo = Ppo::new(
+        &config.algo,
+        model,
+        (config.stop.total_env_steps / (t * m) as u64).max(1),
+    );
     let mut obs = envs.reset(0).to_vec();
     let mut best = 0.0f64;
     let mut steps = 0;
@@ -67,7 +85,9 @@ fn serial_ppo_solves_cartpole() {
         ppo.update(&RolloutBatch::from_stacked(&batch).unwrap());
         steps += t * m;
         if steps % 5_120 == 0 {
-            let score = evaluate(ppo.model(), "CartPole-v1", 10, 1_000_000, true).unwrap().mean();
+            let score = evaluate(ppo.model(), "CartPole-v1", 10, 1_000_000, true)
+                .unwrap()
+                .mean();
             eprintln!("{steps} steps: eval {score:.1}");
             best = best.max(score);
             if score >= 475.0 {
@@ -75,5 +95,8 @@ fn serial_ppo_solves_cartpole() {
             }
         }
     }
-    assert!(best >= 475.0, "serial PPO did not solve CartPole in {budget} steps (best eval {best})");
+    assert!(
+        best >= 475.0,
+        "serial PPO did not solve CartPole in {budget} steps (best eval {best})"
+    );
 }

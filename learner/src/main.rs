@@ -50,13 +50,16 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     telemetry::init("info");
     let args = Args::parse();
-    let config = RunConfig::load(&args.config, &args.overrides).context("loading the run config")?;
+    let config =
+        RunConfig::load(&args.config, &args.overrides).context("loading the run config")?;
     tracing::info!(config = %config.to_toml(), "effective config");
-    tch::set_num_threads(config.learner.threads as i32);
+    tch::set_num_threads(config.learner.torch_threads as i32);
     tch::set_num_interop_threads(1);
     let checkpoint_dir = args.run_dir.join("checkpoints");
-    let Restored { algo, stats } = build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
-    let initial = trainer::weights_message(algo.as_ref(), stats.policy_version).map_err(anyhow::Error::msg)?;
+    let Restored { algo, stats } =
+        build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
+    let initial = trainer::weights_message(algo.as_ref(), stats.policy_version)
+        .map_err(anyhow::Error::msg)?;
     let (weights_tx, weights_rx) = tokio::sync::watch::channel(Arc::new(initial));
     let stats = Arc::new(Mutex::new(stats));
     let (work_tx, work_rx) = mpsc::channel(1);
@@ -74,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
         checkpoint_dir,
         events,
         last_log: Instant::now(),
+        timing: trainer::Timing::default(),
     };
     let trainer_thread = std::thread::Builder::new()
         .name("trainer".into())
@@ -87,9 +91,16 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     let spec = setup::run_spec(&config);
-    let service = service::Learner { spec, stats, weights: weights_rx, work: work_tx.clone() };
+    let service = service::Learner {
+        spec,
+        stats,
+        weights: weights_rx,
+        work: work_tx.clone(),
+    };
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<LearnerServiceServer<service::Learner>>().await;
+    health
+        .set_serving::<LearnerServiceServer<service::Learner>>()
+        .await;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -101,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), net::shutdown_signal())
+        .serve_with_incoming_shutdown(net::incoming(listener), net::shutdown_signal())
         .await?;
 
     tracing::info!("shutting down: writing a final checkpoint");
@@ -109,7 +120,9 @@ async fn main() -> anyhow::Result<()> {
     let (reply, saved) = oneshot::channel();
     if work_tx.send(trainer::Work::Checkpoint(reply)).await.is_ok() {
         match tokio::time::timeout(Duration::from_secs(60), saved).await {
-            Ok(Ok(Ok((path, version)))) => tracing::info!(path = %path.display(), version, "final checkpoint"),
+            Ok(Ok(Ok((path, version)))) => {
+                tracing::info!(path = %path.display(), version, "final checkpoint")
+            }
             other => tracing::error!(?other, "final checkpoint failed"),
         }
     }

@@ -25,14 +25,25 @@ pub(crate) async fn run(addr: String, table: String, batch_size: u32, work: mpsc
 }
 
 /// Ok(()) when the trainer is gone; Err when the stream broke.
-async fn stream_batches(addr: &str, table: &str, batch_size: u32, work: &mpsc::Sender<Work>) -> anyhow::Result<()> {
+async fn stream_batches(
+    addr: &str,
+    table: &str,
+    batch_size: u32,
+    work: &mpsc::Sender<Work>,
+) -> anyhow::Result<()> {
     let channel = net::connect(addr, Duration::from_secs(60)).await?;
     let mut client = ReplayServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let request = SampleRequest { table: table.to_string(), batch_size, max_batches: 0 };
+    let request = SampleRequest {
+        table: table.to_string(),
+        batch_size,
+        max_batches: 0,
+    };
     let mut stream = client.sample(request).await?.into_inner();
     tracing::info!(replay = %addr, table, batch_size, "sampling");
     while let Some(response) = stream.message().await? {
-        let batch = response.batch.unwrap_or(TensorMap { tensors: Default::default() });
+        let batch = response.batch.unwrap_or(TensorMap {
+            tensors: Default::default(),
+        });
         if work.send(Work::Batch(batch)).await.is_err() {
             return Ok(());
         }

@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use fleetrl_proto::v1::learner_service_server::LearnerService;
 use fleetrl_proto::v1::{
-    GetRunSpecRequest, GetStatusRequest, LearnerStatus, ReportEpisodesRequest, ReportEpisodesResponse,
-    RunSpec, SaveCheckpointRequest, SaveCheckpointResponse, SubscribeWeightsRequest, Weights,
+    GetRunSpecRequest, GetStatusRequest, LearnerStatus, ReportEpisodesRequest,
+    ReportEpisodesResponse, RunSpec, SaveCheckpointRequest, SaveCheckpointResponse,
+    SubscribeWeightsRequest, Weights,
 };
 use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -28,7 +29,10 @@ type WeightStream = Pin<Box<dyn Stream<Item = Result<Weights, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl LearnerService for Learner {
-    async fn get_run_spec(&self, _: Request<GetRunSpecRequest>) -> Result<Response<RunSpec>, Status> {
+    async fn get_run_spec(
+        &self,
+        _: Request<GetRunSpecRequest>,
+    ) -> Result<Response<RunSpec>, Status> {
         Ok(Response::new(self.spec.clone()))
     }
 
@@ -60,12 +64,20 @@ impl LearnerService for Learner {
                 report.lengths.len()
             )));
         }
-        self.stats.lock().expect("stats lock poisoned").record_report(&report);
+        self.stats
+            .lock()
+            .expect("stats lock poisoned")
+            .record_report(&report);
         Ok(Response::new(ReportEpisodesResponse {}))
     }
 
-    async fn get_status(&self, _: Request<GetStatusRequest>) -> Result<Response<LearnerStatus>, Status> {
-        Ok(Response::new(self.stats.lock().expect("stats lock poisoned").to_proto()))
+    async fn get_status(
+        &self,
+        _: Request<GetStatusRequest>,
+    ) -> Result<Response<LearnerStatus>, Status> {
+        Ok(Response::new(
+            self.stats.lock().expect("stats lock poisoned").to_proto(),
+        ))
     }
 
     #[tracing::instrument(skip_all)]
@@ -82,6 +94,9 @@ impl LearnerService for Learner {
             .await
             .map_err(|_| Status::unavailable("the trainer has stopped"))?
             .map_err(Status::internal)?;
-        Ok(Response::new(SaveCheckpointResponse { path: path.display().to_string(), policy_version: version }))
+        Ok(Response::new(SaveCheckpointResponse {
+            path: path.display().to_string(),
+            policy_version: version,
+        }))
     }
 }

@@ -31,28 +31,57 @@ pub(crate) fn device(name: &str) -> anyhow::Result<tch::Device> {
 }
 
 /// A fresh PPO learner, or one restored from `resume` (a path, or `latest`).
-pub(crate) fn build_algorithm(config: &RunConfig, resume: Option<&str>, checkpoint_dir: &Path) -> anyhow::Result<Restored> {
+pub(crate) fn build_algorithm(
+    config: &RunConfig,
+    resume: Option<&str>,
+    checkpoint_dir: &Path,
+) -> anyhow::Result<Restored> {
     let device = device(&config.learner.device)?;
     if device.is_cuda() && !tch::Cuda::is_available() {
-        bail!("learner.device is {} but CUDA is not available to libtorch", config.learner.device);
+        bail!(
+            "learner.device is {} but CUDA is not available to libtorch",
+            config.learner.device
+        );
     }
     tch::manual_seed(config.seed as i64);
     let env = envs::make(&config.env.id)?;
-    let model = ActorCritic::new(&config.model, &env.observation_space(), &env.action_space(), device)?;
-    let mut algo: Box<dyn Algorithm> = Box::new(Ppo::new(&config.algo, model, config.total_updates()));
+    let model = ActorCritic::new(
+        &config.model,
+        &env.observation_space(),
+        &env.action_space(),
+        device,
+    )?;
+    let ppo = Ppo::new(&config.algo, model, config.total_updates())
+        .with_threads(config.learner.update_threads as usize);
+    let mut algo: Box<dyn Algorithm> = Box::new(ppo);
     let Some(resume) = resume else {
-        return Ok(Restored { algo, stats: Stats::new(0, 0, 0) });
+        return Ok(Restored {
+            algo,
+            stats: Stats::new(0, 0, 0),
+        });
     };
     let path = match resume {
-        "latest" => checkpoint::latest(checkpoint_dir)
-            .with_context(|| format!("no checkpoint under {} to resume from", checkpoint_dir.display()))?,
+        "latest" => checkpoint::latest(checkpoint_dir).with_context(|| {
+            format!(
+                "no checkpoint under {} to resume from",
+                checkpoint_dir.display()
+            )
+        })?,
         explicit => explicit.into(),
     };
     let ckpt = checkpoint::load(&path)?;
-    algo.model_mut().load_named(&ckpt.model).context("restoring model weights")?;
-    algo.load_state(&ckpt.state).map_err(anyhow::Error::msg).context("restoring optimiser state")?;
+    algo.model_mut()
+        .load_named(&ckpt.model)
+        .context("restoring model weights")?;
+    algo.load_state(&ckpt.state)
+        .map_err(anyhow::Error::msg)
+        .context("restoring optimiser state")?;
     tracing::info!(path = %path.display(), version = ckpt.meta.policy_version, env_steps = ckpt.meta.env_steps, "resumed");
-    let stats = Stats::new(ckpt.meta.policy_version, ckpt.meta.updates, ckpt.meta.env_steps);
+    let stats = Stats::new(
+        ckpt.meta.policy_version,
+        ckpt.meta.updates,
+        ckpt.meta.env_steps,
+    );
     Ok(Restored { algo, stats })
 }
 

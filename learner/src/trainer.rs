@@ -38,20 +38,43 @@ pub(crate) struct Trainer {
     pub(crate) checkpoint_dir: PathBuf,
     pub(crate) events: Option<EventWriter>,
     pub(crate) last_log: Instant,
+    /// Seconds spent waiting for batches and training on them since the last progress log.
+    pub(crate) timing: Timing,
+}
+
+/// Where the trainer thread's time goes: waiting for data or updating.
+#[derive(Debug, Default)]
+pub(crate) struct Timing {
+    waiting: f64,
+    updating: f64,
+    updates: u32,
 }
 
 /// Builds the weights message for the model's current parameters.
 pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weights, String> {
     let params = algo.model().export().map_err(|e| e.to_string())?;
-    Ok(Weights { version, params: Some(params) })
+    Ok(Weights {
+        version,
+        params: Some(params),
+    })
 }
 
 impl Trainer {
     /// Runs until every sender of `work` is gone.
     pub(crate) fn run(mut self, mut work: mpsc::Receiver<Work>) {
-        while let Some(item) = work.blocking_recv() {
+        loop {
+            let waited = Instant::now();
+            let Some(item) = work.blocking_recv() else {
+                break;
+            };
+            self.timing.waiting += waited.elapsed().as_secs_f64();
             match item {
-                Work::Batch(batch) => self.train(&batch),
+                Work::Batch(batch) => {
+                    let started = Instant::now();
+                    self.train(&batch);
+                    self.timing.updating += started.elapsed().as_secs_f64();
+                    self.timing.updates += 1;
+                }
                 Work::Checkpoint(reply) => {
                     let _ = reply.send(self.checkpoint());
                 }
@@ -78,11 +101,17 @@ impl Trainer {
                 return;
             }
         };
-        let version = self.stats.lock().expect("stats lock poisoned").policy_version;
-        let span = tracing::info_span!("update", step = version + 1, batch_size = batch.env_steps());
+        let version = self
+            .stats
+            .lock()
+            .expect("stats lock poisoned")
+            .policy_version;
+        let span =
+            tracing::info_span!("update", step = version + 1, batch_size = batch.env_steps());
         let metrics = span.in_scope(|| self.algo.update(&batch));
         let lag = version as f64 + 1.0
-            - batch.policy_version.iter().sum::<i64>() as f64 / batch.policy_version.len().max(1) as f64;
+            - batch.policy_version.iter().sum::<i64>() as f64
+                / batch.policy_version.len().max(1) as f64;
         self.publish(version + 1);
         let (steps, recent) = {
             let mut stats = self.stats.lock().expect("stats lock poisoned");
@@ -130,10 +159,14 @@ impl Trainer {
             if let Some(events) = self.events.as_mut() {
                 let _ = events.flush();
             }
+            let t = std::mem::take(&mut self.timing);
+            let per_update = |secs: f64| 1e3 * secs / t.updates.max(1) as f64;
             tracing::info!(
                 version,
                 env_steps,
                 recent_return = recent,
+                update_ms = per_update(t.updating),
+                wait_ms = per_update(t.waiting),
                 policy_loss = metrics.get("policy_loss"),
                 value_loss = metrics.get("value_loss"),
                 approx_kl = metrics.get("approx_kl"),
@@ -154,8 +187,14 @@ impl Trainer {
             env_id: self.config.env.id.clone(),
         };
         let model = self.algo.model().named_parameters();
-        let path = checkpoint::save(&self.checkpoint_dir, &model, &self.algo.state(), &meta, &self.config)
-            .map_err(|e| e.to_string())?;
+        let path = checkpoint::save(
+            &self.checkpoint_dir,
+            &model,
+            &self.algo.state(),
+            &meta,
+            &self.config,
+        )
+        .map_err(|e| e.to_string())?;
         let keep = self.config.learner.keep_checkpoints.max(1) as usize;
         if let Err(error) = checkpoint::prune(&self.checkpoint_dir, keep) {
             tracing::warn!(%error, "cannot prune old checkpoints");

@@ -12,7 +12,12 @@ pub enum TensorError {
     #[error("shape {shape:?} has a negative dimension")]
     NegativeDim { shape: Vec<i64> },
     #[error("shape {shape:?} of {dtype:?} needs {expected} bytes, data has {actual}")]
-    DataLength { shape: Vec<i64>, dtype: Dtype, expected: usize, actual: usize },
+    DataLength {
+        shape: Vec<i64>,
+        dtype: Dtype,
+        expected: usize,
+        actual: usize,
+    },
     #[error("expected dtype {expected:?}, got {actual:?}")]
     WrongDType { expected: Dtype, actual: Dtype },
     #[error("cannot stack tensors of different dtype or shape ({0})")]
@@ -85,12 +90,20 @@ impl Tensor {
     /// Panics if `values.len()` is not the product of `shape`: that is a caller bug, not input.
     pub fn from_slice<T: Element>(shape: &[i64], values: &[T]) -> Tensor {
         let numel: i64 = shape.iter().product();
-        assert_eq!(numel as usize, values.len(), "values do not fill shape {shape:?}");
+        assert_eq!(
+            numel as usize,
+            values.len(),
+            "values do not fill shape {shape:?}"
+        );
         let mut data = BytesMut::with_capacity(values.len() * T::DTYPE.size());
         for &v in values {
             v.put(&mut data);
         }
-        Tensor { dtype: T::DTYPE as i32, shape: shape.to_vec(), data: data.freeze() }
+        Tensor {
+            dtype: T::DTYPE as i32,
+            shape: shape.to_vec(),
+            data: data.freeze(),
+        }
     }
 
     /// A scalar (shape `[]`).
@@ -111,7 +124,9 @@ impl Tensor {
         let mut n = 1usize;
         for &d in &self.shape {
             if d < 0 {
-                return Err(TensorError::NegativeDim { shape: self.shape.clone() });
+                return Err(TensorError::NegativeDim {
+                    shape: self.shape.clone(),
+                });
             }
             n *= d as usize;
         }
@@ -137,7 +152,10 @@ impl Tensor {
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, TensorError> {
         let dtype = self.validate()?;
         if dtype != T::DTYPE {
-            return Err(TensorError::WrongDType { expected: T::DTYPE, actual: dtype });
+            return Err(TensorError::WrongDType {
+                expected: T::DTYPE,
+                actual: dtype,
+            });
         }
         Ok(self.data.chunks_exact(dtype.size()).map(T::get).collect())
     }
@@ -163,7 +181,11 @@ impl Tensor {
         let mut shape = Vec::with_capacity(first.shape.len() + 1);
         shape.push(parts.len() as i64);
         shape.extend_from_slice(&first.shape);
-        Ok(Tensor { dtype: first.dtype, shape, data: data.freeze() })
+        Ok(Tensor {
+            dtype: first.dtype,
+            shape,
+            data: data.freeze(),
+        })
     }
 
     /// The raw little-endian bytes.
@@ -179,12 +201,16 @@ impl TensorMap {
         I: IntoIterator<Item = (S, Tensor)>,
         S: Into<String>,
     {
-        TensorMap { tensors: pairs.into_iter().map(|(k, v)| (k.into(), v)).collect() }
+        TensorMap {
+            tensors: pairs.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+        }
     }
 
     /// The tensor named `name`, or a `MissingField` error.
     pub fn field(&self, name: &str) -> Result<&Tensor, TensorError> {
-        self.tensors.get(name).ok_or_else(|| TensorError::MissingField(name.to_string()))
+        self.tensors
+            .get(name)
+            .ok_or_else(|| TensorError::MissingField(name.to_string()))
     }
 }
 
@@ -227,8 +253,13 @@ mod tch_conv {
             let mut data = vec![0u8; numel * dtype.size()];
             // x86-64 and aarch64 are little-endian, so the in-memory bytes are the wire bytes.
             #[cfg(target_endian = "little")]
-            t.f_copy_data_u8(&mut data, numel).map_err(|e| TensorError::Tch(e.to_string()))?;
-            Ok(Tensor { dtype: dtype as i32, shape: t.size(), data: Bytes::from(data) })
+            t.f_copy_data_u8(&mut data, numel)
+                .map_err(|e| TensorError::Tch(e.to_string()))?;
+            Ok(Tensor {
+                dtype: dtype as i32,
+                shape: t.size(),
+                data: Bytes::from(data),
+            })
         }
     }
 
@@ -254,13 +285,19 @@ mod tests {
         let mut t = Tensor::from_slice(&[2, 2], &[1.0f32, 2.0, 3.0, 4.0]);
         t.data = t.data.slice(0..12);
         let err = t.validate().unwrap_err();
-        assert_eq!(err.to_string(), "shape [2, 2] of F32 needs 16 bytes, data has 12");
+        assert_eq!(
+            err.to_string(),
+            "shape [2, 2] of F32 needs 16 bytes, data has 12"
+        );
     }
 
     #[test]
     fn rejects_wrong_dtype_on_read() {
         let t = Tensor::from_slice(&[1], &[3i64]);
-        assert!(matches!(t.to_vec::<f32>(), Err(TensorError::WrongDType { .. })));
+        assert!(matches!(
+            t.to_vec::<f32>(),
+            Err(TensorError::WrongDType { .. })
+        ));
     }
 
     #[test]
@@ -271,7 +308,10 @@ mod tests {
         assert_eq!(s.shape, vec![2, 2]);
         assert_eq!(s.to_vec::<u8>().unwrap(), vec![1, 2, 3, 4]);
         let c = Tensor::from_slice(&[1], &[5u8]);
-        assert!(matches!(Tensor::stack(&[&a, &c]), Err(TensorError::Mismatch(_))));
+        assert!(matches!(
+            Tensor::stack(&[&a, &c]),
+            Err(TensorError::Mismatch(_))
+        ));
     }
 
     proptest! {

@@ -18,7 +18,6 @@ use fleetrl_core::buffers::TableSpec;
 use fleetrl_proto::v1::replay_service_server::ReplayServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tracing::{info, warn};
 
@@ -57,7 +56,7 @@ pub async fn serve(
     health.set_serving::<ReplayServiceServer<Replay>>().await;
 
     let mut server_stop = stop_rx;
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = fleetrl_core::net::incoming(listener);
     let server = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))

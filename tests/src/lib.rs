@@ -41,7 +41,11 @@ pub struct SandboxBuilder {
 impl Sandbox {
     /// A sandbox for the `cartpole-ppo` preset, named after the test.
     pub fn builder(name: &str) -> SandboxBuilder {
-        SandboxBuilder { name: name.to_string(), actors: 2, overrides: Vec::new() }
+        SandboxBuilder {
+            name: name.to_string(),
+            actors: 2,
+            overrides: Vec::new(),
+        }
     }
 
     /// A learner client.
@@ -58,7 +62,12 @@ impl Sandbox {
 
     /// The learner's status now.
     pub async fn status(&self) -> anyhow::Result<LearnerStatus> {
-        Ok(self.learner().await?.get_status(GetStatusRequest {}).await?.into_inner())
+        Ok(self
+            .learner()
+            .await?
+            .get_status(GetStatusRequest {})
+            .await?
+            .into_inner())
     }
 
     /// Polls the status every 200 ms until `done` holds, failing after `timeout`.
@@ -90,7 +99,11 @@ impl Sandbox {
 
     /// SIGKILLs the actor with this id, as a crash would.
     pub async fn kill_actor(&mut self, id: u32) -> anyhow::Result<()> {
-        let at = self.actors.iter().position(|(i, _)| *i == id).context("no such actor")?;
+        let at = self
+            .actors
+            .iter()
+            .position(|(i, _)| *i == id)
+            .context("no such actor")?;
         let (_, mut role) = self.actors.remove(at);
         role.kill().await;
         Ok(())
@@ -100,14 +113,23 @@ impl Sandbox {
     pub fn check_servers(&mut self) -> anyhow::Result<()> {
         for role in [&mut self.replay, &mut self.learner] {
             if let Some(status) = role.exited() {
-                anyhow::bail!("{} exited with {status}; logs in {}", role.name, self.dir.display());
+                anyhow::bail!(
+                    "{} exited with {status}; logs in {}",
+                    role.name,
+                    self.dir.display()
+                );
             }
         }
         Ok(())
     }
 }
 
-async fn start_actor(dir: &Path, id: u32, learner: SocketAddr, replay: SocketAddr) -> anyhow::Result<Role> {
+async fn start_actor(
+    dir: &Path,
+    id: u32,
+    learner: SocketAddr,
+    replay: SocketAddr,
+) -> anyhow::Result<Role> {
     let args = [
         "--learner".to_string(),
         learner.to_string(),
@@ -116,7 +138,13 @@ async fn start_actor(dir: &Path, id: u32, learner: SocketAddr, replay: SocketAdd
         "--actor-id".to_string(),
         id.to_string(),
     ];
-    Role::start(&format!("actor-{id}"), "fleet-actor", &args, &dir.join(format!("actor-{id}.log"))).await
+    Role::start(
+        &format!("actor-{id}"),
+        "fleet-actor",
+        &args,
+        &dir.join(format!("actor-{id}.log")),
+    )
+    .await
 }
 
 impl SandboxBuilder {
@@ -135,7 +163,8 @@ impl SandboxBuilder {
     /// Starts the processes and waits until both servers listen.
     pub async fn start(self) -> anyhow::Result<Sandbox> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let dir = std::env::temp_dir().join(format!("fleetrl-{}-{}", self.name, std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("fleetrl-{}-{}", self.name, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let config = fleetrl_core::config::RunConfig::load(
@@ -147,13 +176,36 @@ impl SandboxBuilder {
         let cfg = config_path.display().to_string();
         let s = |x: &str| x.to_string();
         let replay_log = dir.join("replay-server.log");
-        let mut replay = Role::start("replay-server", "fleet-replay-server", &[s("--listen"), s("127.0.0.1:0"), s("--config"), cfg.clone()], &replay_log).await?;
+        let mut replay = Role::start(
+            "replay-server",
+            "fleet-replay-server",
+            &[s("--listen"), s("127.0.0.1:0"), s("--config"), cfg.clone()],
+            &replay_log,
+        )
+        .await?;
         let replay_addr = replay.listening_addr(PATIENCE, &replay_log).await?;
         let learner_log = dir.join("learner.log");
-        let learner_args = [s("--listen"), s("127.0.0.1:0"), s("--replay"), replay_addr.to_string(), s("--config"), cfg, s("--run-dir"), dir.display().to_string()];
-        let mut learner = Role::start("learner", "fleet-learner", &learner_args, &learner_log).await?;
+        let learner_args = [
+            s("--listen"),
+            s("127.0.0.1:0"),
+            s("--replay"),
+            replay_addr.to_string(),
+            s("--config"),
+            cfg,
+            s("--run-dir"),
+            dir.display().to_string(),
+        ];
+        let mut learner =
+            Role::start("learner", "fleet-learner", &learner_args, &learner_log).await?;
         let learner_addr = learner.listening_addr(PATIENCE, &learner_log).await?;
-        let mut sandbox = Sandbox { dir, replay_addr, learner_addr, replay, learner, actors: Vec::new() };
+        let mut sandbox = Sandbox {
+            dir,
+            replay_addr,
+            learner_addr,
+            replay,
+            learner,
+            actors: Vec::new(),
+        };
         for id in 0..self.actors {
             sandbox.add_actor(id).await?;
         }

@@ -13,12 +13,16 @@ async fn training_survives_a_killed_actor_and_a_new_one_joins() -> anyhow::Resul
         .set("stop.total_env_steps=10_000_000")
         .start()
         .await?;
-    let before = sandbox.wait_for("the first updates", GENEROUS, |s| s.updates >= 5).await?;
+    let before = sandbox
+        .wait_for("the first updates", GENEROUS, |s| s.updates >= 5)
+        .await?;
 
     sandbox.kill_actor(0).await?;
     let target = before.env_steps_trained + 5_000;
     let after_kill = sandbox
-        .wait_for("training to continue with one actor", GENEROUS, |s| s.env_steps_trained >= target)
+        .wait_for("training to continue with one actor", GENEROUS, |s| {
+            s.env_steps_trained >= target
+        })
         .await?;
     sandbox.check_servers()?;
 
@@ -30,7 +34,11 @@ async fn training_survives_a_killed_actor_and_a_new_one_joins() -> anyhow::Resul
         .await?;
     assert!(joined.policy_version > after_kill.policy_version);
     let target = joined.env_steps_trained + 2_000;
-    sandbox.wait_for("training with the new actor", GENEROUS, |s| s.env_steps_trained >= target).await?;
+    sandbox
+        .wait_for("training with the new actor", GENEROUS, |s| {
+            s.env_steps_trained >= target
+        })
+        .await?;
     sandbox.check_servers()?;
     Ok(())
 }

@@ -33,21 +33,43 @@ fn rollout_with_bad_obs() -> TensorMap {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_insert_is_rejected_and_training_goes_on() -> anyhow::Result<()> {
-    let mut sandbox = Sandbox::builder("bad-insert").set("stop.total_env_steps=10_000_000").start().await?;
-    let before = sandbox.wait_for("the first updates", GENEROUS, |s| s.updates >= 3).await?;
+    let mut sandbox = Sandbox::builder("bad-insert")
+        .set("stop.total_env_steps=10_000_000")
+        .start()
+        .await?;
+    let before = sandbox
+        .wait_for("the first updates", GENEROUS, |s| s.updates >= 3)
+        .await?;
 
     let mut replay = sandbox.replay().await?;
-    let request = InsertRequest { table: "rollouts".into(), item: Some(rollout_with_bad_obs()), priority: 0.0 };
+    let request = InsertRequest {
+        table: "rollouts".into(),
+        item: Some(rollout_with_bad_obs()),
+        priority: 0.0,
+    };
     let outcome = async {
-        let mut acks = replay.insert(tokio_stream::iter(vec![request])).await?.into_inner();
+        let mut acks = replay
+            .insert(tokio_stream::iter(vec![request]))
+            .await?
+            .into_inner();
         acks.message().await
     };
-    let status = tokio::time::timeout(GENEROUS, outcome).await?.expect_err("a bad rollout must be rejected");
+    let status = tokio::time::timeout(GENEROUS, outcome)
+        .await?
+        .expect_err("a bad rollout must be rejected");
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
-    assert!(status.message().contains("obs"), "the error should name the field: {}", status.message());
+    assert!(
+        status.message().contains("obs"),
+        "the error should name the field: {}",
+        status.message()
+    );
 
     let target = before.env_steps_trained + 3_000;
-    sandbox.wait_for("training to go on after the bad insert", GENEROUS, |s| s.env_steps_trained >= target).await?;
+    sandbox
+        .wait_for("training to go on after the bad insert", GENEROUS, |s| {
+            s.env_steps_trained >= target
+        })
+        .await?;
     sandbox.check_servers()?;
     Ok(())
 }

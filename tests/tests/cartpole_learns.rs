@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn fleetrl() -> PathBuf {
-    fleetrl_core::launch::bin_dir().expect("binary directory").join("fleetrl")
+    fleetrl_core::launch::bin_dir()
+        .expect("binary directory")
+        .join("fleetrl")
 }
 
 #[test]
@@ -15,15 +17,26 @@ fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let run = Command::new(fleetrl())
         .current_dir(&root)
-        .args(["train", "--config", "cartpole-ppo", "--set", "seed=1", "--set", "stop.total_env_steps=100000"])
+        .args([
+            "train",
+            "--config",
+            "cartpole-ppo",
+            "--set",
+            "seed=1",
+            "--set",
+            "stop.total_env_steps=100000",
+        ])
         .arg("--out")
         .arg(&out)
         .output()?;
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "fleetrl train failed: {stderr}");
 
-    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
-    let final_return = summary["final_eval_return"].as_f64().expect("final_eval_return");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
+    let final_return = summary["final_eval_return"]
+        .as_f64()
+        .expect("final_eval_return");
     // A random policy scores about 22; 100k steps of PPO should reach the 475 target, and a
     // policy that balances for hundreds of steps has unmistakably learned.
     assert!(final_return >= 300.0, "CartPole not learned: {summary:#}");
@@ -32,11 +45,21 @@ fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
     assert!(summary["total_env_steps"].as_u64().expect("steps") > 0);
 
     let checkpoint = summary["checkpoint"].as_str().expect("checkpoint path");
-    let eval = Command::new(fleetrl()).args(["eval", "--checkpoint", checkpoint, "--episodes", "20"]).output()?;
-    assert!(eval.status.success(), "fleetrl eval failed: {}", String::from_utf8_lossy(&eval.stderr));
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(PathBuf::from(checkpoint).join("eval.json"))?)?;
+    let eval = Command::new(fleetrl())
+        .args(["eval", "--checkpoint", checkpoint, "--episodes", "20"])
+        .output()?;
+    assert!(
+        eval.status.success(),
+        "fleetrl eval failed: {}",
+        String::from_utf8_lossy(&eval.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(PathBuf::from(checkpoint).join("eval.json"))?)?;
     let replayed = report["mean_return"].as_f64().expect("mean_return");
-    assert!((replayed - final_return).abs() < 1e-6, "eval of the same checkpoint and seeds must agree: {replayed} vs {final_return}");
+    assert!(
+        (replayed - final_return).abs() < 1e-6,
+        "eval of the same checkpoint and seeds must agree: {replayed} vs {final_return}"
+    );
     std::fs::remove_dir_all(&out)?;
     Ok(())
 }

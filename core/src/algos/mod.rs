@@ -1,6 +1,7 @@
 //! Learning algorithms. Each file reads top to bottom: paper, config, loss, update. The math
 //! is pure (slices or tensors in, tensors out) and unit-tested without an environment.
 
+pub mod data_parallel;
 pub mod ppo;
 pub mod returns;
 

@@ -10,15 +10,21 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::data_parallel::{Job, ShardPool};
 use super::returns::{gae, Returns};
 use super::{Algorithm, Metrics};
 use crate::config::PpoConfig;
-use crate::models::ActorCritic;
+use crate::models::{ActorCritic, Heads};
 use crate::optim::Adam;
 use crate::rollout::RolloutBatch;
 
 /// The clipped surrogate objective, negated to a loss, and the probability ratio.
-pub fn clipped_surrogate(log_prob: &Tensor, old_log_prob: &Tensor, advantage: &Tensor, clip: f64) -> (Tensor, Tensor) {
+pub fn clipped_surrogate(
+    log_prob: &Tensor,
+    old_log_prob: &Tensor,
+    advantage: &Tensor,
+    clip: f64,
+) -> (Tensor, Tensor) {
     let ratio = (log_prob - old_log_prob).exp();
     let unclipped = &ratio * advantage;
     let clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantage;
@@ -29,7 +35,11 @@ pub fn clipped_surrogate(log_prob: &Tensor, old_log_prob: &Tensor, advantage: &T
 /// Fraction of ratios outside the clip range, and the (k3) estimate of KL(old || new).
 fn ratio_stats(ratio: &Tensor, clip: f64) -> (f64, f64) {
     let _guard = tch::no_grad_guard();
-    let clip_fraction = (ratio - 1.0).abs().gt(clip).to_kind(Kind::Float).mean(Kind::Float);
+    let clip_fraction = (ratio - 1.0)
+        .abs()
+        .gt(clip)
+        .to_kind(Kind::Float)
+        .mean(Kind::Float);
     let approx_kl = ((ratio - 1.0) - ratio.log()).mean(Kind::Float);
     (clip_fraction.double_value(&[]), approx_kl.double_value(&[]))
 }
@@ -43,9 +53,16 @@ pub struct Ppo {
     device: Device,
     total_updates: u64,
     updates: u64,
+    shards: ShardPool<ShardOut>,
+}
+
+/// The value regression loss: mean squared error against the returns (SB3's `F.mse_loss`).
+fn value_loss(value: &Tensor, returns: &Tensor) -> Tensor {
+    (value - returns).square().mean(Kind::Float)
 }
 
 /// The tensors of one (mini)batch on the learner's device.
+#[derive(Debug)]
 struct Minibatch {
     obs: Tensor,
     action: Tensor,
@@ -55,6 +72,17 @@ struct Minibatch {
 }
 
 impl Minibatch {
+    /// Rows `start..start + len` (views, no copy).
+    fn rows(&self, start: i64, len: i64) -> Minibatch {
+        Minibatch {
+            obs: self.obs.narrow(0, start, len),
+            action: self.action.narrow(0, start, len),
+            old_log_prob: self.old_log_prob.narrow(0, start, len),
+            advantage: self.advantage.narrow(0, start, len),
+            returns: self.returns.narrow(0, start, len),
+        }
+    }
+
     fn select(&self, index: &Tensor) -> Minibatch {
         Minibatch {
             obs: self.obs.index_select(0, index),
@@ -78,8 +106,16 @@ fn explained_variance(values: &[f32], returns: &[f32]) -> f64 {
         mean(&mut xs.iter().map(|x| (x - m) * (x - m)))
     };
     let var_returns = var(returns.iter().map(|&r| r as f64).collect());
-    let var_residual = var(returns.iter().zip(values).map(|(&r, &v)| (r - v) as f64).collect());
-    if var_returns == 0.0 { f64::NAN } else { 1.0 - var_residual / var_returns }
+    let var_residual = var(returns
+        .iter()
+        .zip(values)
+        .map(|(&r, &v)| (r - v) as f64)
+        .collect());
+    if var_returns == 0.0 {
+        f64::NAN
+    } else {
+        1.0 - var_residual / var_returns
+    }
 }
 
 impl Ppo {
@@ -87,15 +123,33 @@ impl Ppo {
     pub fn new(config: &PpoConfig, model: ActorCritic, total_updates: u64) -> Ppo {
         let optim = Adam::new(model.var_store(), config.adam_eps);
         let device = model.var_store().device();
-        Ppo { config: config.clone(), model, optim, device, total_updates: total_updates.max(1), updates: 0 }
+        let total_updates = total_updates.max(1);
+        let shards = ShardPool::new(model.heads(), 0);
+        Ppo {
+            config: config.clone(),
+            model,
+            optim,
+            device,
+            total_updates,
+            updates: 0,
+            shards,
+        }
     }
 
     /// Learning rate and clip range for the next update.
     pub fn schedule(&self) -> (f64, f64) {
         let remaining = 1.0 - (self.updates as f64 / self.total_updates as f64).min(1.0);
         let c = &self.config;
-        let lr = if c.linear_lr_schedule { c.learning_rate * remaining } else { c.learning_rate };
-        let clip = if c.linear_clip_schedule { c.ratio_clip * remaining } else { c.ratio_clip };
+        let lr = if c.linear_lr_schedule {
+            c.learning_rate * remaining
+        } else {
+            c.learning_rate
+        };
+        let clip = if c.linear_clip_schedule {
+            c.ratio_clip * remaining
+        } else {
+            c.ratio_clip
+        };
         // A clip of exactly 0 would freeze the policy on the very last update; keep it tiny.
         (lr, clip.max(1e-8))
     }
@@ -112,22 +166,91 @@ impl Ppo {
         }
     }
 
-    fn loss(&self, mb: &Minibatch, clip: f64) -> (Tensor, [Tensor; 3], Tensor) {
-        let eval = self.model.evaluate(&mb.obs, &mb.action);
-        let (pg_loss, ratio) = clipped_surrogate(&eval.log_prob, &mb.old_log_prob, &mb.advantage, clip);
-        let value_loss = (&eval.value - &mb.returns).square().mean(Kind::Float);
-        let entropy = eval.entropy.mean(Kind::Float);
-        let c = &self.config;
-        let loss = &pg_loss + &value_loss * c.value_loss_coeff - &entropy * c.entropy_loss_coeff;
-        (loss, [pg_loss, value_loss, entropy], ratio)
+    /// Splits every minibatch over `threads` threads (data parallel over one set of
+    /// parameters; see [`crate::algos::data_parallel`]). The update is the same; only its wall
+    /// time changes.
+    pub fn with_threads(mut self, threads: usize) -> Ppo {
+        self.shards = ShardPool::new(self.model.heads(), threads.max(1) - 1);
+        self
     }
+
+    /// Computes L on the minibatch and accumulates its gradients, sharded over the pool.
+    fn backward(&self, mb: &Minibatch, spec: LossSpec) -> Vec<ShardOut> {
+        let n = mb.obs.size()[0];
+        let k = (self.shards.threads() as i64).min(n);
+        let mut jobs: Vec<Job<ShardOut>> = Vec::with_capacity(k as usize);
+        let mut start = 0;
+        for i in 0..k {
+            let len = (n - start) / (k - i);
+            let shard = mb.rows(start, len);
+            let weight = len as f64 / n as f64;
+            jobs.push(Box::new(move |heads: &Heads| {
+                shard_backward(heads, &shard, spec, weight)
+            }));
+            start += len;
+        }
+        self.shards.run(self.model.heads(), jobs)
+    }
+}
+
+/// What a gradient step needs besides the data.
+#[derive(Debug, Clone, Copy)]
+struct LossSpec {
+    clip: f64,
+    value_coeff: f64,
+    entropy_coeff: f64,
+}
+
+/// One shard's loss terms (policy, value, entropy; detached) and ratios, with its weight.
+struct ShardOut {
+    weight: f64,
+    terms: [Tensor; 3],
+    ratio: Tensor,
+}
+
+/// `weight` x L on one shard, backpropagated.
+fn shard_backward(heads: &Heads, mb: &Minibatch, spec: LossSpec, weight: f64) -> ShardOut {
+    let eval = heads.evaluate(&mb.obs, &mb.action);
+    let (pg_loss, ratio) =
+        clipped_surrogate(&eval.log_prob, &mb.old_log_prob, &mb.advantage, spec.clip);
+    let value_loss = value_loss(&eval.value, &mb.returns);
+    let entropy = eval.entropy.mean(Kind::Float);
+    let loss = &pg_loss + &value_loss * spec.value_coeff - &entropy * spec.entropy_coeff;
+    (loss * weight).backward();
+    ShardOut {
+        weight,
+        terms: [pg_loss.detach(), value_loss.detach(), entropy.detach()],
+        ratio: ratio.detach(),
+    }
+}
+
+/// Weighted means of the shards' loss terms, and all their ratios.
+fn combine(outs: &[ShardOut]) -> ([f64; 3], Tensor) {
+    let mut terms = [0.0; 3];
+    for out in outs {
+        for (sum, t) in terms.iter_mut().zip(&out.terms) {
+            *sum += out.weight * t.double_value(&[]);
+        }
+    }
+    let ratios: Vec<&Tensor> = outs.iter().map(|o| &o.ratio).collect();
+    (terms, Tensor::cat(&ratios, 0))
 }
 
 impl Algorithm for Ppo {
     fn update(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = self.config.clone();
-        let returns = gae(&batch.step_data(), c.discount as f32, c.gae_lambda as f32, c.bootstrap_truncation);
+        let returns = gae(
+            &batch.step_data(),
+            c.discount as f32,
+            c.gae_lambda as f32,
+            c.bootstrap_truncation,
+        );
         let (lr, clip) = self.schedule();
+        let spec = LossSpec {
+            clip,
+            value_coeff: c.value_loss_coeff,
+            entropy_coeff: c.entropy_loss_coeff,
+        };
         let mut full = self.to_device(batch, &returns);
         let n = (batch.t * batch.b) as i64;
         let size = n / c.minibatches as i64;
@@ -137,7 +260,8 @@ impl Algorithm for Ppo {
         }
         let mut last = None;
         for _epoch in 0..c.epochs {
-            let order = (c.minibatches > 1).then(|| Tensor::randperm(n, (Kind::Int64, self.device)));
+            let order =
+                (c.minibatches > 1).then(|| Tensor::randperm(n, (Kind::Int64, self.device)));
             for i in 0..c.minibatches as i64 {
                 let mut mb = match &order {
                     Some(perm) => full.select(&perm.narrow(0, i * size, size)),
@@ -146,17 +270,16 @@ impl Algorithm for Ppo {
                 if per_minibatch_norm {
                     mb.advantage = normalized(&mb.advantage);
                 }
-                let (loss, parts, ratio) = self.loss(&mb, clip);
                 self.optim.zero_grad();
-                loss.backward();
+                let outs = self.backward(&mb, spec);
                 let grad_norm = self.optim.step(lr, c.clip_grad_norm);
-                last = Some((parts, ratio, grad_norm));
+                last = Some((outs, grad_norm));
             }
         }
         self.updates += 1;
-        let (parts, ratio, grad_norm) = last.expect("epochs and minibatches are at least 1");
+        let (outs, grad_norm) = last.expect("epochs and minibatches are at least 1");
+        let ([pg, vf, ent], ratio) = combine(&outs);
         let (clip_fraction, approx_kl) = ratio_stats(&ratio, clip);
-        let [pg, vf, ent] = parts.map(|t| t.double_value(&[]));
         Metrics(vec![
             ("policy_loss", pg),
             ("value_loss", vf),
@@ -166,7 +289,10 @@ impl Algorithm for Ppo {
             ("grad_norm", grad_norm),
             ("learning_rate", lr),
             ("clip_range", clip),
-            ("explained_variance", explained_variance(&batch.value, &returns.returns)),
+            (
+                "explained_variance",
+                explained_variance(&batch.value, &returns.returns),
+            ),
         ])
     }
 
@@ -190,7 +316,10 @@ impl Algorithm for Ppo {
 
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
         self.optim.load_state(state)?;
-        let updates = state.iter().find(|(n, _)| n == "ppo.updates").ok_or("missing `ppo.updates`")?;
+        let updates = state
+            .iter()
+            .find(|(n, _)| n == "ppo.updates")
+            .ok_or("missing `ppo.updates`")?;
         self.updates = updates.1.int64_value(&[]) as u64;
         Ok(())
     }
@@ -238,6 +367,73 @@ mod tests {
         // d/dlp of -(r A)/2 at r = 1.1 is -0.55; the clipped one has no gradient.
         assert_eq!(g[0], 0.0);
         assert!((g[1] + 0.55).abs() < 1e-6, "{g:?}");
+    }
+
+    fn tiny_batch() -> RolloutBatch {
+        let (t, b) = (4usize, 2usize);
+        let n = t * b;
+        RolloutBatch {
+            t,
+            b,
+            obs_dim: 4,
+            obs: (0..n * 4)
+                .map(|i| ((i * 7) % 11) as f32 / 10.0 - 0.5)
+                .collect(),
+            action: (0..n).map(|i| (i % 2) as i64).collect(),
+            reward: vec![1.0; n],
+            terminated: (0..n).map(|i| i == 5).collect(),
+            truncated: vec![false; n],
+            log_prob: vec![-0.7; n],
+            value: (0..n).map(|i| i as f32 / 10.0).collect(),
+            final_value: vec![0.0; n],
+            bootstrap_value: vec![0.3; b],
+            policy_version: vec![0],
+        }
+    }
+
+    fn fresh_ppo(threads: usize) -> Ppo {
+        use crate::config::ModelConfig;
+        use crate::envs::Space;
+        tch::manual_seed(3);
+        let obs = Space::Box {
+            shape: vec![4],
+            low: vec![-1.0; 4],
+            high: vec![1.0; 4],
+        };
+        let model = ActorCritic::new(
+            &ModelConfig::default(),
+            &obs,
+            &Space::Discrete { n: 2 },
+            Device::Cpu,
+        )
+        .unwrap();
+        let config = PpoConfig {
+            minibatches: 1,
+            epochs: 3,
+            ..PpoConfig::default()
+        };
+        Ppo::new(&config, model, 10).with_threads(threads)
+    }
+
+    /// Sharding over threads is an execution detail: the update must be the same as on one.
+    #[test]
+    fn data_parallel_update_equals_the_single_thread_update() {
+        let batch = tiny_batch();
+        let (mut serial, mut parallel) = (fresh_ppo(1), fresh_ppo(3));
+        let a = serial.update(&batch);
+        let b = parallel.update(&batch);
+        for name in ["policy_loss", "value_loss", "entropy", "grad_norm"] {
+            let (x, y) = (a.get(name).unwrap(), b.get(name).unwrap());
+            assert!((x - y).abs() < 1e-5, "{name}: {x} vs {y}");
+        }
+        for ((n1, p1), (_, p2)) in serial
+            .model()
+            .named_parameters()
+            .iter()
+            .zip(parallel.model().named_parameters())
+        {
+            assert!(p1.allclose(&p2, 1e-5, 1e-6, false), "{n1} differs");
+        }
     }
 
     #[test]

@@ -47,11 +47,22 @@ pub fn gae(data: &StepData<'_>, discount: f32, lambda: f32, bootstrap_truncation
         let mut carry = 0.0f32;
         for t in (0..t_len).rev() {
             let i = t * b_len + b;
-            let next_value = if t + 1 == t_len { data.bootstrap_value[b] } else { data.value[i + b_len] };
+            let next_value = if t + 1 == t_len {
+                data.bootstrap_value[b]
+            } else {
+                data.value[i + b_len]
+            };
             let (next_value, done) = if data.terminated[i] {
                 (0.0, true)
             } else if data.truncated[i] {
-                (if bootstrap_truncation { data.final_value[i] } else { 0.0 }, true)
+                (
+                    if bootstrap_truncation {
+                        data.final_value[i]
+                    } else {
+                        0.0
+                    },
+                    true,
+                )
             } else {
                 (next_value, false)
             };
@@ -60,12 +71,20 @@ pub fn gae(data: &StepData<'_>, discount: f32, lambda: f32, bootstrap_truncation
             advantage[i] = carry;
         }
     }
-    let returns = advantage.iter().zip(data.value).map(|(a, v)| a + v).collect();
+    let returns = advantage
+        .iter()
+        .zip(data.value)
+        .map(|(a, v)| a + v)
+        .collect();
     Returns { advantage, returns }
 }
 
 /// Discounted returns with bootstrap (GAE with lambda = 1, plus the values back).
-pub fn discounted_returns(data: &StepData<'_>, discount: f32, bootstrap_truncation: bool) -> Vec<f32> {
+pub fn discounted_returns(
+    data: &StepData<'_>,
+    discount: f32,
+    bootstrap_truncation: bool,
+) -> Vec<f32> {
     gae(data, discount, 1.0, bootstrap_truncation).returns
 }
 
@@ -127,7 +146,10 @@ mod tests {
     // lambda = 1: R2 = 1 + .9*.2 = 1.18; R1 = 1 + .9*1.18 = 2.062; R0 = 1 + .9*2.062 = 2.8558
     #[test]
     fn discounted_returns_by_hand() {
-        close(&discounted_returns(&data(&F, &F, &[0.0; 3]), 0.9, true), &[2.8558, 2.062, 1.18]);
+        close(
+            &discounted_returns(&data(&F, &F, &[0.0; 3]), 0.9, true),
+            &[2.8558, 2.062, 1.18],
+        );
     }
 
     // Two columns are independent: column b of a [T, 2] batch equals the [T, 1] result.
@@ -147,8 +169,16 @@ mod tests {
             bootstrap_value: &[0.2, 0.9],
         };
         let r = gae(&two, 0.99, 0.95, true);
-        let col0 = gae(&data(&[false, true, false], &F, &[0.0; 3]), 0.99, 0.95, true);
-        close(&[r.advantage[0], r.advantage[2], r.advantage[4]], &col0.advantage);
+        let col0 = gae(
+            &data(&[false, true, false], &F, &[0.0; 3]),
+            0.99,
+            0.95,
+            true,
+        );
+        close(
+            &[r.advantage[0], r.advantage[2], r.advantage[4]],
+            &col0.advantage,
+        );
     }
 
     proptest! {

@@ -102,7 +102,9 @@ pub struct EnvConfig {
 
 impl Default for EnvConfig {
     fn default() -> Self {
-        EnvConfig { id: "CartPole-v1".into() }
+        EnvConfig {
+            id: "CartPole-v1".into(),
+        }
     }
 }
 
@@ -130,7 +132,11 @@ pub struct ModelConfig {
 
 impl Default for ModelConfig {
     fn default() -> Self {
-        ModelConfig { hidden_sizes: vec![64, 64], activation: Activation::Tanh, orthogonal_init: true }
+        ModelConfig {
+            hidden_sizes: vec![64, 64],
+            activation: Activation::Tanh,
+            orthogonal_init: true,
+        }
     }
 }
 
@@ -237,7 +243,10 @@ pub struct ReplayConfig {
 
 impl Default for ReplayConfig {
     fn default() -> Self {
-        ReplayConfig { table: "rollouts".into(), max_size: 4 }
+        ReplayConfig {
+            table: "rollouts".into(),
+            max_size: 4,
+        }
     }
 }
 
@@ -249,8 +258,11 @@ pub struct LearnerConfig {
     pub batch_rollouts: u32,
     /// Device for the update: "cpu", "cuda" or "cuda:N".
     pub device: String,
-    /// Torch intra-op threads for the update.
-    pub threads: u32,
+    /// Threads each minibatch is split over (data parallel over one set of parameters; the
+    /// update is identical, only faster where cores are free).
+    pub update_threads: u32,
+    /// Torch intra-op threads per update thread (1 is fastest for small networks).
+    pub torch_threads: u32,
     /// Write a checkpoint every this many updates (0: only on request and at shutdown).
     pub checkpoint_interval: u64,
     /// Checkpoints kept on disk; older ones are deleted.
@@ -264,7 +276,8 @@ impl Default for LearnerConfig {
         LearnerConfig {
             batch_rollouts: 2,
             device: "cpu".into(),
-            threads: 1,
+            update_threads: 2,
+            torch_threads: 1,
             checkpoint_interval: 0,
             keep_checkpoints: 3,
             tensorboard: true,
@@ -286,7 +299,11 @@ pub struct StopConfig {
 
 impl Default for StopConfig {
     fn default() -> Self {
-        StopConfig { total_env_steps: 100_000, target_return: None, max_wall_seconds: 0.0 }
+        StopConfig {
+            total_env_steps: 100_000,
+            target_return: None,
+            max_wall_seconds: 0.0,
+        }
     }
 }
 
@@ -304,23 +321,31 @@ pub struct EvalConfig {
 
 impl Default for EvalConfig {
     fn default() -> Self {
-        EvalConfig { episodes: 20, interval_env_steps: 10_000, on_target_training_return: true }
+        EvalConfig {
+            episodes: 20,
+            interval_env_steps: 10_000,
+            on_target_training_return: true,
+        }
     }
 }
 
 impl RunConfig {
     /// Parses TOML text, checking version and ranges.
     pub fn from_toml(text: &str, origin: &str) -> Result<RunConfig, ConfigError> {
-        let value: toml::Table = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() })?;
+        let value: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
         RunConfig::from_table(value, origin)
     }
 
     /// Loads a file or preset, then applies `key=value` overrides in order.
     pub fn load(spec: &str, overrides: &[String]) -> Result<RunConfig, ConfigError> {
         let path = resolve_preset(spec);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             origin: path.display().to_string(),
             message: e.to_string(),
@@ -332,8 +357,10 @@ impl RunConfig {
     }
 
     fn from_table(table: toml::Table, origin: &str) -> Result<RunConfig, ConfigError> {
-        let config: RunConfig = toml::Table::try_into(table)
-            .map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() })?;
+        let config: RunConfig = toml::Table::try_into(table).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -349,27 +376,72 @@ impl RunConfig {
             if ok {
                 Ok(())
             } else {
-                Err(ConfigError::Invalid { key, message: message.to_string() })
+                Err(ConfigError::Invalid {
+                    key,
+                    message: message.to_string(),
+                })
             }
         }
         if self.version != CONFIG_VERSION {
             return Err(ConfigError::Version(self.version));
         }
         let a = &self.algo;
-        check((0.0..=1.0).contains(&a.discount), "algo.discount", "must be in [0, 1]")?;
-        check((0.0..=1.0).contains(&a.gae_lambda), "algo.gae_lambda", "must be in [0, 1]")?;
+        check(
+            (0.0..=1.0).contains(&a.discount),
+            "algo.discount",
+            "must be in [0, 1]",
+        )?;
+        check(
+            (0.0..=1.0).contains(&a.gae_lambda),
+            "algo.gae_lambda",
+            "must be in [0, 1]",
+        )?;
         check(a.learning_rate > 0.0, "algo.learning_rate", "must be > 0")?;
         check(a.ratio_clip > 0.0, "algo.ratio_clip", "must be > 0")?;
         check(a.epochs >= 1, "algo.epochs", "must be >= 1")?;
         check(a.minibatches >= 1, "algo.minibatches", "must be >= 1")?;
-        check(a.clip_grad_norm >= 0.0, "algo.clip_grad_norm", "must be >= 0")?;
-        check(self.actors.envs_per_actor >= 1, "actors.envs_per_actor", "must be >= 1")?;
-        check(self.actors.rollout_length >= 1, "actors.rollout_length", "must be >= 1")?;
-        check(self.actors.max_in_flight >= 1, "actors.max_in_flight", "must be >= 1")?;
-        check(self.learner.batch_rollouts >= 1, "learner.batch_rollouts", "must be >= 1")?;
+        check(
+            a.clip_grad_norm >= 0.0,
+            "algo.clip_grad_norm",
+            "must be >= 0",
+        )?;
+        check(
+            self.actors.envs_per_actor >= 1,
+            "actors.envs_per_actor",
+            "must be >= 1",
+        )?;
+        check(
+            self.actors.rollout_length >= 1,
+            "actors.rollout_length",
+            "must be >= 1",
+        )?;
+        check(
+            self.actors.max_in_flight >= 1,
+            "actors.max_in_flight",
+            "must be >= 1",
+        )?;
+        check(
+            self.learner.batch_rollouts >= 1,
+            "learner.batch_rollouts",
+            "must be >= 1",
+        )?;
+        check(
+            self.learner.update_threads >= 1,
+            "learner.update_threads",
+            "must be >= 1",
+        )?;
+        check(
+            self.learner.torch_threads >= 1,
+            "learner.torch_threads",
+            "must be >= 1",
+        )?;
         check(self.replay.max_size >= 1, "replay.max_size", "must be >= 1")?;
         check(self.eval.episodes >= 1, "eval.episodes", "must be >= 1")?;
-        check(self.stop.total_env_steps >= 1, "stop.total_env_steps", "must be >= 1")?;
+        check(
+            self.stop.total_env_steps >= 1,
+            "stop.total_env_steps",
+            "must be >= 1",
+        )?;
         let batch = self.batch_env_steps();
         check(
             batch % self.algo.minibatches as u64 == 0,
@@ -405,7 +477,10 @@ pub fn resolve_preset(spec: &str) -> PathBuf {
             candidates.push(dir.join("configs").join(&file));
         }
     }
-    candidates.into_iter().find(|p| p.exists()).unwrap_or(direct)
+    candidates
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or(direct)
 }
 
 #[cfg(test)]

@@ -31,7 +31,9 @@ pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<(), C
 fn parse_value(raw: &str) -> toml::Value {
     let doc = format!("v = {raw}");
     match toml::from_str::<toml::Table>(&doc) {
-        Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(raw.to_string())),
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(raw.to_string())),
         Err(_) => toml::Value::String(raw.to_string()),
     }
 }
@@ -56,6 +58,9 @@ mod tests {
     #[test]
     fn rejects_missing_equals() {
         let mut t = toml::Table::new();
-        assert!(matches!(apply_override(&mut t, "seed"), Err(ConfigError::Override(_))));
+        assert!(matches!(
+            apply_override(&mut t, "seed"),
+            Err(ConfigError::Override(_))
+        ));
     }
 }

@@ -68,7 +68,9 @@ impl CartPole {
         self.state.iter().map(|&v| v as f32).collect()
     }
 
-    /// Whether `state` lies outside the termination box.
+    /// Whether `state` lies outside the termination box. Written as gymnasium's four
+    /// comparisons (not `!range.contains`) so a NaN state is not terminal there either.
+    #[allow(clippy::manual_range_contains)]
     fn is_terminal(state: &[f64; 4]) -> bool {
         let [x, _, theta, _] = *state;
         x < -X_THRESHOLD

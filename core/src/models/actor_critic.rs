@@ -33,12 +33,45 @@ pub struct Evaluation {
     pub value: Tensor,
 }
 
+/// The two networks, without the store that owns their parameters: cheap to clone as a
+/// handle (see [`Heads::shallow_clone`]) so another thread can run them.
+#[derive(Debug)]
+pub struct Heads {
+    pi: Mlp,
+    vf: Mlp,
+}
+
+impl Heads {
+    /// Scores `actions` `[N]` taken at `obs` `[N, D]`, with gradients.
+    pub fn evaluate(&self, obs: &Tensor, actions: &Tensor) -> Evaluation {
+        let log_probs = self.pi.forward(obs).log_softmax(-1, Kind::Float);
+        let log_prob = log_probs
+            .gather(1, &actions.unsqueeze(1), false)
+            .squeeze_dim(1);
+        let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float);
+        let value = self.vf.forward(obs).squeeze_dim(1);
+        Evaluation {
+            log_prob,
+            entropy,
+            value,
+        }
+    }
+
+    /// Another handle on the same parameters: no copy, and gradients from either handle
+    /// accumulate in the same place (libtorch serialises that accumulation).
+    pub fn shallow_clone(&self) -> Heads {
+        Heads {
+            pi: self.pi.shallow_clone(),
+            vf: self.vf.shallow_clone(),
+        }
+    }
+}
+
 /// The network and the variable store that owns its parameters.
 #[derive(Debug)]
 pub struct ActorCritic {
     vs: nn::VarStore,
-    pi: Mlp,
-    vf: Mlp,
+    heads: Heads,
 }
 
 impl ActorCritic {
@@ -58,9 +91,26 @@ impl ActorCritic {
         let root = vs.root();
         let hidden = &config.hidden_sizes;
         let ortho = config.orthogonal_init;
-        let pi = Mlp::new(&(&root / "pi"), obs_dim, hidden, n_actions, config.activation, ortho.then_some(0.01));
-        let vf = Mlp::new(&(&root / "vf"), obs_dim, hidden, 1, config.activation, ortho.then_some(1.0));
-        Ok(ActorCritic { vs, pi, vf })
+        let pi = Mlp::new(
+            &(&root / "pi"),
+            obs_dim,
+            hidden,
+            n_actions,
+            config.activation,
+            ortho.then_some(0.01),
+        );
+        let vf = Mlp::new(
+            &(&root / "vf"),
+            obs_dim,
+            hidden,
+            1,
+            config.activation,
+            ortho.then_some(1.0),
+        );
+        Ok(ActorCritic {
+            vs,
+            heads: Heads { pi, vf },
+        })
     }
 
     /// The variable store (for optimisers and checkpoints).
@@ -70,11 +120,12 @@ impl ActorCritic {
 
     /// Scores `actions` `[N]` taken at `obs` `[N, D]`, with gradients.
     pub fn evaluate(&self, obs: &Tensor, actions: &Tensor) -> Evaluation {
-        let log_probs = self.pi.forward(obs).log_softmax(-1, Kind::Float);
-        let log_prob = log_probs.gather(1, &actions.unsqueeze(1), false).squeeze_dim(1);
-        let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float);
-        let value = self.vf.forward(obs).squeeze_dim(1);
-        Evaluation { log_prob, entropy, value }
+        self.heads.evaluate(obs, actions)
+    }
+
+    /// The networks, to run on another thread (see [`Heads::shallow_clone`]).
+    pub fn heads(&self) -> &Heads {
+        &self.heads
     }
 
     /// Every parameter as a proto tensor, by path.
@@ -127,20 +178,26 @@ impl ActorCritic {
 impl Policy for ActorCritic {
     fn act(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
         let _guard = tch::no_grad_guard();
-        let log_probs = self.pi.forward(obs).log_softmax(-1, Kind::Float);
+        let log_probs = self.heads.pi.forward(obs).log_softmax(-1, Kind::Float);
         let action = if deterministic {
             log_probs.argmax(-1, false)
         } else {
             log_probs.exp().multinomial(1, true).squeeze_dim(1)
         };
-        let log_prob = log_probs.gather(1, &action.unsqueeze(1), false).squeeze_dim(1);
-        let value = self.vf.forward(obs).squeeze_dim(1);
-        PolicyStep { action, log_prob, value }
+        let log_prob = log_probs
+            .gather(1, &action.unsqueeze(1), false)
+            .squeeze_dim(1);
+        let value = self.heads.vf.forward(obs).squeeze_dim(1);
+        PolicyStep {
+            action,
+            log_prob,
+            value,
+        }
     }
 
     fn value(&self, obs: &Tensor) -> Tensor {
         let _guard = tch::no_grad_guard();
-        self.vf.forward(obs).squeeze_dim(1)
+        self.heads.vf.forward(obs).squeeze_dim(1)
     }
 }
 
@@ -150,7 +207,11 @@ mod tests {
     use crate::config::ModelConfig;
 
     fn spaces() -> (Space, Space) {
-        let obs = Space::Box { shape: vec![4], low: vec![-1.0; 4], high: vec![1.0; 4] };
+        let obs = Space::Box {
+            shape: vec![4],
+            low: vec![-1.0; 4],
+            high: vec![1.0; 4],
+        };
         (obs, Space::Discrete { n: 2 })
     }
 
@@ -158,9 +219,11 @@ mod tests {
     fn export_import_round_trip_makes_identical_policies() {
         let (obs_space, act_space) = spaces();
         tch::manual_seed(1);
-        let a = ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
+        let a =
+            ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
         tch::manual_seed(2);
-        let mut b = ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
+        let mut b =
+            ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
         let obs = Tensor::randn([5, 4], (Kind::Float, Device::Cpu));
         assert!(!a.value(&obs).allclose(&b.value(&obs), 1e-6, 1e-6, false));
         b.import(&a.export().unwrap()).unwrap();
@@ -170,7 +233,8 @@ mod tests {
     #[test]
     fn evaluate_matches_act_log_prob_and_entropy_is_bounded() {
         let (obs_space, act_space) = spaces();
-        let m = ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
+        let m =
+            ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
         let obs = Tensor::randn([16, 4], (Kind::Float, Device::Cpu));
         let step = m.act(&obs, false);
         let eval = m.evaluate(&obs, &step.action);
@@ -183,7 +247,8 @@ mod tests {
     #[test]
     fn import_names_the_missing_parameter() {
         let (obs_space, act_space) = spaces();
-        let mut m = ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
+        let mut m =
+            ActorCritic::new(&ModelConfig::default(), &obs_space, &act_space, Device::Cpu).unwrap();
         let mut weights = m.export().unwrap();
         weights.tensors.remove("vf.out.bias");
         let err = m.import(&weights).unwrap_err().to_string();

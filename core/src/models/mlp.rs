@@ -39,8 +39,33 @@ impl Mlp {
             hidden.push(layer);
             width = size;
         }
-        let out = nn::linear(path / "out", width, out_dim, config(orthogonal.unwrap_or(1.0)));
-        Mlp { hidden, out, activation }
+        let out = nn::linear(
+            path / "out",
+            width,
+            out_dim,
+            config(orthogonal.unwrap_or(1.0)),
+        );
+        Mlp {
+            hidden,
+            out,
+            activation,
+        }
+    }
+}
+
+impl Mlp {
+    /// Another handle on the same parameters (no copy): updates to one are seen by the other,
+    /// and gradients accumulate in the same place. Lets a second thread run this network.
+    pub fn shallow_clone(&self) -> Mlp {
+        let clone = |l: &nn::Linear| nn::Linear {
+            ws: l.ws.shallow_clone(),
+            bs: l.bs.as_ref().map(|b| b.shallow_clone()),
+        };
+        Mlp {
+            hidden: self.hidden.iter().map(clone).collect(),
+            out: clone(&self.out),
+            activation: self.activation,
+        }
     }
 }
 

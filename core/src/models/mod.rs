@@ -5,7 +5,7 @@
 mod actor_critic;
 mod mlp;
 
-pub use actor_critic::{ActorCritic, Evaluation, PolicyStep};
+pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep};
 pub use mlp::Mlp;
 
 use crate::envs::Space;

@@ -41,7 +41,14 @@ impl Adam {
         }
         let exp_avg = flat.zeros_like();
         let exp_avg_sq = flat.zeros_like();
-        Adam { params, flat, exp_avg, exp_avg_sq, steps: 0, eps }
+        Adam {
+            params,
+            flat,
+            exp_avg,
+            exp_avg_sq,
+            steps: 0,
+            eps,
+        }
     }
 
     /// Clears the gradients of every parameter.
@@ -90,13 +97,24 @@ impl Adam {
     /// Restores a state written by [`Adam::state`] for the same network.
     pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
         let get = |name: &str| {
-            state.iter().find(|(n, _)| n == name).map(|(_, t)| t).ok_or(format!("missing `{name}`"))
+            state
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| t)
+                .ok_or(format!("missing `{name}`"))
         };
         let _guard = tch::no_grad_guard();
-        for (name, dst) in [("adam.exp_avg", &mut self.exp_avg), ("adam.exp_avg_sq", &mut self.exp_avg_sq)] {
+        for (name, dst) in [
+            ("adam.exp_avg", &mut self.exp_avg),
+            ("adam.exp_avg_sq", &mut self.exp_avg_sq),
+        ] {
             let src = get(name)?;
             if src.size() != dst.size() {
-                return Err(format!("`{name}` has shape {:?}, expected {:?}", src.size(), dst.size()));
+                return Err(format!(
+                    "`{name}` has shape {:?}, expected {:?}",
+                    src.size(),
+                    dst.size()
+                ));
             }
             dst.copy_(&src.to_kind(Kind::Float));
         }
@@ -114,7 +132,9 @@ mod tests {
     #[test]
     fn first_step_moves_each_weight_by_lr_against_the_gradient_sign() {
         let vs = nn::VarStore::new(Device::Cpu);
-        let w = vs.root().var_copy("w", &Tensor::from_slice(&[1.0f32, -2.0, 3.0]));
+        let w = vs
+            .root()
+            .var_copy("w", &Tensor::from_slice(&[1.0f32, -2.0, 3.0]));
         let mut adam = Adam::new(&vs, 1e-8);
         let loss = (&w * Tensor::from_slice(&[2.0f32, -0.5, 0.0])).sum(Kind::Float);
         loss.backward();
@@ -132,12 +152,17 @@ mod tests {
         let vs = nn::VarStore::new(Device::Cpu);
         let w = vs.root().var_copy("w", &Tensor::from_slice(&[0.0f32, 0.0]));
         let mut adam = Adam::new(&vs, 1e-8);
-        (&w * Tensor::from_slice(&[3.0f32, 4.0])).sum(Kind::Float).backward();
+        (&w * Tensor::from_slice(&[3.0f32, 4.0]))
+            .sum(Kind::Float)
+            .backward();
         let norm = adam.step(0.1, 1.0);
         assert!((norm - 5.0).abs() < 1e-5);
         let m = Vec::<f32>::try_from(&adam.exp_avg).unwrap();
         // m = (1 - beta1) * clipped grad = 0.1 * [0.6, 0.8]
-        assert!((m[0] - 0.06).abs() < 1e-5 && (m[1] - 0.08).abs() < 1e-5, "{m:?}");
+        assert!(
+            (m[0] - 0.06).abs() < 1e-5 && (m[1] - 0.08).abs() < 1e-5,
+            "{m:?}"
+        );
     }
 
     #[test]
@@ -148,10 +173,14 @@ mod tests {
         (&w * 3.0).sum(Kind::Float).backward();
         adam.step(0.01, 0.0);
         let vs2 = nn::VarStore::new(Device::Cpu);
-        vs2.root().var_copy("w", &Tensor::from_slice(&[1.0f32, 2.0]));
+        let _w2 = vs2
+            .root()
+            .var_copy("w", &Tensor::from_slice(&[1.0f32, 2.0]));
         let mut other = Adam::new(&vs2, 1e-8);
         other.load_state(&adam.state()).unwrap();
         assert_eq!(other.steps(), 1);
-        assert!(other.exp_avg_sq.allclose(&adam.exp_avg_sq, 1e-7, 1e-7, false));
+        assert!(other
+            .exp_avg_sq
+            .allclose(&adam.exp_avg_sq, 1e-7, 1e-7, false));
     }
 }

@@ -12,10 +12,16 @@ pub use tensorboard::EventWriter;
 pub fn init(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let json = std::env::var("FLEETRL_LOG_FORMAT").is_ok_and(|v| v == "json");
     // A second init in one process (tests) is harmless: the first subscriber stays.
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 /// Tells whoever started this process where it listens: one line on stdout,

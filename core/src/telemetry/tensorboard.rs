@@ -41,7 +41,10 @@ fn masked_crc(data: &[u8]) -> u32 {
 }
 
 fn now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 /// Appends scalar summaries to one event file.
@@ -56,8 +59,16 @@ impl EventWriter {
     pub fn create(dir: &Path) -> std::io::Result<EventWriter> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("events.out.tfevents.{}.fleetrl", now() as u64));
-        let mut writer = EventWriter { out: BufWriter::new(File::create(&path)?), path };
-        let header = Event { wall_time: now(), step: 0, file_version: Some("brain.Event:2".into()), summary: None };
+        let mut writer = EventWriter {
+            out: BufWriter::new(File::create(&path)?),
+            path,
+        };
+        let header = Event {
+            wall_time: now(),
+            step: 0,
+            file_version: Some("brain.Event:2".into()),
+            summary: None,
+        };
         writer.write_event(&header)?;
         Ok(writer)
     }
@@ -71,9 +82,17 @@ impl EventWriter {
     pub fn scalars(&mut self, step: i64, values: &[(&str, f64)]) -> std::io::Result<()> {
         let value = values
             .iter()
-            .map(|(tag, v)| SummaryValue { tag: tag.to_string(), simple_value: *v as f32 })
+            .map(|(tag, v)| SummaryValue {
+                tag: tag.to_string(),
+                simple_value: *v as f32,
+            })
             .collect();
-        let event = Event { wall_time: now(), step, file_version: None, summary: Some(Summary { value }) };
+        let event = Event {
+            wall_time: now(),
+            step,
+            file_version: None,
+            summary: Some(Summary { value }),
+        };
         self.write_event(&event)
     }
 
@@ -109,15 +128,24 @@ mod tests {
         while at < bytes.len() {
             let len_bytes = &bytes[at..at + 8];
             let len = u64::from_le_bytes(len_bytes.try_into().unwrap()) as usize;
-            assert_eq!(u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()), masked_crc(len_bytes));
+            assert_eq!(
+                u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()),
+                masked_crc(len_bytes)
+            );
             let data = &bytes[at + 12..at + 12 + len];
-            assert_eq!(u32::from_le_bytes(bytes[at + 12 + len..at + 16 + len].try_into().unwrap()), masked_crc(data));
+            assert_eq!(
+                u32::from_le_bytes(bytes[at + 12 + len..at + 16 + len].try_into().unwrap()),
+                masked_crc(data)
+            );
             events.push(<Event as prost::Message>::decode(data).unwrap());
             at += 16 + len;
         }
         assert_eq!(events[0].file_version.as_deref(), Some("brain.Event:2"));
         let value = &events[1].summary.as_ref().unwrap().value[0];
-        assert_eq!((events[1].step, value.tag.as_str(), value.simple_value), (42, "loss", 0.5));
+        assert_eq!(
+            (events[1].step, value.tag.as_str(), value.simple_value),
+            (42, "loss", 0.5)
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Side-by-side: fleetrl vs Stable-Baselines3 2.9.2, PPO on CartPole-v1 with RL-Zoo's
+# hyperparameters, three seeds each, in the same run on this machine.
+#   bash bench/cartpole_ppo.sh            # seeds 0 1 2
+#   SEEDS="0 1 2 3 4" bash bench/cartpole_ppo.sh
+# Installs stable-baselines3 into the project venv the first time.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/setup.sh >&2
+py=.venv/bin/python
+"$py" -c 'import stable_baselines3' 2>/dev/null || "$py" -m pip install --quiet "stable-baselines3==2.9.2"
+out=$(mktemp -d)
+echo "| system | seed | solved | env steps | wall s (to solve or end) | train env steps/s | final eval |"
+echo "|---|---|---|---|---|---|---|"
+for seed in ${SEEDS:-0 1 2}; do
+  target/release/fleetrl train --config cartpole-ppo --set seed="$seed" --out "$out/fleetrl-$seed" >/dev/null 2>"$out/fleetrl-$seed.log"
+  "$py" - "$out/fleetrl-$seed/summary.json" "$seed" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"| fleetrl | {sys.argv[2]} | {s['solved']} | {s['total_env_steps']} | {s['wall_seconds']:.1f} | {s['env_steps_per_second']:.0f} | {s['final_eval_return']:.1f} |")
+PY
+  "$py" -W ignore bench/sb3_cartpole_ppo.py "$seed" | "$py" -c '
+import json, sys
+s = json.loads(sys.stdin.read())
+print(f"| sb3 2.9.2 | {s[\"seed\"]} | {s[\"solved\"]} | {s[\"env_steps\"]} | {s[\"wall_seconds\"]:.1f} | {s[\"env_steps_per_second\"]:.0f} | {s[\"final_eval_return\"]:.1f} |")'
+done
+echo
+echo "raw outputs: $out"

@@ -1,0 +1,74 @@
+//! Microbenchmark of the learner's hot path: one PPO update of the `cartpole-ppo` preset
+//! (20 epochs over a 256-step batch) and one actor inference step, on synthetic data.
+//!
+//! `cargo run --release -p fleetrl-core --example update_timing -- [update_threads]`
+
+use std::time::Instant;
+
+use fleetrl_core::algos::{Algorithm, Ppo};
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::envs::make;
+use fleetrl_core::models::{ActorCritic, Policy};
+use fleetrl_core::rollout::RolloutBatch;
+use tch::Tensor;
+
+fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
+    let n = t * b;
+    RolloutBatch {
+        t,
+        b,
+        obs_dim: 4,
+        obs: (0..n * 4).map(|i| (i % 7) as f32 / 10.0).collect(),
+        action: (0..n).map(|i| (i % 2) as i64).collect(),
+        reward: vec![1.0; n],
+        terminated: (0..n).map(|i| i % 50 == 49).collect(),
+        truncated: vec![false; n],
+        log_prob: vec![-0.69; n],
+        value: vec![0.0; n],
+        final_value: vec![0.0; n],
+        bootstrap_value: vec![0.0; b],
+        policy_version: vec![0],
+    }
+}
+
+fn main() {
+    tch::set_num_threads(1);
+    let threads = std::env::args()
+        .nth(1)
+        .map_or(1, |s| s.parse().expect("update_threads is a number"));
+    let preset = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/cartpole-ppo.toml");
+    let config = RunConfig::load(preset, &[]).expect("preset loads");
+    let env = make("CartPole-v1").expect("CartPole-v1 is registered");
+    let model = ActorCritic::new(
+        &config.model,
+        &env.observation_space(),
+        &env.action_space(),
+        tch::Device::Cpu,
+    )
+    .expect("model builds");
+    let batch = synthetic_batch(32, 8);
+    let mut ppo = Ppo::new(&config.algo, model, 1000).with_threads(threads);
+    for _ in 0..5 {
+        ppo.update(&batch);
+    }
+    let updates = 50;
+    let start = Instant::now();
+    for _ in 0..updates {
+        ppo.update(&batch);
+    }
+    let per = start.elapsed().as_secs_f64() / updates as f64;
+    println!(
+        "update ({threads} thread(s)): {:.2} ms -> learner bound {:.0} env steps/s",
+        per * 1e3,
+        256.0 / per
+    );
+    let obs = Tensor::randn([4, 4], (tch::Kind::Float, tch::Device::Cpu));
+    let start = Instant::now();
+    for _ in 0..2000 {
+        let _ = ppo.model().act(&obs, false);
+    }
+    println!(
+        "act (4 envs): {:.1} us",
+        start.elapsed().as_secs_f64() / 2000.0 * 1e6
+    );
+}
