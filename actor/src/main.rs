@@ -2,6 +2,7 @@
 //! rollouts to a replay server, and follows the learner's weights. Stateless: kill it and start
 //! another anywhere; it needs only the learner's and the replay server's addresses.
 
+mod health;
 mod inserter;
 mod learner_link;
 mod runner;
@@ -31,6 +32,13 @@ struct Args {
     /// This actor's id: it picks the env seeds and names the actor in the learner's status.
     #[arg(long, env = "FLEETRL_ACTOR_ID", default_value_t = 0)]
     actor_id: u32,
+    /// Address to serve `grpc.health.v1.Health` on (port 0 picks a free one).
+    #[arg(
+        long,
+        env = "FLEETRL_ACTOR_HEALTH_LISTEN",
+        default_value = "0.0.0.0:50053"
+    )]
+    health_listen: String,
     /// Seconds to keep trying to reach the learner at startup.
     #[arg(long, default_value_t = 120)]
     connect_patience_s: u64,
@@ -42,6 +50,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     tch::set_num_threads(1);
     tch::set_num_interop_threads(1);
+    let health = health::serve(&args.health_listen)
+        .await
+        .with_context(|| format!("serving health on {}", args.health_listen))?;
     let patience = Duration::from_secs(args.connect_patience_s);
     let learner = net::connect(&args.learner, patience)
         .await
@@ -56,6 +67,14 @@ async fn main() -> anyhow::Result<()> {
 
     let (weights_tx, weights_rx) = watch::channel(None);
     tokio::spawn(learner_link::follow_weights(learner.clone(), weights_tx));
+    let mut first_weights = weights_rx.clone();
+    tokio::spawn(async move {
+        if first_weights.wait_for(Option::is_some).await.is_ok() {
+            health
+                .set_service_status("", tonic_health::ServingStatus::Serving)
+                .await;
+        }
+    });
     let progress = Arc::new(Mutex::new(runner::Progress::default()));
     let interval = Duration::from_secs_f64(config.actors.report_interval_s.max(0.05));
     tokio::spawn(learner_link::report_episodes(

@@ -10,12 +10,12 @@ use fleetrl_core::models::ActorCritic;
 
 /// Plays `episodes` deterministic episodes with the policy in checkpoint `path`.
 /// Blocks (tch and env work): call from a blocking thread.
-/// `seed` defaults to the run's evaluation seed.
+/// `seed` defaults to the run's evaluation seed; the seed used is returned with the result.
 pub(crate) fn evaluate_checkpoint(
     path: &Path,
     episodes: usize,
     seed: Option<u64>,
-) -> anyhow::Result<EvalResult> {
+) -> anyhow::Result<(EvalResult, u64)> {
     let ckpt = checkpoint::load(path)?;
     let seed = seed.unwrap_or_else(|| eval_seed(&ckpt.config));
     let env = envs::make(&ckpt.config.env.id)?;
@@ -28,12 +28,15 @@ pub(crate) fn evaluate_checkpoint(
     model
         .load_named(&ckpt.model)
         .with_context(|| format!("loading the policy from {}", path.display()))?;
-    Ok(evaluate(&model, &ckpt.config.env.id, episodes, seed, true)?)
+    Ok((
+        evaluate(&model, &ckpt.config.env.id, episodes, seed, true)?,
+        seed,
+    ))
 }
 
 /// The `eval` subcommand: prints the mean return and writes `<checkpoint>/eval.json`.
 pub(crate) fn run(path: &Path, episodes: usize, seed: Option<u64>) -> anyhow::Result<()> {
-    let result = evaluate_checkpoint(path, episodes, seed)?;
+    let (result, seed) = evaluate_checkpoint(path, episodes, seed)?;
     println!(
         "mean return {:.2} ± {:.2} over {} episodes",
         result.mean(),

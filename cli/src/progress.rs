@@ -41,10 +41,14 @@ impl Progress {
             self.sps = status.env_steps_trained.saturating_sub(steps_then) as f64 / dt;
             self.window = (Instant::now(), status.env_steps_trained);
         }
+        let recent = if status.recent_return.is_finite() {
+            format!("{:>6.1}", status.recent_return)
+        } else {
+            "     -".to_string()
+        };
         let message = format!(
-            "{:>7.0} steps/s  return {:>6.1}  version {}  actors {}",
+            "{:>7.0} steps/s  return {recent}  version {}  actors {}",
             self.sps,
-            status.recent_return,
             status.policy_version,
             status
                 .actors

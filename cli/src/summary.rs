@@ -48,7 +48,6 @@ impl Summary {
         evaluations: &[Evaluation],
         wall_seconds: f64,
         reason: &str,
-        _out: &Path,
     ) -> Summary {
         let steps = last.env_steps.max(status.env_steps_trained);
         Summary {

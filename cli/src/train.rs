@@ -80,6 +80,8 @@ impl Cluster {
             s(learner_addr),
             s("--replay"),
             s(replay_addr),
+            s("--health-listen"),
+            s("127.0.0.1:0"),
         ];
         let mut cluster = Cluster {
             replay,
@@ -268,7 +270,7 @@ async fn evaluate_now(
         .env_steps_trained;
     let path = PathBuf::from(&saved.path);
     let episodes = config.eval.episodes as usize;
-    let result =
+    let (result, _seed) =
         tokio::task::spawn_blocking(move || evaluate_checkpoint(&path, episodes, None)).await??;
     Ok(Evaluation {
         env_steps,
@@ -309,7 +311,6 @@ async fn finish(
         &evaluations,
         started.elapsed().as_secs_f64(),
         reason,
-        out,
     );
     summary.write(&out.join("summary.json"))?;
     Ok((summary, matches!(outcome, Outcome::Interrupted)))

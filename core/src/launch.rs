@@ -52,11 +52,14 @@ fn command(binary: &str, args: &[String], log: &Path) -> anyhow::Result<Command>
         .stderr(log_file)
         .kill_on_drop(true);
     #[cfg(target_os = "linux")]
-    // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the child when
-    // this process dies, so a killed launcher leaves no orphaned roles behind.
+    // SAFETY: prctl and setpgid are async-signal-safe. PDEATHSIG asks the kernel to SIGTERM
+    // the child when this process dies, so a killed launcher leaves no orphaned roles behind;
+    // the own process group keeps a terminal's Ctrl-C away from the children, so the parent
+    // alone decides the shutdown order (checkpoint first, then stop).
     unsafe {
         cmd.pre_exec(|| {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            libc::setpgid(0, 0);
             Ok(())
         });
     }

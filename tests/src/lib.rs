@@ -28,7 +28,14 @@ pub struct Sandbox {
     pub learner_addr: SocketAddr,
     replay: Role,
     learner: Role,
-    actors: Vec<(u32, Role)>,
+    actors: Vec<Actor>,
+}
+
+/// A running actor and the address of its health service.
+struct Actor {
+    id: u32,
+    role: Role,
+    health_addr: SocketAddr,
 }
 
 /// Builds a [`Sandbox`].
@@ -90,11 +97,22 @@ impl Sandbox {
         }
     }
 
-    /// Starts another actor with this id.
+    /// Starts another actor with this id and waits for its health service.
     pub async fn add_actor(&mut self, id: u32) -> anyhow::Result<()> {
-        let role = start_actor(&self.dir, id, self.learner_addr, self.replay_addr).await?;
-        self.actors.push((id, role));
+        let log = self.dir.join(format!("actor-{id}.log"));
+        let mut role = start_actor(&log, id, self.learner_addr, self.replay_addr).await?;
+        let health_addr = role.listening_addr(PATIENCE, &log).await?;
+        self.actors.push(Actor {
+            id,
+            role,
+            health_addr,
+        });
         Ok(())
+    }
+
+    /// Where each actor serves `grpc.health.v1.Health`, by id.
+    pub fn actor_health_addrs(&self) -> Vec<(u32, SocketAddr)> {
+        self.actors.iter().map(|a| (a.id, a.health_addr)).collect()
     }
 
     /// SIGKILLs the actor with this id, as a crash would.
@@ -102,10 +120,10 @@ impl Sandbox {
         let at = self
             .actors
             .iter()
-            .position(|(i, _)| *i == id)
+            .position(|a| a.id == id)
             .context("no such actor")?;
-        let (_, mut role) = self.actors.remove(at);
-        role.kill().await;
+        let mut actor = self.actors.remove(at);
+        actor.role.kill().await;
         Ok(())
     }
 
@@ -125,7 +143,7 @@ impl Sandbox {
 }
 
 async fn start_actor(
-    dir: &Path,
+    log: &Path,
     id: u32,
     learner: SocketAddr,
     replay: SocketAddr,
@@ -137,14 +155,10 @@ async fn start_actor(
         replay.to_string(),
         "--actor-id".to_string(),
         id.to_string(),
+        "--health-listen".to_string(),
+        "127.0.0.1:0".to_string(),
     ];
-    Role::start(
-        &format!("actor-{id}"),
-        "fleet-actor",
-        &args,
-        &dir.join(format!("actor-{id}.log")),
-    )
-    .await
+    Role::start(&format!("actor-{id}"), "fleet-actor", &args, log).await
 }
 
 impl SandboxBuilder {
