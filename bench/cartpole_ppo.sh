@@ -15,15 +15,8 @@ echo "| system | seed | solved | env steps | wall s (to solve or end) | train en
 echo "|---|---|---|---|---|---|---|"
 for seed in ${SEEDS:-0 1 2}; do
   target/release/fleetrl train --config cartpole-ppo --set seed="$seed" --out "$out/fleetrl-$seed" >/dev/null 2>"$out/fleetrl-$seed.log"
-  "$py" - "$out/fleetrl-$seed/summary.json" "$seed" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-print(f"| fleetrl | {sys.argv[2]} | {s['solved']} | {s['total_env_steps']} | {s['wall_seconds']:.1f} | {s['env_steps_per_second']:.0f} | {s['final_eval_return']:.1f} |")
-PY
-  "$py" -W ignore bench/sb3_cartpole_ppo.py "$seed" | "$py" -c '
-import json, sys
-s = json.loads(sys.stdin.read())
-print(f"| sb3 2.9.2 | {s[\"seed\"]} | {s[\"solved\"]} | {s[\"env_steps\"]} | {s[\"wall_seconds\"]:.1f} | {s[\"env_steps_per_second\"]:.0f} | {s[\"final_eval_return\"]:.1f} |")'
+  "$py" bench/table_row.py fleetrl "$out/fleetrl-$seed/summary.json" "$seed"
+  "$py" -W ignore bench/sb3_cartpole_ppo.py "$seed" | "$py" bench/table_row.py sb3
 done
 echo
 echo "raw outputs: $out"

@@ -2,10 +2,13 @@
 `fleetrl train --config cartpole-ppo` measures itself: evaluate the deterministic policy on 20
 episodes every 5,000 env steps, stop at mean >= 475 or 100k steps, report wall time and steps/s.
 
-Prints one JSON line. Used by bench/cartpole_ppo.sh; needs stable-baselines3==2.9.2.
+Prints one JSON line. Used by bench/cartpole_ppo.sh; needs stable-baselines3==2.9.2. Torch uses
+2 threads (this machine's cores, as in shared/reference/baselines-measured-here.md) unless
+SB3_TORCH_THREADS says otherwise.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -47,7 +50,7 @@ class EvalAndStop(BaseCallback):
 
 
 def main(seed):
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("SB3_TORCH_THREADS", "2")))
     env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
     eval_env = gym.make("CartPole-v1")
     eval_env.reset(seed=seed + 1_000_000)

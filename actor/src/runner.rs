@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use fleetrl_core::acting::Acting;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::{Episode, VecEnv};
-use fleetrl_core::models::{ActorCritic, Policy};
-use fleetrl_core::rollout::{RolloutBuilder, StepRecord};
+use fleetrl_core::models::ActorCritic;
+use fleetrl_core::rollout::RolloutBuilder;
 use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
-use tch::Tensor;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 
@@ -33,10 +33,6 @@ pub(crate) struct Runner {
     pub(crate) stop: Arc<AtomicBool>,
 }
 
-fn floats(t: &Tensor) -> anyhow::Result<Vec<f32>> {
-    Vec::<f32>::try_from(t).context("policy output is not an f32 vector")
-}
-
 impl Runner {
     /// Acts until `stop` is set or the inserter goes away.
     pub(crate) fn run(mut self) -> anyhow::Result<()> {
@@ -45,20 +41,21 @@ impl Runner {
             actors.rollout_length as usize,
             actors.envs_per_actor as usize,
         );
-        let mut envs = VecEnv::make(&self.config.env.id, m)?;
+        let envs = VecEnv::make(&self.config.env.id, m)?;
         let obs_dim = envs.obs_dim();
         let mut model = ActorCritic::new(
             &self.config.model,
-            &envs.observation_space(),
-            &envs.action_space(),
+            envs.observation_space(),
+            envs.action_space(),
             tch::Device::Cpu,
         )?;
         tch::manual_seed((self.config.seed + 7919 * self.actor_id as u64) as i64);
-        let mut obs = envs
-            .reset(self.config.seed + 1000 * self.actor_id as u64)
-            .to_vec();
+        let mut acting = Acting::new(envs, self.config.seed + 1000 * self.actor_id as u64);
         let mut builder = RolloutBuilder::new(t, m, obs_dim);
         let mut version = self.wait_for_weights(&mut model)?;
+        // Versions that acted in the last `max_policy_lag + 1` rollouts, oldest first.
+        let window = self.config.actors.max_policy_lag as usize + 1;
+        let mut recent = std::collections::VecDeque::with_capacity(window + 1);
         tracing::info!(actor_id = self.actor_id, version, envs = m, "acting");
         while !self.stop.load(Ordering::Relaxed) {
             let span = tracing::debug_span!(
@@ -66,36 +63,18 @@ impl Runner {
                 actor_id = self.actor_id,
                 policy_version = version
             );
-            let _entered = span.enter();
-            for _ in 0..t {
-                let input = Tensor::from_slice(&obs).view([m as i64, obs_dim as i64]);
-                let act = model.act(&input, false);
-                let action = Vec::<i64>::try_from(&act.action).context("actions are not i64")?;
-                let (log_prob, value) = (floats(&act.log_prob)?, floats(&act.value)?);
-                let step = envs.step_discrete(&action)?;
-                let final_value =
-                    truncation_values(&model, &step.final_obs, &step.truncated, obs_dim)?;
-                builder.push(StepRecord {
-                    obs: &obs,
-                    action: &action,
-                    log_prob: &log_prob,
-                    value: &value,
-                    reward: &step.reward,
-                    terminated: &step.terminated,
-                    truncated: &step.truncated,
-                    final_value: &final_value,
-                });
-                obs.copy_from_slice(&step.obs);
-            }
-            let bootstrap =
-                floats(&model.value(&Tensor::from_slice(&obs).view([m as i64, obs_dim as i64])))?;
+            let bootstrap = span.in_scope(|| acting.collect(&model, &mut builder))?;
             let item = builder.finish(&bootstrap, version);
-            self.report(envs.drain_episodes(), (t * m) as u64);
+            self.report(acting.envs_mut().drain_episodes(), (t * m) as u64);
             if self.rollouts.blocking_send(item).is_err() {
                 break;
             }
-            if self.config.actors.sync_weights {
-                self.wait_for_newer(version);
+            recent.push_back(version);
+            if recent.len() > window {
+                recent.pop_front();
+            }
+            if recent.len() == window {
+                self.wait_for_newer(recent[0]);
             }
             version = self.refresh_weights(&mut model, version)?;
         }
@@ -149,30 +128,4 @@ impl Runner {
         model.import(w.params.as_ref().context("weights without params")?)?;
         Ok(w.version)
     }
-}
-
-/// V(final observation) for envs whose episode was truncated on this step, 0 elsewhere.
-fn truncation_values(
-    model: &ActorCritic,
-    final_obs: &[Option<Vec<f32>>],
-    truncated: &[bool],
-    obs_dim: usize,
-) -> anyhow::Result<Vec<f32>> {
-    let mut values = vec![0.0f32; truncated.len()];
-    let rows: Vec<usize> = (0..truncated.len())
-        .filter(|&i| truncated[i] && final_obs[i].is_some())
-        .collect();
-    if rows.is_empty() {
-        return Ok(values);
-    }
-    let flat: Vec<f32> = rows
-        .iter()
-        .flat_map(|&i| final_obs[i].iter().flatten().copied())
-        .collect();
-    let v =
-        floats(&model.value(&Tensor::from_slice(&flat).view([rows.len() as i64, obs_dim as i64])))?;
-    for (row, value) in rows.into_iter().zip(v) {
-        values[row] = value;
-    }
-    Ok(values)
 }

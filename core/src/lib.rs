@@ -8,6 +8,7 @@
 //! - [`config`]: the run configuration every binary reads.
 //! - [`telemetry`], [`checkpoint`]: logs, TensorBoard event files, checkpoints.
 
+pub mod acting;
 pub mod algos;
 pub mod buffers;
 pub mod checkpoint;

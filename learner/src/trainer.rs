@@ -124,7 +124,7 @@ impl Trainer {
         self.record(version + 1, steps, recent, &metrics);
         let interval = self.config.learner.checkpoint_interval;
         let budget_done = steps >= self.config.stop.total_env_steps;
-        if (interval > 0 && self.algo.updates() % interval == 0) || budget_done {
+        if (interval > 0 && self.algo.updates().is_multiple_of(interval)) || budget_done {
             match self.checkpoint() {
                 Ok((path, _)) if budget_done => {
                     tracing::info!(env_steps = steps, checkpoint = %path.display(), "step budget reached; training stops")

@@ -209,9 +209,11 @@ pub struct ActorsConfig {
     pub max_in_flight: u32,
     /// Seconds between episode reports to the learner.
     pub report_interval_s: f64,
-    /// After each rollout, wait for weights newer than the ones that acted (synchronous,
-    /// on-policy PPO as in SB3); false acts on with whatever weights are newest (IMPALA-style).
-    pub sync_weights: bool,
+    /// Updates a rollout may lag the policy it trains: before each rollout an actor waits until
+    /// the learner has published a version newer than the one that acted `max_policy_lag + 1`
+    /// rollouts ago. 0 is synchronous, on-policy PPO (as SB3); 1 overlaps acting with the
+    /// update; a large value lets actors run free (IMPALA-style).
+    pub max_policy_lag: u32,
     /// Longest wait for new weights, in seconds; then act with the old ones (so a lost actor
     /// or a slow update cannot stall the fleet).
     pub sync_timeout_s: f64,
@@ -225,7 +227,7 @@ impl Default for ActorsConfig {
             rollout_length: 32,
             max_in_flight: 1,
             report_interval_s: 0.5,
-            sync_weights: true,
+            max_policy_lag: 0,
             sync_timeout_s: 1.0,
         }
     }
@@ -444,7 +446,7 @@ impl RunConfig {
         )?;
         let batch = self.batch_env_steps();
         check(
-            batch % self.algo.minibatches as u64 == 0,
+            batch.is_multiple_of(self.algo.minibatches as u64),
             "algo.minibatches",
             &format!("must divide the batch of {batch} env steps"),
         )

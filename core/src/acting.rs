@@ -1,0 +1,105 @@
+//! One rollout of acting: step a [`VecEnv`] with a policy for T steps and record what the
+//! learner needs. Shared by the actor binary and the single-process (serial) mode.
+
+use tch::Tensor;
+
+use crate::envs::{EnvError, VecEnv};
+use crate::models::Policy;
+use crate::rollout::{RolloutBuilder, StepRecord};
+
+/// Why a rollout could not be collected.
+#[derive(Debug, thiserror::Error)]
+pub enum ActingError {
+    /// An env rejected an action.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// A policy output could not be read back.
+    #[error("policy output: {0}")]
+    Tch(#[from] tch::TchError),
+}
+
+/// The envs being stepped and their current observations.
+pub struct Acting {
+    envs: VecEnv,
+    obs: Vec<f32>,
+}
+
+impl std::fmt::Debug for Acting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Acting({} envs)", self.envs.num_envs())
+    }
+}
+
+fn batch(flat: &[f32], rows: usize, obs_dim: usize) -> Tensor {
+    Tensor::from_slice(flat).view([rows as i64, obs_dim as i64])
+}
+
+impl Acting {
+    /// Takes over `envs`, resetting env i with seed `seed + i`.
+    pub fn new(mut envs: VecEnv, seed: u64) -> Acting {
+        let obs = envs.reset(seed).to_vec();
+        Acting { envs, obs }
+    }
+
+    /// The envs (for spaces and finished episodes).
+    pub fn envs_mut(&mut self) -> &mut VecEnv {
+        &mut self.envs
+    }
+
+    /// Steps every env `builder`'s T times with `policy` (sampling actions) and fills
+    /// `builder`; returns V of the observations after the last step (the bootstrap values).
+    pub fn collect(
+        &mut self,
+        policy: &dyn Policy,
+        builder: &mut RolloutBuilder,
+    ) -> Result<Vec<f32>, ActingError> {
+        let (m, obs_dim) = (self.envs.num_envs(), self.envs.obs_dim());
+        while !builder.is_full() {
+            let act = policy.act(&batch(&self.obs, m, obs_dim), false);
+            let action = Vec::<i64>::try_from(&act.action)?;
+            let log_prob = Vec::<f32>::try_from(&act.log_prob)?;
+            let value = Vec::<f32>::try_from(&act.value)?;
+            let step = self.envs.step_discrete(&action)?;
+            let final_value = truncation_values(policy, &step.final_obs, &step.truncated, obs_dim)?;
+            builder.push(StepRecord {
+                obs: &self.obs,
+                action: &action,
+                log_prob: &log_prob,
+                value: &value,
+                reward: &step.reward,
+                terminated: &step.terminated,
+                truncated: &step.truncated,
+                final_value: &final_value,
+            });
+            self.obs.copy_from_slice(&step.obs);
+        }
+        Ok(Vec::<f32>::try_from(
+            &policy.value(&batch(&self.obs, m, obs_dim)),
+        )?)
+    }
+}
+
+/// V(final observation) for envs whose episode was truncated on this step, 0 elsewhere.
+fn truncation_values(
+    policy: &dyn Policy,
+    final_obs: &[Option<Vec<f32>>],
+    truncated: &[bool],
+    obs_dim: usize,
+) -> Result<Vec<f32>, ActingError> {
+    let mut values = vec![0.0f32; truncated.len()];
+    let rows: Vec<usize> = (0..truncated.len())
+        .filter(|&i| truncated[i] && final_obs[i].is_some())
+        .collect();
+    if rows.is_empty() {
+        return Ok(values);
+    }
+    let flat: Vec<f32> = rows
+        .iter()
+        .flat_map(|&i| final_obs[i].iter().flatten().copied())
+        .collect();
+    let predicted = Vec::<f32>::try_from(&policy.value(&batch(&flat, rows.len(), obs_dim)))?;
+    for (row, value) in rows.into_iter().zip(predicted) {
+        values[row] = value;
+    }
+    Ok(values)
+}
