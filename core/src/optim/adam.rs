@@ -2,8 +2,10 @@
 //! gradient-norm clipping.
 //!
 //! At construction every parameter of the var store is re-pointed (`set_data`) into one
-//! contiguous buffer, so an update is a dozen tensor ops whatever the number of layers. That
-//! matters for the small networks RL uses, where per-op dispatch, not arithmetic, is the cost.
+//! contiguous buffer, and so is every gradient: autograd accumulates into an existing `.grad`
+//! in place, so backward passes write straight into one flat gradient buffer. Zeroing the
+//! gradients is then one op and an update a dozen, whatever the number of layers. That matters
+//! for the small networks RL uses, where per-op dispatch, not arithmetic, is the cost.
 
 use tch::{nn::VarStore, Kind, Tensor};
 
@@ -13,8 +15,8 @@ const BETA2: f64 = 0.999;
 /// Adam with its moments in flat tensors.
 #[derive(Debug)]
 pub struct Adam {
-    params: Vec<Tensor>,
     flat: Tensor,
+    flat_grad: Tensor,
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
     steps: u64,
@@ -32,18 +34,26 @@ impl Adam {
             let views: Vec<Tensor> = params.iter().map(|p| p.detach().reshape([-1])).collect();
             Tensor::cat(&views, 0)
         };
+        let flat_grad = flat.zeros_like();
+        // Give every parameter a defined gradient (a backward pass of 0 * sum), then point
+        // parameter and gradient at their slices of the flat buffers.
+        let touch: Vec<Tensor> = params.iter().map(|p| p.sum(Kind::Float)).collect();
+        (Tensor::stack(&touch, 0).sum(Kind::Float) * 0.0).backward();
         let mut offset = 0;
         for p in &params {
             let numel = p.numel() as i64;
-            let view = flat.narrow(0, offset, numel).view(p.size().as_slice());
-            p.shallow_clone().set_data(&view);
+            let shape = p.size();
+            p.shallow_clone()
+                .set_data(&flat.narrow(0, offset, numel).view(shape.as_slice()));
+            p.grad()
+                .set_data(&flat_grad.narrow(0, offset, numel).view(shape.as_slice()));
             offset += numel;
         }
         let exp_avg = flat.zeros_like();
         let exp_avg_sq = flat.zeros_like();
         Adam {
-            params,
             flat,
+            flat_grad,
             exp_avg,
             exp_avg_sq,
             steps: 0,
@@ -53,28 +63,25 @@ impl Adam {
 
     /// Clears the gradients of every parameter.
     pub fn zero_grad(&mut self) {
-        for p in &mut self.params {
-            p.zero_grad();
-        }
+        let _ = self.flat_grad.zero_();
     }
 
     /// Clips the global gradient norm to `max_grad_norm` (0 disables), then takes one Adam step
     /// with learning rate `lr`. Returns the gradient norm before clipping.
     pub fn step(&mut self, lr: f64, max_grad_norm: f64) -> f64 {
         let _guard = tch::no_grad_guard();
-        let grads: Vec<Tensor> = self.params.iter().map(|p| p.grad().reshape([-1])).collect();
-        let mut grad = Tensor::cat(&grads, 0);
-        let norm = grad.norm().double_value(&[]);
+        let norm = self.flat_grad.norm().double_value(&[]);
         if max_grad_norm > 0.0 && norm > max_grad_norm {
-            let _ = grad.g_mul_scalar_(max_grad_norm / (norm + 1e-6));
+            let _ = self.flat_grad.g_mul_scalar_(max_grad_norm / (norm + 1e-6));
         }
+        let grad = &self.flat_grad;
         self.steps += 1;
         let t = self.steps as i32;
         let bias1 = 1.0 - BETA1.powi(t);
         let bias2 = 1.0 - BETA2.powi(t);
-        let _ = self.exp_avg.lerp_(&grad, 1.0 - BETA1);
+        let _ = self.exp_avg.lerp_(grad, 1.0 - BETA1);
         let _ = self.exp_avg_sq.g_mul_scalar_(BETA2);
-        let _ = self.exp_avg_sq.addcmul_(&grad, &(&grad * (1.0 - BETA2)));
+        let _ = self.exp_avg_sq.addcmul_(grad, &(grad * (1.0 - BETA2)));
         let denom = (self.exp_avg_sq.sqrt() / bias2.sqrt()) + self.eps;
         let _ = self.flat.addcdiv_(&(&self.exp_avg * (-lr / bias1)), &denom);
         norm
@@ -145,6 +152,26 @@ mod tests {
         for (g, e) in got.iter().zip(want) {
             assert!((g - e).abs() < 1e-5, "{got:?} vs {want:?}");
         }
+    }
+
+    /// Backward passes land in the flat gradient buffer, accumulate there, and zero_grad clears it.
+    #[test]
+    fn gradients_accumulate_in_the_flat_buffer() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let a = vs.root().var_copy("a", &Tensor::from_slice(&[1.0f32, 2.0]));
+        let b = vs.root().var_copy("b", &Tensor::from_slice(&[3.0f32]));
+        let mut adam = Adam::new(&vs, 1e-8);
+        let flat = |adam: &Adam| Vec::<f32>::try_from(&adam.flat_grad).unwrap();
+        assert_eq!(flat(&adam), vec![0.0, 0.0, 0.0]);
+        // b broadcasts over a's two elements, so its gradient is 5 + 5.
+        (&a * 2.0 + &b * 5.0).sum(Kind::Float).backward();
+        assert_eq!(flat(&adam), vec![2.0, 2.0, 10.0]);
+        (&a * 1.0).sum(Kind::Float).backward();
+        assert_eq!(flat(&adam), vec![3.0, 3.0, 10.0]);
+        assert_eq!(Vec::<f32>::try_from(&a.grad()).unwrap(), vec![3.0, 3.0]);
+        adam.zero_grad();
+        assert_eq!(flat(&adam), vec![0.0, 0.0, 0.0]);
+        assert_eq!(Vec::<f32>::try_from(&b.grad()).unwrap(), vec![0.0]);
     }
 
     #[test]
