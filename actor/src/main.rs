@@ -7,7 +7,6 @@ mod inserter;
 mod learner_link;
 mod runner;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -91,14 +90,14 @@ async fn main() -> anyhow::Result<()> {
         max_in_flight: config.actors.max_in_flight as usize,
     };
     let mut inserting = tokio::spawn(inserter.run(rollouts_rx));
-    let stop = Arc::new(AtomicBool::new(false));
+    let (stop, stop_rx) = watch::channel(false);
     let runner = runner::Runner {
         actor_id: args.actor_id,
         config,
         weights: weights_rx,
         rollouts: rollouts_tx,
         progress,
-        stop: stop.clone(),
+        stop: stop_rx,
     };
     let mut acting = tokio::task::spawn_blocking(move || runner.run());
 
@@ -107,7 +106,7 @@ async fn main() -> anyhow::Result<()> {
         result = &mut acting => return result.context("acting thread panicked")?,
         result = &mut inserting => return result.context("inserter panicked")?,
     }
-    stop.store(true, Ordering::Relaxed);
+    let _ = stop.send(true);
     // The acting thread finishes its rollout; the inserter flushes what it holds.
     let _ = tokio::time::timeout(Duration::from_secs(10), acting).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), inserting).await;

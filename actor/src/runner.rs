@@ -1,7 +1,6 @@
 //! The acting loop, on its own OS thread: step M envs with the local policy, record rollouts,
 //! hand them to the inserter, and take new weights at rollout boundaries.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,7 +29,8 @@ pub(crate) struct Runner {
     pub(crate) weights: watch::Receiver<Option<Arc<Weights>>>,
     pub(crate) rollouts: mpsc::Sender<TensorMap>,
     pub(crate) progress: Arc<Mutex<Progress>>,
-    pub(crate) stop: Arc<AtomicBool>,
+    /// Turns true when the actor should finish its rollout and stop.
+    pub(crate) stop: watch::Receiver<bool>,
 }
 
 impl Runner {
@@ -57,7 +57,7 @@ impl Runner {
         let window = self.config.actors.max_policy_lag as usize + 1;
         let mut recent = std::collections::VecDeque::with_capacity(window + 1);
         tracing::info!(actor_id = self.actor_id, version, envs = m, "acting");
-        while !self.stop.load(Ordering::Relaxed) {
+        while !*self.stop.borrow() {
             let span = tracing::debug_span!(
                 "rollout",
                 actor_id = self.actor_id,
@@ -94,7 +94,7 @@ impl Runner {
                 model.import(w.params.as_ref().context("weights without params")?)?;
                 return Ok(w.version);
             }
-            if self.stop.load(Ordering::Relaxed) {
+            if *self.stop.borrow() {
                 anyhow::bail!("stopped before the first weights arrived");
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -104,11 +104,16 @@ impl Runner {
     /// Blocks until weights newer than `version` are published, or the sync timeout passes.
     fn wait_for_newer(&mut self, version: i64) {
         let timeout = Duration::from_secs_f64(self.config.actors.sync_timeout_s.max(0.0));
-        let newer = self
-            .weights
-            .wait_for(|w| w.as_ref().is_some_and(|w| w.version > version));
-        let waited = Handle::current().block_on(tokio::time::timeout(timeout, newer));
-        if waited.is_err() {
+        let mut stop = self.stop.clone();
+        let weights = &mut self.weights;
+        let waited = Handle::current().block_on(async move {
+            let newer = weights.wait_for(|w| w.as_ref().is_some_and(|w| w.version > version));
+            tokio::select! {
+                result = tokio::time::timeout(timeout, newer) => result.is_ok(),
+                _ = stop.wait_for(|stop| *stop) => true,
+            }
+        });
+        if !waited {
             tracing::debug!(
                 actor_id = self.actor_id,
                 version,

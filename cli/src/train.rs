@@ -140,9 +140,7 @@ impl Cluster {
     }
 
     async fn stop(mut self) {
-        for actor in &mut self.actors {
-            actor.stop(STOP_GRACE).await;
-        }
+        futures::future::join_all(self.actors.iter_mut().map(|a| a.stop(STOP_GRACE))).await;
         self.learner.stop(STOP_GRACE).await;
         self.replay.stop(STOP_GRACE).await;
     }

@@ -53,6 +53,12 @@ async fn main() -> anyhow::Result<()> {
     let config =
         RunConfig::load(&args.config, &args.overrides).context("loading the run config")?;
     tracing::info!(config = %config.to_toml(), "effective config");
+    tracing::info!(
+        cuda_available = tch::Cuda::is_available(),
+        cuda_devices = tch::Cuda::device_count(),
+        device = %config.learner.device,
+        "libtorch"
+    );
     tch::set_num_threads(config.learner.torch_threads as i32);
     tch::set_num_interop_threads(1);
     let checkpoint_dir = args.run_dir.join("checkpoints");

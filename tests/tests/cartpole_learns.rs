@@ -37,9 +37,10 @@ fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
     let final_return = summary["final_eval_return"]
         .as_f64()
         .expect("final_eval_return");
-    // A random policy scores about 22; 100k steps of PPO should reach the 475 target, and a
-    // policy that balances for hundreds of steps has unmistakably learned.
-    assert!(final_return >= 300.0, "CartPole not learned: {summary:#}");
+    // The preset stops once a 20-episode deterministic evaluation reaches 475; every seed we ran
+    // got there within 35k steps, so the 100k budget leaves a wide margin.
+    assert_eq!(summary["solved"], true, "CartPole not solved: {summary:#}");
+    assert!(final_return >= 475.0, "{summary:#}");
     assert_eq!(summary["eval_episodes"], 20);
     assert_eq!(summary["env"], "CartPole-v1");
     assert!(summary["total_env_steps"].as_u64().expect("steps") > 0);

@@ -1,0 +1,16 @@
+//! Keeps libtorch's CUDA library linked. tch only calls into libtorch_cpu, so the linker's
+//! `--as-needed` drops libtorch_cuda and CUDA silently looks unavailable at run time; linking
+//! it with `--no-as-needed` makes `learner.device = "cuda"` work where libtorch has CUDA.
+
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=LIBTORCH");
+    let Some(libtorch) = std::env::var_os("LIBTORCH") else {
+        return;
+    };
+    let lib = PathBuf::from(libtorch).join("lib");
+    if lib.join("libtorch_cuda.so").exists() {
+        println!("cargo:rustc-link-arg-bins=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
+    }
+}
