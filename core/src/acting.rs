@@ -103,3 +103,51 @@ fn truncation_values(
     }
     Ok(values)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelConfig;
+    use crate::envs::{CartPole, Env, TimeLimit};
+    use crate::models::ActorCritic;
+
+    /// With a 3-step time limit, a 4-step rollout truncates every env once, at step 2: those
+    /// steps carry V(final observation), every other step 0.
+    #[test]
+    fn truncated_steps_carry_the_value_of_the_final_observation() {
+        let envs: Vec<Box<dyn Env>> = (0..2)
+            .map(|_| Box::new(TimeLimit::new(CartPole::new(), 3)) as Box<dyn Env>)
+            .collect();
+        let envs = VecEnv::new(envs).unwrap();
+        let model = ActorCritic::new(
+            &ModelConfig::default(),
+            envs.observation_space(),
+            envs.action_space(),
+            tch::Device::Cpu,
+        )
+        .unwrap();
+        let mut builder = RolloutBuilder::new(4, 2, 4);
+        let mut acting = Acting::new(envs, 7);
+        let bootstrap = acting.collect(&model, &mut builder).unwrap();
+        assert_eq!(bootstrap.len(), 2);
+        let item = builder.finish(&bootstrap, 0);
+        let truncated = item.field("truncated").unwrap().to_vec::<bool>().unwrap();
+        let terminated = item.field("terminated").unwrap().to_vec::<bool>().unwrap();
+        let final_value = item.field("final_value").unwrap().to_vec::<f32>().unwrap();
+        assert!(
+            terminated.iter().all(|t| !t),
+            "CartPole does not fall in 3 steps from rest"
+        );
+        assert_eq!(
+            truncated,
+            vec![false, false, false, false, true, true, false, false]
+        );
+        for (i, (&trunc, &value)) in truncated.iter().zip(&final_value).enumerate() {
+            assert_eq!(
+                trunc,
+                value != 0.0,
+                "step {i}: truncated {trunc}, final value {value}"
+            );
+        }
+    }
+}
