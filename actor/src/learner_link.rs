@@ -40,7 +40,8 @@ pub(crate) async fn follow_weights(channel: Channel, latest: watch::Sender<Optio
     }
 }
 
-/// Sends the episodes finished since the last report every `interval`.
+/// Sends the episodes finished since the last report every `interval`, and keeps
+/// `progress.active_actors` up to date from the replies.
 pub(crate) async fn report_episodes(
     channel: Channel,
     actor_id: u32,
@@ -51,21 +52,31 @@ pub(crate) async fn report_episodes(
     let mut ticker = tokio::time::interval(interval);
     loop {
         ticker.tick().await;
-        let taken = std::mem::take(&mut *progress.lock().expect("progress lock poisoned"));
-        if taken.episodes.is_empty() && taken.env_steps == 0 {
+        let (episodes, env_steps) = {
+            let mut progress = progress.lock().expect("progress lock poisoned");
+            (
+                std::mem::take(&mut progress.episodes),
+                std::mem::take(&mut progress.env_steps),
+            )
+        };
+        if episodes.is_empty() && env_steps == 0 {
             continue;
         }
         let request = ReportEpisodesRequest {
             actor_id,
-            returns: taken.episodes.iter().map(|e| e.return_).collect(),
-            lengths: taken.episodes.iter().map(|e| e.length).collect(),
-            env_steps: taken.env_steps,
+            returns: episodes.iter().map(|e| e.return_).collect(),
+            lengths: episodes.iter().map(|e| e.length).collect(),
+            env_steps,
         };
-        if let Err(status) = client.report_episodes(request).await {
-            tracing::warn!(%status, "episode report failed; keeping it for the next one");
-            let mut progress = progress.lock().expect("progress lock poisoned");
-            progress.episodes.extend(taken.episodes);
-            progress.env_steps += taken.env_steps;
+        let reply = client.report_episodes(request).await;
+        let mut progress = progress.lock().expect("progress lock poisoned");
+        match reply {
+            Ok(response) => progress.active_actors = response.into_inner().active_actors.max(1),
+            Err(status) => {
+                tracing::warn!(%status, "episode report failed; keeping it for the next one");
+                progress.episodes.extend(episodes);
+                progress.env_steps += env_steps;
+            }
         }
     }
 }

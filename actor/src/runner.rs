@@ -20,6 +20,8 @@ use tokio::sync::{mpsc, watch};
 pub(crate) struct Progress {
     pub(crate) episodes: Vec<Episode>,
     pub(crate) env_steps: u64,
+    /// Actors the learner last counted as active (at least 1).
+    pub(crate) active_actors: u32,
 }
 
 /// What the acting thread needs.
@@ -53,9 +55,9 @@ impl Runner {
         let mut acting = Acting::new(envs, self.config.seed + 1000 * self.actor_id as u64);
         let mut builder = RolloutBuilder::new(t, m, obs_dim);
         let mut version = self.wait_for_weights(&mut model)?;
-        // Versions that acted in the last `max_policy_lag + 1` rollouts, oldest first.
-        let window = self.config.actors.max_policy_lag as usize + 1;
-        let mut recent = std::collections::VecDeque::with_capacity(window + 1);
+        // Versions that acted in this actor's recent rollouts (its share of the last
+        // `max_policy_lag + 1` batches), oldest first.
+        let mut recent = std::collections::VecDeque::new();
         tracing::info!(actor_id = self.actor_id, version, envs = m, "acting");
         while !*self.stop.borrow() {
             let span = tracing::debug_span!(
@@ -70,7 +72,9 @@ impl Runner {
                 break;
             }
             recent.push_back(version);
-            if recent.len() > window {
+            let window =
+                self.rollouts_per_version() * (self.config.actors.max_policy_lag as usize + 1);
+            while recent.len() > window {
                 recent.pop_front();
             }
             if recent.len() == window {
@@ -85,6 +89,18 @@ impl Runner {
         let mut progress = self.progress.lock().expect("progress lock poisoned");
         progress.episodes.extend(episodes);
         progress.env_steps += env_steps;
+    }
+
+    /// This actor's share of a batch: the learner needs `batch_rollouts` rollouts per version
+    /// and the active actors split them, so a lone actor fills whole batches by itself.
+    fn rollouts_per_version(&self) -> usize {
+        let active = self
+            .progress
+            .lock()
+            .expect("progress lock poisoned")
+            .active_actors
+            .max(1);
+        self.config.learner.batch_rollouts.div_ceil(active) as usize
     }
 
     /// Blocks until the first weights arrive.

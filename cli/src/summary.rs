@@ -37,6 +37,8 @@ pub(crate) struct Summary {
     pub(crate) policy_version: i64,
     pub(crate) updates: u64,
     pub(crate) recent_training_return: Option<f64>,
+    /// Rollouts the learner dropped for lagging the policy more than actors.max_policy_lag.
+    pub(crate) rollouts_dropped: u64,
     pub(crate) evaluations: Vec<Evaluation>,
 }
 
@@ -73,6 +75,7 @@ impl Summary {
                 .recent_return
                 .is_finite()
                 .then_some(status.recent_return),
+            rollouts_dropped: status.rollouts_dropped,
             evaluations: evaluations.to_vec(),
         }
     }

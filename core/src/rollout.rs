@@ -290,6 +290,32 @@ impl RolloutBatch {
         })
     }
 
+    /// Reads several stacked batches (e.g. single rollouts sampled one at a time) as one.
+    pub fn from_parts(parts: &[TensorMap]) -> Result<RolloutBatch, TensorError> {
+        let first = parts.first().ok_or(TensorError::Empty)?;
+        let mut joined = TensorMap::default();
+        for name in first.tensors.keys() {
+            let fields: Vec<&Tensor> = parts
+                .iter()
+                .map(|p| p.field(name))
+                .collect::<Result<_, _>>()?;
+            joined
+                .tensors
+                .insert(name.clone(), Tensor::concat(&fields)?);
+        }
+        RolloutBatch::from_stacked(&joined)
+    }
+
+    /// The policy version that acted in a stacked single rollout (`[1]` or `[]`), if present.
+    pub fn version_of(part: &TensorMap) -> Option<i64> {
+        part.field(field::POLICY_VERSION)
+            .ok()?
+            .to_vec::<i64>()
+            .ok()?
+            .first()
+            .copied()
+    }
+
     /// The view return computations take.
     pub fn step_data(&self) -> StepData<'_> {
         StepData {
@@ -348,6 +374,27 @@ mod tests {
             }
         }
         assert_eq!(item.tensors.len(), sig.fields.len());
+    }
+
+    #[test]
+    fn parts_join_like_one_stacked_batch() {
+        let (a, b) = (rollout(3, 2, 100.0, 4), rollout(3, 2, 200.0, 5));
+        let one = |r: &TensorMap| {
+            TensorMap::from_pairs(
+                r.tensors
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Tensor::stack(&[v]).unwrap())),
+            )
+        };
+        let both = TensorMap::from_pairs(a.tensors.keys().map(|k| {
+            (
+                k.clone(),
+                Tensor::stack(&[&a.tensors[k], &b.tensors[k]]).unwrap(),
+            )
+        }));
+        let joined = RolloutBatch::from_parts(&[one(&a), one(&b)]).unwrap();
+        assert_eq!(joined, RolloutBatch::from_stacked(&both).unwrap());
+        assert_eq!(RolloutBatch::version_of(&one(&b)), Some(5));
     }
 
     #[test]

@@ -84,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
         events,
         last_log: Instant::now(),
         timing: trainer::Timing::default(),
+        pending: Vec::new(),
     };
     let trainer_thread = std::thread::Builder::new()
         .name("trainer".into())
@@ -92,7 +93,6 @@ async fn main() -> anyhow::Result<()> {
     let prefetch = tokio::spawn(prefetch::run(
         args.replay.clone(),
         config.replay.table.clone(),
-        config.learner.batch_rollouts,
         work_tx.clone(),
     ));
 

@@ -5,16 +5,16 @@ use std::time::Duration;
 use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::SampleRequest;
-use fleetrl_proto::TensorMap;
 use tokio::sync::mpsc;
 
 use crate::trainer::Work;
 
-/// Streams batches of `batch_size` items from `table` into `work` until it closes.
+/// Streams rollouts from `table` into `work`, one at a time (the trainer assembles batches so
+/// it can drop rollouts that lag too far behind), until `work` closes.
 /// The channel's capacity (1) is the prefetch depth: one batch waits while one trains.
-pub(crate) async fn run(addr: String, table: String, batch_size: u32, work: mpsc::Sender<Work>) {
+pub(crate) async fn run(addr: String, table: String, work: mpsc::Sender<Work>) {
     loop {
-        match stream_batches(&addr, &table, batch_size, &work).await {
+        match stream_rollouts(&addr, &table, &work).await {
             Ok(()) => return,
             Err(error) => {
                 tracing::warn!(%error, replay = %addr, "sample stream ended; reconnecting");
@@ -25,26 +25,19 @@ pub(crate) async fn run(addr: String, table: String, batch_size: u32, work: mpsc
 }
 
 /// Ok(()) when the trainer is gone; Err when the stream broke.
-async fn stream_batches(
-    addr: &str,
-    table: &str,
-    batch_size: u32,
-    work: &mpsc::Sender<Work>,
-) -> anyhow::Result<()> {
+async fn stream_rollouts(addr: &str, table: &str, work: &mpsc::Sender<Work>) -> anyhow::Result<()> {
     let channel = net::connect(addr, Duration::from_secs(60)).await?;
     let mut client = ReplayServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let request = SampleRequest {
         table: table.to_string(),
-        batch_size,
+        batch_size: 1,
         max_batches: 0,
     };
     let mut stream = client.sample(request).await?.into_inner();
-    tracing::info!(replay = %addr, table, batch_size, "sampling");
+    tracing::info!(replay = %addr, table, "sampling");
     while let Some(response) = stream.message().await? {
-        let batch = response.batch.unwrap_or(TensorMap {
-            tensors: Default::default(),
-        });
-        if work.send(Work::Batch(batch)).await.is_err() {
+        let rollout = response.batch.unwrap_or_default();
+        if work.send(Work::Rollout(rollout)).await.is_err() {
             return Ok(());
         }
     }

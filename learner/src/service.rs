@@ -64,11 +64,10 @@ impl LearnerService for Learner {
                 report.lengths.len()
             )));
         }
-        self.stats
-            .lock()
-            .expect("stats lock poisoned")
-            .record_report(&report);
-        Ok(Response::new(ReportEpisodesResponse {}))
+        let mut stats = self.stats.lock().expect("stats lock poisoned");
+        stats.record_report(&report);
+        let active_actors = stats.active_actors();
+        Ok(Response::new(ReportEpisodesResponse { active_actors }))
     }
 
     async fn get_status(

@@ -5,6 +5,9 @@ use std::time::Instant;
 
 use fleetrl_proto::v1::{ActorStatus, LearnerStatus, ReportEpisodesRequest};
 
+/// An actor counts as active while its last report is this recent.
+const ACTIVE_WINDOW: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Episodes kept for the recent-return mean.
 const RECENT_EPISODES: usize = 100;
 
@@ -23,6 +26,7 @@ pub(crate) struct Stats {
     pub(crate) updates: u64,
     pub(crate) env_steps_trained: u64,
     pub(crate) policy_lag: f64,
+    pub(crate) rollouts_dropped: u64,
     env_steps_reported: u64,
     episodes: u64,
     recent: VecDeque<f64>,
@@ -37,6 +41,7 @@ impl Stats {
             updates,
             env_steps_trained,
             policy_lag: 0.0,
+            rollouts_dropped: 0,
             env_steps_reported: 0,
             episodes: 0,
             recent: VecDeque::with_capacity(RECENT_EPISODES),
@@ -62,6 +67,14 @@ impl Stats {
         actor.episodes += n;
         actor.env_steps += report.env_steps;
         actor.last_report = Instant::now();
+    }
+
+    /// Actors that reported within [`ACTIVE_WINDOW`].
+    pub(crate) fn active_actors(&self) -> u32 {
+        self.actors
+            .values()
+            .filter(|a| a.last_report.elapsed() <= ACTIVE_WINDOW)
+            .count() as u32
     }
 
     /// Mean of the recent returns, NaN before the first episode.
@@ -98,6 +111,7 @@ impl Stats {
             seconds_since_start: self.seconds(),
             actors,
             policy_lag: self.policy_lag,
+            rollouts_dropped: self.rollouts_dropped,
         }
     }
 }

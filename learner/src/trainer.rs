@@ -23,8 +23,8 @@ pub(crate) type Saved = Result<(PathBuf, i64), String>;
 
 /// What the trainer thread is asked to do, in arrival order.
 pub(crate) enum Work {
-    /// Train on a stacked batch from the replay server.
-    Batch(TensorMap),
+    /// One rollout from the replay server (stacked, leading dimension 1).
+    Rollout(TensorMap),
     /// Write a checkpoint now and say where.
     Checkpoint(oneshot::Sender<Saved>),
 }
@@ -40,6 +40,8 @@ pub(crate) struct Trainer {
     pub(crate) last_log: Instant,
     /// Seconds spent waiting for batches and training on them since the last progress log.
     pub(crate) timing: Timing,
+    /// Rollouts waiting for enough company to make a batch.
+    pub(crate) pending: Vec<TensorMap>,
 }
 
 /// Where the trainer thread's time goes: waiting for data or updating.
@@ -69,7 +71,10 @@ impl Trainer {
             };
             self.timing.waiting += waited.elapsed().as_secs_f64();
             match item {
-                Work::Batch(batch) => {
+                Work::Rollout(rollout) => {
+                    let Some(batch) = self.admit(rollout) else {
+                        continue;
+                    };
                     let started = Instant::now();
                     self.train(&batch);
                     self.timing.updating += started.elapsed().as_secs_f64();
@@ -85,22 +90,41 @@ impl Trainer {
         }
     }
 
+    /// Keeps `rollout` unless it lags the current policy by more than `max_policy_lag`
+    /// versions; returns a batch once `batch_rollouts` fresh rollouts are waiting.
+    fn admit(&mut self, rollout: TensorMap) -> Option<RolloutBatch> {
+        let max_lag = self.config.actors.max_policy_lag as i64;
+        let mut stats = self.stats.lock().expect("stats lock poisoned");
+        let current = stats.policy_version;
+        let fresh =
+            |r: &TensorMap| RolloutBatch::version_of(r).is_some_and(|v| current - v <= max_lag);
+        let before = self.pending.len() + 1;
+        self.pending.push(rollout);
+        self.pending.retain(fresh);
+        stats.rollouts_dropped += (before - self.pending.len()) as u64;
+        drop(stats);
+        if self.pending.len() < self.config.learner.batch_rollouts as usize {
+            return None;
+        }
+        let parts = std::mem::take(&mut self.pending);
+        match RolloutBatch::from_parts(&parts) {
+            Ok(batch) => Some(batch),
+            Err(error) => {
+                tracing::error!(%error, "dropping rollouts that do not form a batch");
+                None
+            }
+        }
+    }
+
     fn budget_reached(&self) -> bool {
         let stats = self.stats.lock().expect("stats lock poisoned");
         stats.env_steps_trained >= self.config.stop.total_env_steps
     }
 
-    fn train(&mut self, stacked: &TensorMap) {
+    fn train(&mut self, batch: &RolloutBatch) {
         if self.budget_reached() {
             return;
         }
-        let batch = match RolloutBatch::from_stacked(stacked) {
-            Ok(batch) => batch,
-            Err(error) => {
-                tracing::error!(%error, "dropping a batch that is not a rollout batch");
-                return;
-            }
-        };
         let version = self
             .stats
             .lock()
@@ -108,7 +132,7 @@ impl Trainer {
             .policy_version;
         let span =
             tracing::info_span!("update", step = version + 1, batch_size = batch.env_steps());
-        let metrics = span.in_scope(|| self.algo.update(&batch));
+        let metrics = span.in_scope(|| self.algo.update(batch));
         let lag = version as f64 + 1.0
             - batch.policy_version.iter().sum::<i64>() as f64
                 / batch.policy_version.len().max(1) as f64;

@@ -163,35 +163,66 @@ impl Tensor {
     /// Stacks same-typed, same-shaped tensors along a new leading dimension.
     pub fn stack(parts: &[&Tensor]) -> Result<Tensor, TensorError> {
         let first = parts.first().ok_or(TensorError::Empty)?;
-        let dtype = first.validate()?;
-        let mut data = BytesMut::with_capacity(first.data.len() * parts.len());
-        for part in parts {
-            if part.dtype != first.dtype || part.shape != first.shape {
-                return Err(TensorError::Mismatch(format!(
-                    "{:?}{:?} vs {:?}{:?}",
-                    dtype,
-                    first.shape,
-                    part.checked_dtype(),
-                    part.shape
-                )));
-            }
-            part.validate()?;
-            data.extend_from_slice(&part.data);
-        }
         let mut shape = Vec::with_capacity(first.shape.len() + 1);
         shape.push(parts.len() as i64);
         shape.extend_from_slice(&first.shape);
-        Ok(Tensor {
-            dtype: first.dtype,
+        join(parts, |p| p.shape == first.shape, shape)
+    }
+
+    /// Concatenates same-typed tensors along their leading dimension; every other
+    /// dimension must agree.
+    pub fn concat(parts: &[&Tensor]) -> Result<Tensor, TensorError> {
+        let first = parts.first().ok_or(TensorError::Empty)?;
+        if first.shape.is_empty() {
+            return Err(TensorError::Mismatch("cannot concatenate scalars".into()));
+        }
+        let rows = parts
+            .iter()
+            .map(|p| p.shape.first().copied().unwrap_or(0))
+            .sum();
+        let mut shape = first.shape.clone();
+        shape[0] = rows;
+        join(
+            parts,
+            |p| !p.shape.is_empty() && p.shape[1..] == first.shape[1..],
             shape,
-            data: data.freeze(),
-        })
+        )
     }
 
     /// The raw little-endian bytes.
     pub fn bytes(&self) -> &Bytes {
         &self.data
     }
+}
+
+/// The bytes of `parts` one after another, as a tensor of `shape`; every part must have the
+/// first part's dtype and pass `fits`.
+fn join(
+    parts: &[&Tensor],
+    fits: impl Fn(&Tensor) -> bool,
+    shape: Vec<i64>,
+) -> Result<Tensor, TensorError> {
+    let first = parts.first().ok_or(TensorError::Empty)?;
+    let dtype = first.validate()?;
+    let mut data = BytesMut::with_capacity(parts.iter().map(|p| p.data.len()).sum());
+    for part in parts {
+        if part.dtype != first.dtype || !fits(part) {
+            return Err(TensorError::Mismatch(format!(
+                "{:?}{:?} vs {:?}{:?}",
+                dtype,
+                first.shape,
+                part.checked_dtype(),
+                part.shape
+            )));
+        }
+        part.validate()?;
+        data.extend_from_slice(&part.data);
+    }
+    Ok(Tensor {
+        dtype: first.dtype,
+        shape,
+        data: data.freeze(),
+    })
 }
 
 impl TensorMap {
@@ -310,6 +341,24 @@ mod tests {
         let c = Tensor::from_slice(&[1], &[5u8]);
         assert!(matches!(
             Tensor::stack(&[&a, &c]),
+            Err(TensorError::Mismatch(_))
+        ));
+    }
+
+    #[test]
+    fn concat_joins_leading_dims() {
+        let a = Tensor::from_slice(&[1, 2], &[1i64, 2]);
+        let b = Tensor::from_slice(&[2, 2], &[3i64, 4, 5, 6]);
+        let c = Tensor::concat(&[&a, &b]).unwrap();
+        assert_eq!(c.shape, vec![3, 2]);
+        assert_eq!(c.to_vec::<i64>().unwrap(), vec![1, 2, 3, 4, 5, 6]);
+        let wrong = Tensor::from_slice(&[1, 3], &[0i64, 0, 0]);
+        assert!(matches!(
+            Tensor::concat(&[&a, &wrong]),
+            Err(TensorError::Mismatch(_))
+        ));
+        assert!(matches!(
+            Tensor::concat(&[&Tensor::scalar(1i64)]),
             Err(TensorError::Mismatch(_))
         ));
     }

@@ -209,10 +209,11 @@ pub struct ActorsConfig {
     pub max_in_flight: u32,
     /// Seconds between episode reports to the learner.
     pub report_interval_s: f64,
-    /// Updates a rollout may lag the policy it trains: before each rollout an actor waits until
-    /// the learner has published a version newer than the one that acted `max_policy_lag + 1`
-    /// rollouts ago. 0 is synchronous, on-policy PPO (as SB3); 1 overlaps acting with the
-    /// update; a large value lets actors run free (IMPALA-style).
+    /// Updates a rollout may lag the policy it trains. Each active actor sends its share of a
+    /// batch (`learner.batch_rollouts` / active actors) per version, then waits until the
+    /// learner publishes a version newer than the one that acted `max_policy_lag + 1` shares
+    /// ago. 0 is synchronous, on-policy PPO (as SB3); 1 overlaps acting with the update; a
+    /// large value lets actors run free (IMPALA-style).
     pub max_policy_lag: u32,
     /// Longest wait for new weights, in seconds; then act with the old ones (so a lost actor
     /// or a slow update cannot stall the fleet).
