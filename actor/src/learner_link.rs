@@ -40,8 +40,7 @@ pub(crate) async fn follow_weights(channel: Channel, latest: watch::Sender<Optio
     }
 }
 
-/// Sends the episodes finished since the last report every `interval`, and keeps
-/// `progress.active_actors` up to date from the replies.
+/// Sends the episodes finished since the last report every `interval`.
 pub(crate) async fn report_episodes(
     channel: Channel,
     actor_id: u32,
@@ -68,15 +67,11 @@ pub(crate) async fn report_episodes(
             lengths: episodes.iter().map(|e| e.length).collect(),
             env_steps,
         };
-        let reply = client.report_episodes(request).await;
-        let mut progress = progress.lock().expect("progress lock poisoned");
-        match reply {
-            Ok(response) => progress.active_actors = response.into_inner().active_actors.max(1),
-            Err(status) => {
-                tracing::warn!(%status, "episode report failed; keeping it for the next one");
-                progress.episodes.extend(episodes);
-                progress.env_steps += env_steps;
-            }
+        if let Err(status) = client.report_episodes(request).await {
+            tracing::warn!(%status, "episode report failed; keeping it for the next one");
+            let mut progress = progress.lock().expect("progress lock poisoned");
+            progress.episodes.extend(episodes);
+            progress.env_steps += env_steps;
         }
     }
 }

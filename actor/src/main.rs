@@ -74,10 +74,7 @@ async fn main() -> anyhow::Result<()> {
                 .await;
         }
     });
-    let progress = Arc::new(Mutex::new(runner::Progress {
-        active_actors: config.actors.count.max(1),
-        ..Default::default()
-    }));
+    let progress = Arc::new(Mutex::new(runner::Progress::default()));
     let interval = Duration::from_secs_f64(config.actors.report_interval_s.max(0.05));
     tokio::spawn(learner_link::report_episodes(
         learner,

@@ -20,8 +20,6 @@ use tokio::sync::{mpsc, watch};
 pub(crate) struct Progress {
     pub(crate) episodes: Vec<Episode>,
     pub(crate) env_steps: u64,
-    /// Actors the learner last counted as active (at least 1).
-    pub(crate) active_actors: u32,
 }
 
 /// What the acting thread needs.
@@ -92,15 +90,14 @@ impl Runner {
     }
 
     /// This actor's share of a batch: the learner needs `batch_rollouts` rollouts per version
-    /// and the active actors split them, so a lone actor fills whole batches by itself.
+    /// and the connected actors split them, so a lone actor fills whole batches by itself.
     fn rollouts_per_version(&self) -> usize {
-        let active = self
-            .progress
-            .lock()
-            .expect("progress lock poisoned")
-            .active_actors
-            .max(1);
-        self.config.learner.batch_rollouts.div_ceil(active) as usize
+        let actors = self
+            .weights
+            .borrow()
+            .as_ref()
+            .map_or(1, |w| w.subscribers.max(1));
+        self.config.learner.batch_rollouts.div_ceil(actors) as usize
     }
 
     /// Blocks until the first weights arrive.

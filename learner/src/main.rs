@@ -102,6 +102,7 @@ async fn main() -> anyhow::Result<()> {
         stats,
         weights: weights_rx,
         work: work_tx.clone(),
+        subscribers: Default::default(),
     };
     let (health, health_service) = tonic_health::server::health_reporter();
     health

@@ -1,6 +1,7 @@
 //! `fleetrl.v1.LearnerService`: run spec, weight stream, episode reports, status, checkpoints.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fleetrl_proto::v1::learner_service_server::LearnerService;
@@ -23,6 +24,24 @@ pub(crate) struct Learner {
     pub(crate) stats: Arc<Mutex<Stats>>,
     pub(crate) weights: watch::Receiver<Arc<Weights>>,
     pub(crate) work: mpsc::Sender<Work>,
+    /// Open weight subscriptions: the actors connected right now.
+    pub(crate) subscribers: Arc<AtomicU32>,
+}
+
+/// Counts one open weight subscription for as long as it lives.
+struct Subscription(Arc<AtomicU32>);
+
+impl Subscription {
+    fn open(count: &Arc<AtomicU32>) -> Subscription {
+        count.fetch_add(1, Ordering::Relaxed);
+        Subscription(count.clone())
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 type WeightStream = Pin<Box<dyn Stream<Item = Result<Weights, Status>> + Send>>;
@@ -46,9 +65,18 @@ impl LearnerService for Learner {
         let after = request.into_inner().after_version;
         // WatchStream yields the current value first, then only the newest on each change,
         // so a slow subscriber skips versions instead of queueing them.
+        // The subscription guard lives in the stream, so a client going away (a killed actor's
+        // connection closing) stops counting at once.
+        let subscription = Subscription::open(&self.subscribers);
         let stream = WatchStream::new(self.weights.clone())
             .filter(move |w| std::future::ready(w.version > after))
-            .map(|w| Ok(Weights::clone(&w)));
+            .map(move |w| {
+                let subscribers = subscription.0.load(Ordering::Relaxed).max(1);
+                Ok(Weights {
+                    subscribers,
+                    ..Weights::clone(&w)
+                })
+            });
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -64,10 +92,11 @@ impl LearnerService for Learner {
                 report.lengths.len()
             )));
         }
-        let mut stats = self.stats.lock().expect("stats lock poisoned");
-        stats.record_report(&report);
-        let active_actors = stats.active_actors();
-        Ok(Response::new(ReportEpisodesResponse { active_actors }))
+        self.stats
+            .lock()
+            .expect("stats lock poisoned")
+            .record_report(&report);
+        Ok(Response::new(ReportEpisodesResponse {}))
     }
 
     async fn get_status(

@@ -5,9 +5,6 @@ use std::time::Instant;
 
 use fleetrl_proto::v1::{ActorStatus, LearnerStatus, ReportEpisodesRequest};
 
-/// An actor counts as active while its last report is this recent.
-const ACTIVE_WINDOW: std::time::Duration = std::time::Duration::from_secs(3);
-
 /// Episodes kept for the recent-return mean.
 const RECENT_EPISODES: usize = 100;
 
@@ -67,14 +64,6 @@ impl Stats {
         actor.episodes += n;
         actor.env_steps += report.env_steps;
         actor.last_report = Instant::now();
-    }
-
-    /// Actors that reported within [`ACTIVE_WINDOW`].
-    pub(crate) fn active_actors(&self) -> u32 {
-        self.actors
-            .values()
-            .filter(|a| a.last_report.elapsed() <= ACTIVE_WINDOW)
-            .count() as u32
     }
 
     /// Mean of the recent returns, NaN before the first episode.

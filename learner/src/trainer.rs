@@ -55,9 +55,11 @@ pub(crate) struct Timing {
 /// Builds the weights message for the model's current parameters.
 pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weights, String> {
     let params = algo.model().export().map_err(|e| e.to_string())?;
+    // `subscribers` is filled in per subscriber stream by the service.
     Ok(Weights {
         version,
         params: Some(params),
+        subscribers: 0,
     })
 }
 
@@ -100,7 +102,17 @@ impl Trainer {
             |r: &TensorMap| RolloutBatch::version_of(r).is_some_and(|v| current - v <= max_lag);
         let before = self.pending.len() + 1;
         self.pending.push(rollout);
-        self.pending.retain(fresh);
+        self.pending.retain(|r| {
+            let keep = fresh(r);
+            if !keep {
+                tracing::debug!(
+                    current,
+                    version = RolloutBatch::version_of(r),
+                    "dropping a stale rollout"
+                );
+            }
+            keep
+        });
         stats.rollouts_dropped += (before - self.pending.len()) as u64;
         drop(stats);
         if self.pending.len() < self.config.learner.batch_rollouts as usize {
