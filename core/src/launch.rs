@@ -121,11 +121,6 @@ impl Role {
         self.child.try_wait().ok().flatten()
     }
 
-    /// The OS process id, while running.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.id()
-    }
-
     /// SIGKILL now, as a crash would (for failure tests).
     pub async fn kill(&mut self) {
         let _ = self.child.kill().await;
