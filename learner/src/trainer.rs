@@ -98,18 +98,13 @@ impl Trainer {
         let max_lag = self.config.actors.max_policy_lag as i64;
         let mut stats = self.stats.lock().expect("stats lock poisoned");
         let current = stats.policy_version;
-        let fresh =
-            |r: &TensorMap| RolloutBatch::version_of(r).is_some_and(|v| current - v <= max_lag);
         let before = self.pending.len() + 1;
         self.pending.push(rollout);
         self.pending.retain(|r| {
-            let keep = fresh(r);
+            let version = RolloutBatch::version_of(r);
+            let keep = version.is_some_and(|v| current - v <= max_lag);
             if !keep {
-                tracing::debug!(
-                    current,
-                    version = RolloutBatch::version_of(r),
-                    "dropping a stale rollout"
-                );
+                tracing::debug!(current, ?version, "dropping a stale rollout");
             }
             keep
         });
