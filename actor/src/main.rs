@@ -14,6 +14,7 @@ use anyhow::Context;
 use clap::Parser;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::net;
+use fleetrl_core::replay_client;
 use fleetrl_core::telemetry;
 use fleetrl_proto::v1::GetRunSpecRequest;
 use tokio::sync::{mpsc, watch};
@@ -25,7 +26,8 @@ struct Args {
     /// Learner to get the run spec and weights from.
     #[arg(long, env = "FLEETRL_LEARNER_ADDR", default_value = "127.0.0.1:50052")]
     learner: String,
-    /// Replay server to insert rollouts into.
+    /// Replay server(s) to insert rollouts into: `host:port`, or a comma-separated list of
+    /// shards that share the rollouts.
     #[arg(long, env = "FLEETRL_REPLAY_ADDR", default_value = "127.0.0.1:50051")]
     replay: String,
     /// This actor's id: it picks the env seeds and names the actor in the learner's status.
@@ -85,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
 
     let (rollouts_tx, rollouts_rx) = mpsc::channel(1);
     let inserter = inserter::Inserter {
-        addr: args.replay.clone(),
+        shards: replay_client::parse_shards(&args.replay)?,
         table: spec.table.clone(),
         max_in_flight: config.actors.max_in_flight as usize,
     };

@@ -19,5 +19,6 @@ pub mod launch;
 pub mod models;
 pub mod net;
 pub mod optim;
+pub mod replay_client;
 pub mod rollout;
 pub mod telemetry;

@@ -14,6 +14,7 @@ use anyhow::Context;
 use clap::Parser;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
+use fleetrl_core::replay_client;
 use fleetrl_core::telemetry::{self, EventWriter};
 use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
 use tokio::sync::{mpsc, oneshot};
@@ -29,7 +30,7 @@ struct Args {
     /// Address to serve the learner service on.
     #[arg(long, env = "FLEETRL_LEARNER_LISTEN", default_value = "0.0.0.0:50052")]
     listen: String,
-    /// Replay server to sample batches from.
+    /// Replay server(s) to sample from: `host:port`, or a comma-separated list of shards.
     #[arg(long, env = "FLEETRL_REPLAY_ADDR", default_value = "127.0.0.1:50051")]
     replay: String,
     /// Run config: a TOML path or a preset name from configs/.
@@ -90,8 +91,13 @@ async fn main() -> anyhow::Result<()> {
         .name("trainer".into())
         .spawn(move || trainer.run(work_rx))
         .context("starting the trainer thread")?;
+    let shards = replay_client::parse_shards(&args.replay)?;
+    let table = fleetrl_core::rollout::table_spec(&config).context("building the rollout table")?;
+    replay_client::ensure_table(&shards, &table, Duration::from_secs(120))
+        .await
+        .context("creating the rollout table on the replay server")?;
     let prefetch = tokio::spawn(prefetch::run(
-        args.replay.clone(),
+        shards,
         config.replay.table.clone(),
         work_tx.clone(),
     ));

@@ -1,45 +1,32 @@
-//! Pulls stacked batches from the replay server ahead of the trainer, reconnecting on errors.
+//! Pulls rollouts from the replay shards ahead of the trainer, through the shared replay client
+//! (which reconnects lost shards while the others keep serving).
 
-use std::time::Duration;
-
-use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
-use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
-use fleetrl_proto::v1::SampleRequest;
+use fleetrl_core::replay_client::{sample_stream, SampleOptions};
 use tokio::sync::mpsc;
 
 use crate::trainer::Work;
 
-/// Streams rollouts from `table` into `work`, one at a time (the trainer assembles batches so
-/// it can drop rollouts that lag too far behind), until `work` closes.
+/// Streams rollouts from `table` on every shard into `work`, one at a time (the trainer
+/// assembles batches so it can drop rollouts that lag too far behind), until `work` closes.
 /// The channel's capacity (1) is the prefetch depth: one batch waits while one trains.
-pub(crate) async fn run(addr: String, table: String, work: mpsc::Sender<Work>) {
-    loop {
-        match stream_rollouts(&addr, &table, &work).await {
-            Ok(()) => return,
+pub(crate) async fn run(shards: Vec<String>, table: String, work: mpsc::Sender<Work>) {
+    let (mut batches, tasks) = sample_stream(shards, SampleOptions::new(&table, 1));
+    tracing::info!(table, "sampling");
+    while let Some(batch) = batches.recv().await {
+        match batch {
+            Ok(batch) => {
+                let rollout = batch.response.batch.unwrap_or_default();
+                if work.send(Work::Rollout(rollout)).await.is_err() {
+                    break;
+                }
+            }
             Err(error) => {
-                tracing::warn!(%error, replay = %addr, "sample stream ended; reconnecting");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tracing::error!(error = format!("{error:#}"), "cannot sample rollouts");
+                break;
             }
         }
     }
-}
-
-/// Ok(()) when the trainer is gone; Err when the stream broke.
-async fn stream_rollouts(addr: &str, table: &str, work: &mpsc::Sender<Work>) -> anyhow::Result<()> {
-    let channel = net::connect(addr, Duration::from_secs(60)).await?;
-    let mut client = ReplayServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let request = SampleRequest {
-        table: table.to_string(),
-        batch_size: 1,
-        max_batches: 0,
-    };
-    let mut stream = client.sample(request).await?.into_inner();
-    tracing::info!(replay = %addr, table, "sampling");
-    while let Some(response) = stream.message().await? {
-        let rollout = response.batch.unwrap_or_default();
-        if work.send(Work::Rollout(rollout)).await.is_err() {
-            return Ok(());
-        }
+    for task in tasks {
+        task.abort();
     }
-    anyhow::bail!("replay server closed the sample stream")
 }

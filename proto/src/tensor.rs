@@ -11,6 +11,8 @@ pub enum TensorError {
     UnknownDType(i32),
     #[error("shape {shape:?} has a negative dimension")]
     NegativeDim { shape: Vec<i64> },
+    #[error("shape {shape:?} describes more elements than memory can hold")]
+    TooLarge { shape: Vec<i64> },
     #[error("shape {shape:?} of {dtype:?} needs {expected} bytes, data has {actual}")]
     DataLength {
         shape: Vec<i64>,
@@ -128,7 +130,11 @@ impl Tensor {
                     shape: self.shape.clone(),
                 });
             }
-            n *= d as usize;
+            n = n
+                .checked_mul(d as usize)
+                .ok_or_else(|| TensorError::TooLarge {
+                    shape: self.shape.clone(),
+                })?;
         }
         Ok(n)
     }
@@ -136,7 +142,12 @@ impl Tensor {
     /// Checks that dtype is known and `data` has exactly the bytes the shape needs.
     pub fn validate(&self) -> Result<Dtype, TensorError> {
         let dtype = self.checked_dtype()?;
-        let expected = self.numel()? * dtype.size();
+        let expected =
+            self.numel()?
+                .checked_mul(dtype.size())
+                .ok_or_else(|| TensorError::TooLarge {
+                    shape: self.shape.clone(),
+                })?;
         if expected != self.data.len() {
             return Err(TensorError::DataLength {
                 shape: self.shape.clone(),

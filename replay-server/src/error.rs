@@ -10,6 +10,7 @@ use tonic::{Code, Status};
 /// | `InvalidItem` | `INVALID_ARGUMENT` | the item does not match the signature; the message names the field |
 /// | `UnknownTable` | `NOT_FOUND` | no table has that name |
 /// | `InvalidRequest` | `INVALID_ARGUMENT` | a batch size or priority that can never be served |
+/// | `Conflict` | `ALREADY_EXISTS` | `EnsureTable` with another definition for an existing name |
 /// | `RateLimited` | `RESOURCE_EXHAUSTED` | backpressure: the client backs off and retries |
 /// | `Closed` | `UNAVAILABLE` | the server is shutting down: retry on another replica |
 fn code(err: &ReplayError) -> Code {
@@ -17,6 +18,7 @@ fn code(err: &ReplayError) -> Code {
         ReplayError::InvalidItem { .. } => Code::InvalidArgument,
         ReplayError::UnknownTable(_) => Code::NotFound,
         ReplayError::InvalidRequest(_) => Code::InvalidArgument,
+        ReplayError::Conflict(_) => Code::AlreadyExists,
         ReplayError::RateLimited => Code::ResourceExhausted,
         ReplayError::Closed => Code::Unavailable,
     }
@@ -49,6 +51,7 @@ mod tests {
                 ReplayError::InvalidRequest("batch".into()),
                 Code::InvalidArgument,
             ),
+            (ReplayError::Conflict("t".into()), Code::AlreadyExists),
             (ReplayError::RateLimited, Code::ResourceExhausted),
             (ReplayError::Closed, Code::Unavailable),
         ];

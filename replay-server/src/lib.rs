@@ -7,10 +7,13 @@
 //! `src/main.rs`.
 
 mod error;
+mod persistence;
 mod service;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -21,6 +24,7 @@ use tokio::sync::watch;
 use tonic::transport::Server;
 use tracing::{info, warn};
 
+use persistence::Checkpointer;
 use service::{Replay, Tables};
 
 /// Largest gRPC message the server decodes or encodes: a batch of image rollouts is large.
@@ -33,25 +37,77 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Serves `tables` on `listener` until `shutdown` resolves.
+/// How a server runs, apart from where it listens.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Tables declared at start (from the server's TOML file or the run config). Tables
+    /// restored from a checkpoint must match the declaration of the same name.
+    pub tables: Vec<TableSpec>,
+    /// Where checkpoints go and are restored from; `None` keeps everything in memory only.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Time between periodic checkpoints; `None` writes them only on request and at shutdown.
+    pub checkpoint_interval: Option<Duration>,
+    /// Largest item a table may declare, in bytes.
+    pub max_item_bytes: u64,
+}
+
+impl ServerOptions {
+    /// In-memory tables, no checkpoints.
+    pub fn in_memory(tables: Vec<TableSpec>) -> ServerOptions {
+        ServerOptions {
+            tables,
+            checkpoint_dir: None,
+            checkpoint_interval: None,
+            max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
+        }
+    }
+}
+
+/// Default limit on one item's size: as large as one gRPC message can carry.
+pub const DEFAULT_MAX_ITEM_BYTES: u64 = MAX_MESSAGE_BYTES as u64;
+
+/// Serves the tables `options` declares (after restoring the newest checkpoint, if any) on
+/// `listener` until `shutdown` resolves.
 ///
 /// On shutdown the health status turns NOT_SERVING, every table closes (waiting inserts and
-/// samples end with UNAVAILABLE), idle streams end, and open connections get
-/// [`SHUTDOWN_GRACE`] to finish before they are dropped. Fails if a table spec is invalid or
+/// samples end with UNAVAILABLE), a final checkpoint is written (so nothing acknowledged is
+/// lost), idle streams end, and open connections get [`SHUTDOWN_GRACE`] to finish before
+/// they are dropped. Fails if a table spec is invalid, a checkpoint cannot be restored, or
 /// the server cannot run.
 pub async fn serve(
     listener: TcpListener,
-    tables: Vec<TableSpec>,
+    options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let tables = Tables::build(&tables).context("invalid table specs")?;
+    let tables = Tables::new(options.max_item_bytes);
+    let checkpointer = options
+        .checkpoint_dir
+        .clone()
+        .map(|dir| Arc::new(Checkpointer::new(dir)));
+    if let Some(checkpointer) = &checkpointer {
+        checkpointer.restore(&tables).with_context(|| {
+            format!(
+                "restoring replay tables from {}",
+                checkpointer.dir().display()
+            )
+        })?;
+    }
+    for spec in &options.tables {
+        tables
+            .ensure(spec)
+            .with_context(|| format!("declaring table `{}`", spec.name))?;
+    }
     let addr = listener
         .local_addr()
         .context("listener has no local address")?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let replay = ReplayServiceServer::new(Replay::new(tables.clone(), stop_rx.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let replay = ReplayServiceServer::new(Replay::new(
+        tables.clone(),
+        stop_rx.clone(),
+        checkpointer.clone(),
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<ReplayServiceServer<Replay>>().await;
 
@@ -67,25 +123,39 @@ pub async fn serve(
         });
     let mut server = pin!(server);
     info!(%addr, tables = ?tables.names(), "replay server serving");
+    // Announced only now, with every table restored: whoever waits for this line may use them.
+    fleetrl_core::telemetry::announce_listening(addr);
 
+    let periodic = async {
+        match (&checkpointer, options.checkpoint_interval) {
+            (Some(checkpointer), Some(period)) => {
+                checkpointer.periodically(tables.clone(), period).await
+            }
+            _ => std::future::pending().await,
+        }
+    };
     tokio::select! {
         result = &mut server => return result.context("replay server failed"),
         () = shutdown => {}
+        () = periodic => {}
     }
     info!("replay server shutting down");
     health
         .set_not_serving::<ReplayServiceServer<Replay>>()
         .await;
-    stop_tx.send_replace(true);
     tables.close_all();
+    let saved = match &checkpointer {
+        Some(checkpointer) => checkpointer.write(&tables).await.map(Some),
+        None => Ok(None),
+    };
+    stop_tx.send_replace(true);
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(result) => result.context("replay server failed while draining"),
-        Err(_) => {
-            warn!(
-                grace_s = SHUTDOWN_GRACE.as_secs(),
-                "streams still open after the grace period; dropping them"
-            );
-            Ok(())
-        }
+        Ok(result) => result.context("replay server failed while draining")?,
+        Err(_) => warn!(
+            grace_s = SHUTDOWN_GRACE.as_secs(),
+            "streams still open after the grace period; dropping them"
+        ),
     }
+    saved.context("writing the final replay checkpoint")?;
+    Ok(())
 }

@@ -2,14 +2,21 @@
 //! them until SIGTERM or Ctrl-C.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use fleet_replay_server::ServerOptions;
+use fleetrl_core::buffers::TableSpec;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::telemetry;
+use serde::Deserialize;
 use tokio::net::TcpListener;
 
-/// Serves the replay tables of a fleetrl run over gRPC.
+/// Serves replay tables over gRPC: those of a fleetrl run (`--config`), those of a tables file
+/// (`--tables`), those restored from `--checkpoint-dir`, and any a learner creates with
+/// `EnsureTable`.
 #[derive(Debug, Parser)]
 #[command(name = "fleet-replay-server", version)]
 struct Args {
@@ -17,62 +24,111 @@ struct Args {
     #[arg(long, env = "FLEETRL_REPLAY_LISTEN", default_value = "0.0.0.0:50051")]
     listen: SocketAddr,
 
-    /// Run config: a TOML file or a preset name such as `cartpole-ppo`.
+    /// Run config (a TOML file or a preset name such as `cartpole-ppo`) whose rollout table
+    /// this server declares at start.
     #[arg(long, env = "FLEETRL_CONFIG")]
-    config: String,
+    config: Option<String>,
 
-    /// Config override `key=value` (e.g. `replay.max_size=16`); repeatable, applied in order.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
+    /// Run config override `key=value` (e.g. `replay.max_size=16`); repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "config")]
     set: Vec<String>,
+
+    /// A TOML file of `[[table]]` definitions to declare at start (see the crate README).
+    #[arg(long, env = "FLEETRL_REPLAY_TABLES")]
+    tables: Option<PathBuf>,
+
+    /// Directory for table checkpoints: restored at start, written on SIGTERM, periodically,
+    /// and on `Checkpoint` requests. Without it the tables live in memory only.
+    #[arg(long, env = "FLEETRL_REPLAY_CHECKPOINT_DIR")]
+    checkpoint_dir: Option<PathBuf>,
+
+    /// Seconds between periodic checkpoints (0 turns them off); needs `--checkpoint-dir`.
+    #[arg(
+        long,
+        env = "FLEETRL_REPLAY_CHECKPOINT_INTERVAL_S",
+        default_value_t = 60
+    )]
+    checkpoint_interval_s: u64,
+
+    /// Largest item, in bytes, a table may declare.
+    #[arg(long, env = "FLEETRL_REPLAY_MAX_ITEM_BYTES", default_value_t = fleet_replay_server::DEFAULT_MAX_ITEM_BYTES)]
+    max_item_bytes: u64,
+}
+
+/// The `--tables` file: a list of table definitions.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TablesFile {
+    #[serde(default)]
+    table: Vec<TableSpec>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init("info");
-    let config = RunConfig::load(&args.config, &args.set)
-        .with_context(|| format!("loading run config `{}`", args.config))?;
-    let table = fleetrl_core::rollout::table_spec(&config).context("building the rollout table")?;
-    tracing::info!(
-        table = %table.name,
-        max_size = table.max_size,
-        fields = table.signature.fields.len(),
-        "replay tables configured"
-    );
+    let shutdown = shutdown_signal()?;
+    let mut tables = Vec::new();
+    if let Some(config) = &args.config {
+        let run = RunConfig::load(config, &args.set)
+            .with_context(|| format!("loading run config `{config}`"))?;
+        tables.push(fleetrl_core::rollout::table_spec(&run).context("building the rollout table")?);
+    }
+    if let Some(path) = &args.tables {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading tables file {}", path.display()))?;
+        let file: TablesFile = toml::from_str(&text)
+            .with_context(|| format!("parsing tables file {}", path.display()))?;
+        tables.extend(file.table);
+    }
+    for table in &tables {
+        tracing::info!(
+            table = %table.name,
+            sampler = table.sampler.name(),
+            rate_limiter = table.rate_limiter.name(),
+            max_size = table.max_size,
+            fields = table.signature.fields.len(),
+            "table declared"
+        );
+    }
+    let options = ServerOptions {
+        tables,
+        checkpoint_interval: (args.checkpoint_dir.is_some() && args.checkpoint_interval_s > 0)
+            .then(|| Duration::from_secs(args.checkpoint_interval_s)),
+        checkpoint_dir: args.checkpoint_dir,
+        max_item_bytes: args.max_item_bytes,
+    };
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    telemetry::announce_listening(listener.local_addr().context("reading the bound address")?);
-    fleet_replay_server::serve(listener, vec![table], shutdown_signal()).await?;
+    fleet_replay_server::serve(listener, options, shutdown).await?;
     tracing::info!("replay server stopped");
     Ok(())
 }
 
-/// Resolves on SIGTERM (Kubernetes, the launcher) or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
+/// Resolves on SIGTERM (Kubernetes, the launcher) or Ctrl-C. The SIGTERM handler is installed
+/// now, not when the future is first polled, so a SIGTERM that arrives while tables are still
+/// being restored is not lost (nor fatal).
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                sigterm.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listening for SIGTERM")?;
+    Ok(async move {
+        let ctrl_c = async {
+            if let Err(error) = tokio::signal::ctrl_c().await {
+                tracing::warn!(%error, "cannot listen for Ctrl-C");
                 std::future::pending::<()>().await;
             }
+        };
+        #[cfg(unix)]
+        let terminate = async move {
+            sigterm.recv().await;
+        };
+        #[cfg(not(unix))]
+        let terminate = std::future::pending::<()>();
+        tokio::select! {
+            () = ctrl_c => {}
+            () = terminate => {}
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
-    }
+    })
 }

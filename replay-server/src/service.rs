@@ -8,56 +8,97 @@
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use fleetrl_core::buffers::{ReplayError, Table, TableSpec};
+use fleetrl_core::buffers::{difference, split_stacked, ReplayError, Table, TableSpec};
 use fleetrl_proto::v1::replay_service_server::ReplayService;
 use fleetrl_proto::v1::{
-    InfoRequest, InfoResponse, InsertRequest, InsertResponse, SampleRequest, SampleResponse,
+    CheckpointRequest, CheckpointResponse, DeleteRequest, DeleteResponse, EnsureTableRequest,
+    EnsureTableResponse, InfoRequest, InfoResponse, InsertRequest, InsertResponse, ResetRequest,
+    ResetResponse, SampleRequest, SampleResponse, UpdatePrioritiesRequest,
+    UpdatePrioritiesResponse,
 };
 use futures::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{debug, info_span, instrument, warn, Instrument, Span};
+use tracing::{debug, info, info_span, instrument, warn, Instrument, Span};
 
 use crate::error::{task_failed, to_status};
+use crate::persistence::Checkpointer;
 
 /// A boxed response stream, as tonic wants for streaming RPCs.
 type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
-/// The server's tables by name, shared by every RPC.
+/// The server's tables by name, shared by every RPC; tables can be added while it serves
+/// (`EnsureTable`). The lock guards only the map and is never held across an `.await`.
 #[derive(Debug, Clone)]
-pub(crate) struct Tables(Arc<BTreeMap<String, Arc<Table>>>);
+pub(crate) struct Tables {
+    map: Arc<RwLock<BTreeMap<String, Arc<Table>>>>,
+    max_item_bytes: u64,
+}
 
 impl Tables {
-    /// Builds one table per spec; names must be unique.
-    pub(crate) fn build(specs: &[TableSpec]) -> Result<Tables, ReplayError> {
-        let mut tables = BTreeMap::new();
-        for spec in specs {
-            let table = Arc::new(Table::from_spec(spec)?);
-            if tables.insert(spec.name.clone(), table).is_some() {
-                let message = format!("table `{}` is declared twice", spec.name);
-                return Err(ReplayError::InvalidRequest(message));
-            }
+    /// An empty registry whose tables' items may take at most `max_item_bytes`.
+    pub(crate) fn new(max_item_bytes: u64) -> Tables {
+        Tables {
+            map: Arc::default(),
+            max_item_bytes,
         }
-        Ok(Tables(Arc::new(tables)))
+    }
+
+    /// Creates the table `spec` declares, or checks that the existing one of that name has the
+    /// same definition. Returns whether it was created.
+    pub(crate) fn ensure(&self, spec: &TableSpec) -> Result<bool, ReplayError> {
+        spec.check(self.max_item_bytes)?;
+        let mut map = self.map.write().expect("table registry lock poisoned");
+        if let Some(existing) = map.get(&spec.name) {
+            return match difference(existing.spec(), spec) {
+                None => Ok(false),
+                Some(message) => Err(ReplayError::Conflict(message)),
+            };
+        }
+        map.insert(spec.name.clone(), Arc::new(Table::from_spec(spec)?));
+        Ok(true)
+    }
+
+    /// Adds a restored table, replacing nothing: a name already present is an error.
+    pub(crate) fn adopt(&self, table: Table) -> Result<(), ReplayError> {
+        let mut map = self.map.write().expect("table registry lock poisoned");
+        if map.contains_key(table.name()) {
+            return Err(ReplayError::InvalidRequest(format!(
+                "table `{}` is declared twice",
+                table.name()
+            )));
+        }
+        map.insert(table.name().to_string(), Arc::new(table));
+        Ok(())
     }
 
     /// The table called `name`.
-    pub(crate) fn get(&self, name: &str) -> Result<&Arc<Table>, ReplayError> {
-        self.0
+    pub(crate) fn get(&self, name: &str) -> Result<Arc<Table>, ReplayError> {
+        self.map
+            .read()
+            .expect("table registry lock poisoned")
             .get(name)
+            .cloned()
             .ok_or_else(|| ReplayError::UnknownTable(name.to_string()))
     }
 
+    /// Every table, in name order.
+    pub(crate) fn all(&self) -> Vec<Arc<Table>> {
+        let map = self.map.read().expect("table registry lock poisoned");
+        map.values().cloned().collect()
+    }
+
     /// Table names, in order.
-    pub(crate) fn names(&self) -> Vec<&str> {
-        self.0.keys().map(String::as_str).collect()
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.all().iter().map(|t| t.name().to_string()).collect()
     }
 
     /// Closes every table, waking all waiting inserts and samples with `Closed`.
     pub(crate) fn close_all(&self) {
-        for table in self.0.values() {
+        for table in self.all() {
             table.close();
         }
     }
@@ -69,12 +110,22 @@ pub(crate) struct Replay {
     tables: Tables,
     /// Becomes `true` when the server shuts down, ending idle insert streams.
     stop: watch::Receiver<bool>,
+    checkpointer: Option<Arc<Checkpointer>>,
 }
 
 impl Replay {
-    /// A service over `tables` that ends its streams once `stop` turns `true`.
-    pub(crate) fn new(tables: Tables, stop: watch::Receiver<bool>) -> Replay {
-        Replay { tables, stop }
+    /// A service over `tables` that ends its streams once `stop` turns `true`, and writes
+    /// checkpoints on request through `checkpointer` (if the server has a checkpoint directory).
+    pub(crate) fn new(
+        tables: Tables,
+        stop: watch::Receiver<bool>,
+        checkpointer: Option<Arc<Checkpointer>>,
+    ) -> Replay {
+        Replay {
+            tables,
+            stop,
+            checkpointer,
+        }
     }
 }
 
@@ -113,12 +164,95 @@ impl ReplayService for Replay {
         Ok(Response::new(Box::pin(stream.into_batches(span))))
     }
 
+    #[instrument(skip_all, name = "replay.update_priorities")]
+    async fn update_priorities(
+        &self,
+        request: Request<UpdatePrioritiesRequest>,
+    ) -> Result<Response<UpdatePrioritiesResponse>, Status> {
+        let request = request.into_inner();
+        let table = self.tables.get(&request.table).map_err(to_status)?;
+        if request.keys.len() != request.priorities.len() {
+            return Err(to_status(ReplayError::InvalidRequest(format!(
+                "{} keys but {} priorities",
+                request.keys.len(),
+                request.priorities.len()
+            ))));
+        }
+        let updates: Vec<(u64, f64)> = request.keys.into_iter().zip(request.priorities).collect();
+        let updated = table.update_priorities(&updates).map_err(to_status)?;
+        Ok(Response::new(UpdatePrioritiesResponse {
+            updated: updated as u64,
+        }))
+    }
+
+    #[instrument(skip_all, name = "replay.delete")]
+    async fn delete(
+        &self,
+        request: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        let request = request.into_inner();
+        let table = self.tables.get(&request.table).map_err(to_status)?;
+        let deleted = table.delete(&request.keys) as u64;
+        Ok(Response::new(DeleteResponse { deleted }))
+    }
+
+    #[instrument(skip_all, name = "replay.reset")]
+    async fn reset(
+        &self,
+        request: Request<ResetRequest>,
+    ) -> Result<Response<ResetResponse>, Status> {
+        let table = self
+            .tables
+            .get(&request.into_inner().table)
+            .map_err(to_status)?;
+        table.reset();
+        info!(table = table.name(), "table reset");
+        Ok(Response::new(ResetResponse {}))
+    }
+
+    #[instrument(skip_all, name = "replay.ensure_table")]
+    async fn ensure_table(
+        &self,
+        request: Request<EnsureTableRequest>,
+    ) -> Result<Response<EnsureTableResponse>, Status> {
+        let config = request
+            .into_inner()
+            .table
+            .ok_or_else(|| Status::invalid_argument("EnsureTable needs a table definition"))?;
+        let spec = TableSpec::try_from(&config).map_err(to_status)?;
+        let created = self.tables.ensure(&spec).map_err(|err| {
+            warn!(table = %spec.name, error = %err, "EnsureTable refused");
+            to_status(err)
+        })?;
+        if created {
+            info!(table = %spec.name, sampler = spec.sampler.name(), rate_limiter = spec.rate_limiter.name(), max_size = spec.max_size, "table created");
+        }
+        Ok(Response::new(EnsureTableResponse { created }))
+    }
+
+    #[instrument(skip_all, name = "replay.checkpoint")]
+    async fn checkpoint(
+        &self,
+        _request: Request<CheckpointRequest>,
+    ) -> Result<Response<CheckpointResponse>, Status> {
+        let checkpointer = self.checkpointer.clone().ok_or_else(|| {
+            Status::failed_precondition("this replay server has no --checkpoint-dir")
+        })?;
+        let path = checkpointer
+            .write(&self.tables)
+            .await
+            .map_err(|e| Status::internal(format!("checkpoint failed: {e:#}")))?;
+        Ok(Response::new(CheckpointResponse {
+            path: path.display().to_string(),
+        }))
+    }
+
     #[instrument(skip_all, name = "replay.info")]
     async fn info(&self, _request: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
         let tables = self
             .tables
-            .0
-            .values()
+            .all()
+            .iter()
             .map(|table| (&table.info()).into())
             .collect();
         Ok(Response::new(InfoResponse { tables }))
@@ -176,12 +310,24 @@ impl InsertStream {
 
     async fn store(&self, request: InsertRequest) -> Result<InsertResponse, Status> {
         let table = self.tables.get(&request.table).map_err(to_status)?;
-        let item = request.item.unwrap_or_default();
-        let key = table
-            .insert(item, request.priority)
+        let stacked = request.items.unwrap_or_default();
+        let items = split_stacked(&stacked, table.signature()).map_err(to_status)?;
+        let priorities = match request.priorities.len() {
+            0 => vec![1.0; items.len()],
+            1 => vec![request.priorities[0]; items.len()],
+            n if n == items.len() => request.priorities,
+            n => {
+                return Err(to_status(ReplayError::InvalidRequest(format!(
+                    "{n} priorities for {} items: give none, one, or one per item",
+                    items.len()
+                ))))
+            }
+        };
+        let keys = table
+            .insert_many(items.into_iter().zip(priorities).collect())
             .await
             .map_err(to_status)?;
-        Ok(InsertResponse { key })
+        Ok(InsertResponse { keys })
     }
 }
 
@@ -189,6 +335,7 @@ impl InsertStream {
 struct SampleStream {
     table: Arc<Table>,
     batch_size: usize,
+    timeout: Option<Duration>,
     /// Batches still to send; `None` streams until the client cancels.
     remaining: Option<u64>,
     sent: u64,
@@ -199,13 +346,16 @@ impl SampleStream {
     /// Checks the request up front, so a bad one fails the call rather than its first message.
     fn open(tables: &Tables, request: &SampleRequest) -> Result<SampleStream, Status> {
         let check = || -> Result<SampleStream, ReplayError> {
-            let table = tables.get(&request.table)?.clone();
+            let table = tables.get(&request.table)?;
             let batch_size = request.batch_size as usize;
             table.check_batch_size(batch_size)?;
             let remaining = (request.max_batches > 0).then_some(request.max_batches);
+            let timeout = (request.rate_limiter_timeout_ms > 0)
+                .then(|| Duration::from_millis(request.rate_limiter_timeout_ms));
             Ok(SampleStream {
                 table,
                 batch_size,
+                timeout,
                 remaining,
                 sent: 0,
                 done: false,
@@ -249,7 +399,11 @@ impl SampleStream {
     /// Takes the items, then stacks them on a blocking thread: stacking copies every tensor,
     /// which can take milliseconds for image rollouts.
     async fn build_batch(&self) -> Result<SampleResponse, Status> {
-        let taken = self.table.take(self.batch_size).await.map_err(to_status)?;
+        let taken = self
+            .table
+            .take(self.batch_size, self.timeout)
+            .await
+            .map_err(to_status)?;
         let table = self.table.clone();
         let stacked = tokio::task::spawn_blocking(move || taken.stack(table.signature()))
             .await

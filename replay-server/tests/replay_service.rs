@@ -4,7 +4,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fleet_replay_server::serve;
+use fleet_replay_server::{serve, ServerOptions};
 use fleetrl_core::buffers::{FieldSpec, Signature, TableSpec};
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{
@@ -52,11 +52,20 @@ fn item(value: i64) -> TensorMap {
     ])
 }
 
+/// One item as a stacked insert of one: every field gains a leading dimension of 1.
+fn stacked(item: TensorMap) -> TensorMap {
+    let mut out = TensorMap::default();
+    for (name, tensor) in item.tensors {
+        out.tensors.insert(name, Tensor::stack(&[&tensor]).unwrap());
+    }
+    out
+}
+
 fn request(value: i64) -> InsertRequest {
     InsertRequest {
         table: TABLE.into(),
-        item: Some(item(value)),
-        priority: 1.0,
+        items: Some(stacked(item(value))),
+        priorities: vec![],
     }
 }
 
@@ -72,7 +81,7 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let tables = vec![TableSpec::queue(TABLE, max_size, signature())];
-        let task = tokio::spawn(serve(listener, tables, async {
+        let task = tokio::spawn(serve(listener, ServerOptions::in_memory(tables), async {
             let _ = stopped.await;
         }));
         TestServer { addr, stop, task }
@@ -100,7 +109,7 @@ async fn insert_all(client: &mut ReplayServiceClient<Channel>, values: &[i64]) -
     let requests = futures::stream::iter(values.iter().map(|&v| request(v)).collect::<Vec<_>>());
     let acks = bounded(client.insert(requests)).await.unwrap().into_inner();
     let acks: Vec<InsertResponse> = bounded(acks.map(|a| a.unwrap()).collect()).await;
-    acks.iter().map(|a| a.key).collect()
+    acks.iter().flat_map(|a| a.keys.clone()).collect()
 }
 
 async fn sample(
@@ -112,6 +121,7 @@ async fn sample(
         table: TABLE.into(),
         batch_size,
         max_batches,
+        rate_limiter_timeout_ms: 0,
     };
     bounded(client.sample(request))
         .await
@@ -178,11 +188,15 @@ async fn a_bad_item_ends_only_its_stream_and_keeps_acked_items() {
         .unwrap()
         .into_inner();
     sender.send(request(1)).await.unwrap();
-    assert_eq!(bounded(acks.message()).await.unwrap().unwrap().key, 1);
+    assert_eq!(bounded(acks.message()).await.unwrap().unwrap().keys[0], 1);
 
     let mut bad = request(2);
-    let obs = Tensor::from_slice(&[4, 2], &[0.0f32; 8]);
-    bad.item.as_mut().unwrap().tensors.insert("obs".into(), obs);
+    let obs = Tensor::from_slice(&[1, 4, 2], &[0.0f32; 8]);
+    bad.items
+        .as_mut()
+        .unwrap()
+        .tensors
+        .insert("obs".into(), obs);
     sender.send(bad).await.unwrap();
     let status = bounded(acks.message()).await.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
@@ -208,6 +222,7 @@ async fn unknown_table_is_not_found() {
         table: "nope".into(),
         batch_size: 1,
         max_batches: 1,
+        rate_limiter_timeout_ms: 0,
     };
     let status = bounded(client.sample(request)).await.unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
@@ -215,8 +230,8 @@ async fn unknown_table_is_not_found() {
 
     let insert = InsertRequest {
         table: "nope".into(),
-        item: Some(item(0)),
-        priority: 1.0,
+        items: Some(stacked(item(0))),
+        priorities: vec![],
     };
     let mut acks = bounded(client.insert(futures::stream::iter([insert])))
         .await
@@ -262,7 +277,7 @@ async fn a_full_table_holds_the_ack_until_a_sample_makes_room() {
     let mut acks = bounded(client.insert(requests)).await.unwrap().into_inner();
     sender.send(request(1)).await.unwrap();
     sender.send(request(2)).await.unwrap();
-    assert_eq!(bounded(acks.message()).await.unwrap().unwrap().key, 1);
+    assert_eq!(bounded(acks.message()).await.unwrap().unwrap().keys[0], 1);
     let early = tokio::time::timeout(Duration::from_millis(300), acks.message()).await;
     assert!(
         early.is_err(),
@@ -271,7 +286,7 @@ async fn a_full_table_holds_the_ack_until_a_sample_makes_room() {
 
     let mut learner = server.client().await;
     assert_eq!(sample_one(&mut learner, 1).await.keys, vec![1]);
-    assert_eq!(bounded(acks.message()).await.unwrap().unwrap().key, 2);
+    assert_eq!(bounded(acks.message()).await.unwrap().unwrap().keys[0], 2);
     server.shutdown().await;
 }
 

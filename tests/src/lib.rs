@@ -226,3 +226,69 @@ impl SandboxBuilder {
         Ok(sandbox)
     }
 }
+
+/// A lone `fleet-replay-server` process serving the tables of a TOML file, for the replay
+/// scenarios (persistence, shards).
+pub struct ReplayProcess {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Its log file.
+    pub log: PathBuf,
+    /// The process.
+    pub role: Role,
+}
+
+impl ReplayProcess {
+    /// Starts a server in `dir` named `name`, declaring the tables of `tables_toml`, with
+    /// checkpoints under `checkpoint_dir` (periodic ones off) if given.
+    pub async fn start(
+        dir: &Path,
+        name: &str,
+        tables_toml: &str,
+        checkpoint_dir: Option<&Path>,
+    ) -> anyhow::Result<ReplayProcess> {
+        std::fs::create_dir_all(dir)?;
+        let tables = dir.join(format!("{name}-tables.toml"));
+        std::fs::write(&tables, tables_toml)?;
+        let log = dir.join(format!("{name}.log"));
+        let mut args = vec![
+            "--listen".to_string(),
+            "127.0.0.1:0".into(),
+            "--tables".into(),
+            tables.display().to_string(),
+        ];
+        if let Some(checkpoints) = checkpoint_dir {
+            args.extend([
+                "--checkpoint-dir".into(),
+                checkpoints.display().to_string(),
+                "--checkpoint-interval-s".into(),
+                "0".into(),
+            ]);
+        }
+        let mut role = Role::start(name, "fleet-replay-server", &args, &log).await?;
+        let addr = role.listening_addr(PATIENCE, &log).await?;
+        Ok(ReplayProcess { addr, log, role })
+    }
+
+    /// A client of this server.
+    pub async fn client(&self) -> anyhow::Result<ReplayServiceClient<Channel>> {
+        let channel = fleetrl_core::net::connect(&self.addr.to_string(), PATIENCE).await?;
+        Ok(ReplayServiceClient::new(channel)
+            .max_decoding_message_size(fleetrl_core::net::MAX_MESSAGE_BYTES))
+    }
+
+    /// The server's info on `table`.
+    pub async fn info(&self, table: &str) -> anyhow::Result<fleetrl_proto::v1::TableInfo> {
+        let tables = self
+            .client()
+            .await?
+            .info(fleetrl_proto::v1::InfoRequest {})
+            .await?
+            .into_inner()
+            .tables;
+        tables
+            .into_iter()
+            .find(|t| t.name == table)
+            .with_context(|| format!("no table `{table}` on {}", self.addr))
+    }
+}

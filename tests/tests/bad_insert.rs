@@ -17,9 +17,10 @@ fn rollout_with_bad_obs() -> TensorMap {
     let env = envs::make("CartPole-v1").expect("CartPole-v1 is registered");
     let sig = rollout::signature(&env.observation_space(), &env.action_space(), 32, 4);
     TensorMap::from_pairs(sig.fields.iter().map(|f| {
-        let mut shape = f.shape.clone();
+        // One item, stacked: a leading dimension of 1.
+        let mut shape = [&[1i64][..], &f.shape].concat();
         if f.name == field::OBS {
-            shape[2] += 1;
+            shape[3] += 1;
         }
         let n: i64 = shape.iter().product();
         let tensor = match f.dtype {
@@ -44,8 +45,8 @@ async fn bad_insert_is_rejected_and_training_goes_on() -> anyhow::Result<()> {
     let mut replay = sandbox.replay().await?;
     let request = InsertRequest {
         table: "rollouts".into(),
-        item: Some(rollout_with_bad_obs()),
-        priority: 0.0,
+        items: Some(rollout_with_bad_obs()),
+        priorities: vec![],
     };
     let outcome = async {
         let mut acks = replay

@@ -18,8 +18,11 @@ pub enum ReplayError {
     /// negative priority, an ill-formed table spec).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A table of this name exists with another definition; the message names the difference.
+    #[error("{0}")]
+    Conflict(String),
     /// Backpressure: the rate limiter did not allow the operation in time. Callers back off and
-    /// retry. Reserved for samplers and inserts with a deadline.
+    /// retry. Given to sample requests with a rate-limiter timeout.
     #[error("rate limited: the table could not serve the request in time")]
     RateLimited,
     /// The table was shut down; no operation on it will succeed again.

@@ -1,38 +1,25 @@
 //! A snapshot of a table's state, for `Info` RPCs, logs and tests.
 
-use super::Signature;
+use super::spec::LimiterBounds;
+use super::{Counters, TableSpec};
 
-/// What a table holds and has done so far.
+/// What a table is, holds and has done so far.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableInfo {
-    /// Table name.
-    pub name: String,
-    /// Sampler name, e.g. `"fifo"`.
-    pub sampler: &'static str,
-    /// Rate limiter name, e.g. `"queue"`.
-    pub rate_limiter: &'static str,
-    /// Capacity in items.
-    pub max_size: u64,
+    /// The table's definition.
+    pub spec: TableSpec,
     /// Items held now.
     pub current_size: u64,
-    /// Items ever stored.
-    pub num_inserted: u64,
-    /// Items ever handed out in batches.
-    pub num_sampled: u64,
-    /// What every item looks like.
-    pub signature: Signature,
-}
-
-impl From<&TableInfo> for fleetrl_proto::v1::TableInfo {
-    fn from(info: &TableInfo) -> Self {
-        fleetrl_proto::v1::TableInfo {
-            name: info.name.clone(),
-            sampler: info.sampler.to_string(),
-            max_size: info.max_size,
-            current_size: info.current_size,
-            num_inserted: info.num_inserted,
-            num_sampled: info.num_sampled,
-            signature: info.signature.fields.iter().map(Into::into).collect(),
-        }
-    }
+    /// Lifetime counters: inserted, sampled, deleted.
+    pub counters: Counters,
+    /// Bytes of item data held.
+    pub bytes: u64,
+    /// The rate limiter's `inserted * samples_per_insert - sampled`.
+    pub diff: f64,
+    /// The rate limiter's bounds.
+    pub bounds: LimiterBounds,
+    /// Inserts parked on the rate limiter now.
+    pub waiting_inserts: u64,
+    /// Samples parked on the rate limiter now.
+    pub waiting_samples: u64,
 }

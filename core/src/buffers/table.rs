@@ -1,46 +1,40 @@
-//! A replay table: a signature-checked store of items composed from an injected sampler,
-//! remover and rate limiter, with an async API for gRPC handlers.
+//! A replay table: a signature-checked store of items composed from a sampler, a remover and a
+//! rate limiter, with an async API for gRPC handlers.
 //!
 //! Concurrency: all state sits behind one `std::sync::Mutex`, held only for bookkeeping (never
-//! across an `.await`, never while stacking tensors). Waiters park on two `Notify`s: `room`
-//! (an insert may now be allowed) and `ready` (a sample may now be served). Each waiter
-//! registers with its `Notify` *before* checking the rate limiter, so no wake-up is lost.
+//! across an `.await`, never while validating or stacking tensors). Waiters park on two
+//! `Notify`s: `room` (an insert may now be allowed) and `ready` (a sample may now be served).
+//! Each waiter registers with its `Notify` *before* checking the rate limiter, so no wake-up is
+//! lost.
 //!
 //! Cancellation: `insert` and `sample` only await while parked, before anything changed, so
 //! dropping either future (tonic does when a client goes away) leaves the table untouched: a
 //! dropped insert stored nothing and acknowledged nothing, a dropped sample took nothing. Once
 //! `insert` stores the item it returns `Ok(key)` without another await, so an item is never
-//! stored without its key reaching the caller, nor lost once acknowledged.
+//! stored without its key reaching the caller. `insert_many` stores items as the limiter
+//! allows; dropped midway, the items it stored stay (unacknowledged, so a client resends them:
+//! at-least-once, as the wire protocol says).
 
 use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
-use fleetrl_proto::TensorMap;
+use fleetrl_proto::{Dtype, TensorMap};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 use tokio::sync::Notify;
 
+use super::selectors::{self, Selector};
 use super::{
-    Counters, FifoRemover, FifoSampler, QueueLimiter, RateLimiter, Remover, ReplayError,
-    SampledBatch, Sampler, SamplerKind, Signature, TableInfo, TableSpec, TakenItems,
+    Counters, RateLimiter, ReplayError, SampledBatch, Signature, TableInfo, TableSpec, TakenItems,
 };
-
-/// What a table is, apart from its sampler, remover and rate limiter.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TableOptions {
-    /// Table name, unique per server.
-    pub name: String,
-    /// Capacity in items: a full table evicts (remover) unless its limiter makes inserts wait.
-    pub max_size: u64,
-    /// What every item must look like.
-    pub signature: Signature,
-    /// An item is deleted after being sampled this many times; 0 keeps it until evicted.
-    pub max_times_sampled: u32,
-}
 
 /// A named store of items. Share it between tasks with an `Arc`.
 #[derive(Debug)]
 pub struct Table {
-    options: TableOptions,
+    spec: TableSpec,
+    limiter: RateLimiter,
     state: Mutex<State>,
     room: Notify,
     ready: Notify,
@@ -49,160 +43,349 @@ pub struct Table {
 #[derive(Debug)]
 struct State {
     items: HashMap<u64, Stored>,
-    sampler: Box<dyn Sampler>,
-    remover: Box<dyn Remover>,
-    limiter: Box<dyn RateLimiter>,
+    sampler: Box<dyn Selector>,
+    remover: Box<dyn Selector>,
     counters: Counters,
     next_key: u64,
+    rng: SmallRng,
     closed: bool,
+    waiting_inserts: u64,
+    waiting_samples: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Stored {
     item: TensorMap,
+    priority: f64,
     times_sampled: u32,
 }
 
-/// The outcome of one locked insert attempt.
-enum InsertAttempt {
-    Stored(u64),
-    Refused(TensorMap),
+/// One item as a checkpoint holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotItem {
+    /// The item's key.
+    pub key: u64,
+    /// Its priority.
+    pub priority: f64,
+    /// How often it was sampled so far.
+    pub times_sampled: u32,
+    /// Its tensors (sharing the table's bytes).
+    pub item: TensorMap,
+}
+
+/// A consistent copy of a table's contents: what a checkpoint writes and a restore reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSnapshot {
+    /// The table's definition.
+    pub spec: TableSpec,
+    /// The rate limiter's counters.
+    pub counters: Counters,
+    /// The key the next insert gets.
+    pub next_key: u64,
+    /// Every item, in key (= insertion) order.
+    pub items: Vec<SnapshotItem>,
 }
 
 impl Table {
-    /// A table composed from the given parts, all empty.
-    pub fn new(
-        options: TableOptions,
-        sampler: Box<dyn Sampler>,
-        remover: Box<dyn Remover>,
-        limiter: Box<dyn RateLimiter>,
-    ) -> Table {
+    /// An empty table as `spec` declares it; the spec is checked first.
+    pub fn from_spec(spec: &TableSpec) -> Result<Table, ReplayError> {
+        Table::seeded(spec, rand::random())
+    }
+
+    /// [`Table::from_spec`] with a fixed seed for the random samplers, for reproducible tests.
+    pub fn seeded(spec: &TableSpec, seed: u64) -> Result<Table, ReplayError> {
+        spec.check(u64::MAX)?;
         let state = State {
             items: HashMap::new(),
-            sampler,
-            remover,
-            limiter,
+            sampler: selectors::build(spec.sampler),
+            remover: selectors::build(spec.remover),
             counters: Counters::default(),
             next_key: 1,
+            rng: SmallRng::seed_from_u64(seed),
             closed: false,
+            waiting_inserts: 0,
+            waiting_samples: 0,
         };
-        Table {
-            options,
+        Ok(Table {
+            spec: spec.clone(),
+            limiter: RateLimiter::new(spec.rate_limiter),
             state: Mutex::new(state),
             room: Notify::new(),
             ready: Notify::new(),
-        }
+        })
     }
 
-    /// Builds the table a spec declares. [`SamplerKind::Fifo`] is an on-policy queue: FIFO
-    /// sampler and remover, a queue limiter, and each item deleted once sampled.
-    pub fn from_spec(spec: &TableSpec) -> Result<Table, ReplayError> {
-        if spec.max_size == 0 {
-            return Err(ReplayError::InvalidRequest(format!(
-                "table `{}`: max_size must be at least 1",
-                spec.name
-            )));
+    /// A table holding exactly what `snapshot` holds: items, keys, priorities, times sampled
+    /// and rate-limiter counters. Fails if the snapshot contradicts its own spec.
+    pub fn restore(snapshot: TableSnapshot) -> Result<Table, ReplayError> {
+        let table = Table::from_spec(&snapshot.spec)?;
+        {
+            let mut state = table.lock();
+            let mut last_key = 0;
+            for stored in snapshot.items {
+                let corrupt = |why: &str| {
+                    ReplayError::InvalidRequest(format!(
+                        "table `{}`: snapshot item {}: {why}",
+                        snapshot.spec.name, stored.key
+                    ))
+                };
+                if stored.key <= last_key || stored.key >= snapshot.next_key {
+                    return Err(corrupt("keys are not increasing below next_key"));
+                }
+                last_key = stored.key;
+                table.validate(&stored.item)?;
+                if !stored.priority.is_finite() || stored.priority < 0.0 {
+                    return Err(corrupt("priority is not finite and >= 0"));
+                }
+                state.sampler.insert(stored.key, stored.priority);
+                state.remover.insert(stored.key, stored.priority);
+                state.items.insert(
+                    stored.key,
+                    Stored {
+                        item: stored.item,
+                        priority: stored.priority,
+                        times_sampled: stored.times_sampled,
+                    },
+                );
+            }
+            if state.items.len() as u64 > snapshot.spec.max_size {
+                return Err(ReplayError::InvalidRequest(format!(
+                    "table `{}`: snapshot holds more items than max_size",
+                    snapshot.spec.name
+                )));
+            }
+            state.counters = snapshot.counters;
+            state.next_key = snapshot.next_key;
         }
-        spec.signature.check()?;
-        let options = TableOptions {
-            name: spec.name.clone(),
-            max_size: spec.max_size,
-            signature: spec.signature.clone(),
-            max_times_sampled: 1,
-        };
-        Ok(match spec.sampler {
-            SamplerKind::Fifo => Table::new(
-                options,
-                Box::new(FifoSampler::new()),
-                Box::new(FifoRemover::new()),
-                Box::new(QueueLimiter::new(spec.max_size)),
-            ),
-        })
+        Ok(table)
+    }
+
+    /// A consistent copy of the table, taken under its lock. Items share their bytes with the
+    /// table, so this is cheap even for large tables.
+    pub fn snapshot(&self) -> TableSnapshot {
+        let state = self.lock();
+        let mut items: Vec<SnapshotItem> = state
+            .items
+            .iter()
+            .map(|(&key, stored)| SnapshotItem {
+                key,
+                priority: stored.priority,
+                times_sampled: stored.times_sampled,
+                item: stored.item.clone(),
+            })
+            .collect();
+        drop(state);
+        items.sort_unstable_by_key(|item| item.key);
+        let state = self.lock();
+        // Counters are read after the items: a concurrent insert between the two reads only
+        // makes the counters run ahead, which the limiter treats as already-sampled slack.
+        let (counters, next_key) = (state.counters, state.next_key);
+        drop(state);
+        TableSnapshot {
+            spec: self.spec.clone(),
+            counters,
+            next_key,
+            items,
+        }
     }
 
     /// The table's name.
     pub fn name(&self) -> &str {
-        &self.options.name
+        &self.spec.name
+    }
+
+    /// The table's definition.
+    pub fn spec(&self) -> &TableSpec {
+        &self.spec
     }
 
     /// What every item must look like.
     pub fn signature(&self) -> &Signature {
-        &self.options.signature
+        &self.spec.signature
+    }
+
+    /// Checks an item against the signature and the table's NaN/Inf policy, without storing it.
+    pub fn validate(&self, item: &TensorMap) -> Result<(), ReplayError> {
+        self.spec.signature.validate(item)?;
+        if !self.spec.allow_non_finite {
+            for spec in &self.spec.signature.fields {
+                let tensor = &item.tensors[&spec.name];
+                let finite = match spec.dtype {
+                    Dtype::F32 => tensor
+                        .data
+                        .chunks_exact(4)
+                        .all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()),
+                    Dtype::F64 => tensor.data.chunks_exact(8).all(|b| {
+                        f64::from_le_bytes(b.try_into().expect("chunks of 8")).is_finite()
+                    }),
+                    _ => true,
+                };
+                if !finite {
+                    return Err(ReplayError::invalid_item(
+                        &spec.name,
+                        "holds NaN or infinity, which this table rejects (allow_non_finite = false)",
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Validates `item`, waits while the rate limiter refuses, stores it and returns its key
     /// (keys are 1, 2, 3, ... in store order). A bad item or priority fails at once without
-    /// waiting or changing the table. Cancel-safe (see the module docs). Errors:
-    /// [`ReplayError::InvalidItem`], [`ReplayError::InvalidRequest`] (priority not finite or
-    /// negative), [`ReplayError::Closed`].
+    /// waiting or changing the table. Cancel-safe (see the module docs).
     pub async fn insert(&self, item: TensorMap, priority: f64) -> Result<u64, ReplayError> {
-        self.options.signature.validate(&item)?;
-        if !priority.is_finite() || priority < 0.0 {
-            return Err(ReplayError::InvalidRequest(format!(
-                "priority must be finite and >= 0, got {priority}"
-            )));
+        let keys = self.insert_many(vec![(item, priority)]).await?;
+        Ok(keys[0])
+    }
+
+    /// Validates every item first (one bad item stores none), then stores them in order,
+    /// waiting for the rate limiter between them as needed. Returns their keys in order.
+    pub async fn insert_many(&self, items: Vec<(TensorMap, f64)>) -> Result<Vec<u64>, ReplayError> {
+        for (item, priority) in &items {
+            self.validate(item)?;
+            check_priority(*priority)?;
         }
-        let mut item = item;
+        let mut keys = Vec::with_capacity(items.len());
+        let mut pending = items.into_iter().peekable();
         loop {
             let mut room = pin!(self.room.notified());
             room.as_mut().enable();
-            match self.try_insert(item, priority)? {
-                InsertAttempt::Stored(key) => {
-                    self.ready.notify_waiters();
-                    return Ok(key);
+            let stored_any = {
+                let mut state = self.lock();
+                if state.closed {
+                    return Err(ReplayError::Closed);
                 }
-                InsertAttempt::Refused(back) => item = back,
+                let before = keys.len();
+                while pending.peek().is_some() {
+                    let size = state.items.len() as u64;
+                    if !self.limiter.can_insert(size, &state.counters) {
+                        break;
+                    }
+                    let (item, priority) = pending.next().expect("peeked");
+                    if size >= self.spec.max_size {
+                        state.evict_one();
+                    }
+                    keys.push(state.store(item, priority));
+                }
+                keys.len() > before
+            };
+            if stored_any {
+                self.ready.notify_waiters();
             }
+            if pending.peek().is_none() {
+                return Ok(keys);
+            }
+            let _waiting = Waiting::new(self, Side::Insert);
             room.await;
         }
     }
 
-    /// Waits until the rate limiter allows a batch of `batch_size`, takes the sampler's keys
-    /// (deleting items sampled `max_times_sampled` times) and stacks them. Cancel-safe (see the
-    /// module docs). Errors: [`ReplayError::InvalidRequest`] (see [`Table::check_batch_size`]),
-    /// [`ReplayError::Closed`].
+    /// Waits until the rate limiter allows a batch of `batch_size`, then takes the sampler's
+    /// keys (deleting items sampled `max_times_sampled` times) and stacks them. Cancel-safe.
     pub async fn sample(&self, batch_size: usize) -> Result<SampledBatch, ReplayError> {
-        self.take(batch_size).await?.stack(&self.options.signature)
+        self.take(batch_size, None)
+            .await?
+            .stack(&self.spec.signature)
     }
 
     /// [`Table::sample`] without the stacking, for callers that stack off the async runtime.
-    /// Cancel-safe until it returns; the items it returns are no longer in a queue table.
-    pub async fn take(&self, batch_size: usize) -> Result<TakenItems, ReplayError> {
+    /// With a `timeout`, a limiter that does not allow the batch in time gives
+    /// [`ReplayError::RateLimited`].
+    pub async fn take(
+        &self,
+        batch_size: usize,
+        timeout: Option<Duration>,
+    ) -> Result<TakenItems, ReplayError> {
         self.check_batch_size(batch_size)?;
-        loop {
-            let mut ready = pin!(self.ready.notified());
-            ready.as_mut().enable();
-            if let Some(taken) = self.try_take(batch_size)? {
-                self.room.notify_waiters();
-                return Ok(taken);
+        let wait = async {
+            loop {
+                let mut ready = pin!(self.ready.notified());
+                ready.as_mut().enable();
+                if let Some(taken) = self.try_take(batch_size)? {
+                    self.room.notify_waiters();
+                    return Ok(taken);
+                }
+                let _waiting = Waiting::new(self, Side::Sample);
+                ready.await;
             }
-            ready.await;
+        };
+        match timeout {
+            None => wait.await,
+            Some(limit) => tokio::time::timeout(limit, wait)
+                .await
+                .unwrap_or(Err(ReplayError::RateLimited)),
         }
     }
 
-    /// Rejects batch sizes that could never be served: 0, or more than `max_size`.
+    /// Rejects batch sizes that could never be served: 0, or more than the table and its rate
+    /// limiter can ever hand out at once ([`TableSpec::max_batch_size`]).
     pub fn check_batch_size(&self, batch_size: usize) -> Result<(), ReplayError> {
-        if batch_size == 0 || batch_size as u64 > self.options.max_size {
+        let most = self.spec.max_batch_size();
+        if batch_size == 0 || batch_size as u64 > most {
             return Err(ReplayError::InvalidRequest(format!(
-                "batch_size must be in 1..={} for table `{}`, got {batch_size}",
-                self.options.max_size, self.options.name
+                "batch_size must be in 1..={most} for table `{}`, got {batch_size}",
+                self.spec.name
             )));
         }
         Ok(())
     }
 
-    /// A snapshot of sizes and counters.
+    /// Sets the priorities of the given keys; keys no longer in the table are skipped. All
+    /// priorities are checked first (finite, >= 0). Returns how many keys were updated.
+    pub fn update_priorities(&self, updates: &[(u64, f64)]) -> Result<usize, ReplayError> {
+        for &(_, priority) in updates {
+            check_priority(priority)?;
+        }
+        let mut state = self.lock();
+        let mut updated = 0;
+        for &(key, priority) in updates {
+            let Some(stored) = state.items.get_mut(&key) else {
+                continue;
+            };
+            stored.priority = priority;
+            state.sampler.update(key, priority);
+            state.remover.update(key, priority);
+            updated += 1;
+        }
+        Ok(updated)
+    }
+
+    /// Deletes the given keys (unknown ones are skipped); returns how many were deleted.
+    pub fn delete(&self, keys: &[u64]) -> usize {
+        let deleted = {
+            let mut state = self.lock();
+            keys.iter().filter(|&&key| state.delete(key)).count()
+        };
+        self.room.notify_waiters();
+        deleted
+    }
+
+    /// Deletes every item and zeroes the rate limiter's counters (keys keep increasing).
+    pub fn reset(&self) {
+        {
+            let mut state = self.lock();
+            state.items.clear();
+            state.sampler.clear();
+            state.remover.clear();
+            state.counters = Counters::default();
+        }
+        self.room.notify_waiters();
+    }
+
+    /// A snapshot of sizes, counters and the rate limiter's state.
     pub fn info(&self) -> TableInfo {
         let state = self.lock();
+        let size = state.items.len() as u64;
         TableInfo {
-            name: self.options.name.clone(),
-            sampler: state.sampler.name(),
-            rate_limiter: state.limiter.name(),
-            max_size: self.options.max_size,
-            current_size: state.items.len() as u64,
-            num_inserted: state.counters.inserted,
-            num_sampled: state.counters.sampled,
-            signature: self.options.signature.clone(),
+            spec: self.spec.clone(),
+            current_size: size,
+            counters: state.counters,
+            bytes: size * self.spec.signature.item_bytes(),
+            diff: self.limiter.diff(&state.counters),
+            bounds: self.limiter.bounds(),
+            waiting_inserts: state.waiting_inserts,
+            waiting_samples: state.waiting_samples,
         }
     }
 
@@ -214,37 +397,43 @@ impl Table {
         self.ready.notify_waiters();
     }
 
-    fn try_insert(&self, item: TensorMap, priority: f64) -> Result<InsertAttempt, ReplayError> {
-        let mut state = self.lock();
-        if state.closed {
-            return Err(ReplayError::Closed);
-        }
-        let size = state.items.len() as u64;
-        if !state.limiter.can_insert(size, &state.counters) {
-            return Ok(InsertAttempt::Refused(item));
-        }
-        if size >= self.options.max_size {
-            state.evict_one();
-        }
-        Ok(InsertAttempt::Stored(state.store(item, priority)))
-    }
-
     fn try_take(&self, n: usize) -> Result<Option<TakenItems>, ReplayError> {
         let mut state = self.lock();
         if state.closed {
             return Err(ReplayError::Closed);
         }
         let size = state.items.len() as u64;
-        if !state.limiter.can_sample(n, size, &state.counters) {
+        let deletes = self.spec.max_times_sampled > 0;
+        let enough = !(self.spec.sampler.without_replacement() || deletes) || size >= n as u64;
+        if !enough || !self.limiter.can_sample(n, size, &state.counters) {
             return Ok(None);
         }
-        let keys = state.sampler.sample(n);
-        let mut items = Vec::with_capacity(keys.len());
-        for &key in &keys {
-            items.push(state.take(key, self.options.max_times_sampled));
+        let mut taken = TakenItems {
+            keys: Vec::with_capacity(n),
+            items: Vec::with_capacity(n),
+            probabilities: Vec::with_capacity(n),
+            times_sampled: Vec::with_capacity(n),
+            table_size: size,
+        };
+        // Items that leave once sampled are picked one at a time, so a later pick never sees
+        // an item an earlier pick of the same batch deleted.
+        let per_pick = if deletes { 1 } else { n };
+        while taken.keys.len() < n {
+            let State { sampler, rng, .. } = &mut *state;
+            let picked = sampler.select(per_pick, rng);
+            if picked.is_empty() {
+                break;
+            }
+            for (key, probability) in picked {
+                let (item, times_sampled) = state.take(key, self.spec.max_times_sampled);
+                taken.keys.push(key);
+                taken.items.push(item);
+                taken.probabilities.push(probability);
+                taken.times_sampled.push(times_sampled);
+            }
         }
-        state.counters.sampled += keys.len() as u64;
-        Ok(Some(TakenItems { keys, items }))
+        state.counters.sampled += taken.keys.len() as u64;
+        Ok(Some(taken))
     }
 
     /// Locks the state. Poisoning means a panic inside a table operation, which is a bug the
@@ -256,6 +445,48 @@ impl Table {
     }
 }
 
+fn check_priority(priority: f64) -> Result<(), ReplayError> {
+    if !priority.is_finite() || priority < 0.0 {
+        return Err(ReplayError::InvalidRequest(format!(
+            "priority must be finite and >= 0, got {priority}"
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Side {
+    Insert,
+    Sample,
+}
+
+/// Counts a parked waiter for `Info` while it is parked (including when its future is dropped).
+struct Waiting<'a> {
+    table: &'a Table,
+    side: Side,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(table: &'a Table, side: Side) -> Waiting<'a> {
+        let mut state = table.lock();
+        match side {
+            Side::Insert => state.waiting_inserts += 1,
+            Side::Sample => state.waiting_samples += 1,
+        }
+        Waiting { table, side }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut state = self.table.lock();
+        match self.side {
+            Side::Insert => state.waiting_inserts -= 1,
+            Side::Sample => state.waiting_samples -= 1,
+        }
+    }
+}
+
 impl State {
     fn store(&mut self, item: TensorMap, priority: f64) -> u64 {
         let key = self.next_key;
@@ -264,43 +495,50 @@ impl State {
             key,
             Stored {
                 item,
+                priority,
                 times_sampled: 0,
             },
         );
         self.sampler.insert(key, priority);
-        self.remover.insert(key);
+        self.remover.insert(key, priority);
         self.counters.inserted += 1;
         key
     }
 
     fn evict_one(&mut self) {
-        if let Some(key) = self.remover.victim() {
+        let State { remover, rng, .. } = self;
+        if let Some(&(key, _)) = remover.select(1, rng).first() {
             self.delete(key);
         }
     }
 
-    /// Hands out the item under `key`, deleting it once sampled `max_times_sampled` times. A
-    /// kept item is cloned, which shares its tensor bytes rather than copying them.
-    fn take(&mut self, key: u64, max_times_sampled: u32) -> TensorMap {
-        let mut stored = self
+    /// Hands out the item under `key` and its new times-sampled count, deleting it once
+    /// sampled `max_times_sampled` times. A kept item is cloned, which shares its tensor bytes.
+    fn take(&mut self, key: u64, max_times_sampled: u32) -> (TensorMap, u32) {
+        let stored = self
             .items
-            .remove(&key)
+            .get_mut(&key)
             .expect("invariant: a sampler only returns keys the table holds");
         stored.times_sampled += 1;
-        if max_times_sampled != 0 && stored.times_sampled >= max_times_sampled {
+        let times = stored.times_sampled;
+        if max_times_sampled != 0 && times >= max_times_sampled {
+            let stored = self.items.remove(&key).expect("present");
             self.sampler.remove(key);
             self.remover.remove(key);
-            return stored.item;
+            self.counters.deleted += 1;
+            return (stored.item, times);
         }
-        let item = stored.item.clone();
-        self.items.insert(key, stored);
-        item
+        (stored.item.clone(), times)
     }
 
-    fn delete(&mut self, key: u64) {
+    fn delete(&mut self, key: u64) -> bool {
+        if self.items.remove(&key).is_none() {
+            return false;
+        }
         self.sampler.remove(key);
         self.remover.remove(key);
-        self.items.remove(&key);
+        self.counters.deleted += 1;
+        true
     }
 }
 

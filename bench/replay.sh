@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Replay server side by side with DeepMind Reverb 0.14 (TensorFlow 2.15.1), in the same run:
+# insert and sample throughput (items/s, MB/s) and p50/p99 latency over loopback gRPC, with
+# 1, 8 and 64 concurrent writers and 1 and 8 samplers, for CartPole-sized transitions and
+# Atari-sized items (4x84x84 uint8). Prints a markdown table with the ratio fleetrl / Reverb.
+#   bash bench/replay.sh                       # 5 s per case
+#   SECONDS_PER_CASE=10 bash bench/replay.sh
+# Installs Reverb into bench/.venv-reverb the first time (about 2 GB, a few minutes).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/setup.sh >&2
+cargo build --release -p fleet-replay-server --example replay_bench >&2
+reverb_py="$(bash bench/setup_reverb.sh)"
+seconds="${SECONDS_PER_CASE:-5}"
+out=$(mktemp -d)
+echo "[bench] fleetrl cases ($seconds s each)..." >&2
+target/release/examples/replay_bench --seconds "$seconds" >"$out/fleetrl.jsonl"
+echo "[bench] Reverb cases ($seconds s each)..." >&2
+"$reverb_py" bench/reverb_replay.py --seconds "$seconds" >"$out/reverb.jsonl"
+.venv/bin/python bench/replay_table.py "$out/fleetrl.jsonl" "$out/reverb.jsonl"
+echo
+echo "raw outputs: $out"

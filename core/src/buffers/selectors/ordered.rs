@@ -1,0 +1,184 @@
+//! Deterministic selectors: FIFO, LIFO, max-heap and min-heap, one ordered set of ranks.
+
+use std::collections::{BTreeSet, HashMap};
+
+use rand::rngs::SmallRng;
+
+use super::Selector;
+
+/// The order an [`OrderedSelector`] hands keys out in. Keys are given in insertion order, so
+/// ties and the FIFO/LIFO orders follow keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Oldest first.
+    Fifo,
+    /// Newest first.
+    Lifo,
+    /// Highest priority first, ties oldest first.
+    MaxHeap,
+    /// Lowest priority first, ties oldest first.
+    MinHeap,
+}
+
+/// Keys in a total order, first key first; O(log n) insert, update, remove and pick.
+#[derive(Debug)]
+pub struct OrderedSelector {
+    order: Order,
+    ranked: BTreeSet<Rank>,
+    rank_of: HashMap<u64, Rank>,
+}
+
+/// Sort position of a key: a primary number (0, or a priority), then a tie-break.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rank {
+    primary: f64,
+    tie: u64,
+}
+
+impl Eq for Rank {}
+
+impl Ord for Rank {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.primary
+            .total_cmp(&other.primary)
+            .then(self.tie.cmp(&other.tie))
+    }
+}
+
+impl PartialOrd for Rank {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl OrderedSelector {
+    /// An empty selector handing keys out in `order`.
+    pub fn new(order: Order) -> OrderedSelector {
+        OrderedSelector {
+            order,
+            ranked: BTreeSet::new(),
+            rank_of: HashMap::new(),
+        }
+    }
+
+    fn rank(&self, key: u64, priority: f64) -> Rank {
+        match self.order {
+            Order::Fifo => Rank {
+                primary: 0.0,
+                tie: key,
+            },
+            Order::Lifo => Rank {
+                primary: 0.0,
+                tie: u64::MAX - key,
+            },
+            Order::MaxHeap => Rank {
+                primary: -priority,
+                tie: key,
+            },
+            Order::MinHeap => Rank {
+                primary: priority,
+                tie: key,
+            },
+        }
+    }
+}
+
+impl Selector for OrderedSelector {
+    fn name(&self) -> &'static str {
+        match self.order {
+            Order::Fifo => "fifo",
+            Order::Lifo => "lifo",
+            Order::MaxHeap => "max_heap",
+            Order::MinHeap => "min_heap",
+        }
+    }
+
+    fn insert(&mut self, key: u64, priority: f64) {
+        self.remove(key);
+        let rank = self.rank(key, priority);
+        self.ranked.insert(rank);
+        self.rank_of.insert(key, rank);
+    }
+
+    fn update(&mut self, key: u64, priority: f64) -> bool {
+        if !self.rank_of.contains_key(&key) {
+            return false;
+        }
+        self.insert(key, priority);
+        true
+    }
+
+    fn remove(&mut self, key: u64) -> bool {
+        match self.rank_of.remove(&key) {
+            Some(rank) => self.ranked.remove(&rank),
+            None => false,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.ranked.clear();
+        self.rank_of.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.rank_of.len()
+    }
+
+    fn select(&mut self, n: usize, _rng: &mut SmallRng) -> Vec<(u64, f64)> {
+        self.ranked
+            .iter()
+            .take(n)
+            .map(|rank| match self.order {
+                Order::Lifo => (u64::MAX - rank.tie, 1.0),
+                _ => (rank.tie, 1.0),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn picks(order: Order, items: &[(u64, f64)], n: usize) -> Vec<u64> {
+        let mut selector = OrderedSelector::new(order);
+        for &(key, priority) in items {
+            selector.insert(key, priority);
+        }
+        let mut rng = SmallRng::seed_from_u64(0);
+        selector
+            .select(n, &mut rng)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    #[test]
+    fn passes_the_selector_contract() {
+        for order in [Order::Fifo, Order::Lifo, Order::MaxHeap, Order::MinHeap] {
+            super::super::check_contract(Box::new(OrderedSelector::new(order)));
+        }
+    }
+
+    #[test]
+    fn each_order_picks_as_defined() {
+        let items = [(1, 0.5), (2, 3.0), (3, 0.5), (4, 3.0), (5, 1.0)];
+        assert_eq!(picks(Order::Fifo, &items, 3), vec![1, 2, 3]);
+        assert_eq!(picks(Order::Lifo, &items, 3), vec![5, 4, 3]);
+        assert_eq!(picks(Order::MaxHeap, &items, 3), vec![2, 4, 5]);
+        assert_eq!(picks(Order::MinHeap, &items, 3), vec![1, 3, 5]);
+        assert_eq!(picks(Order::Fifo, &items, 9).len(), 5, "no more than held");
+    }
+
+    #[test]
+    fn update_moves_a_key_in_a_heap() {
+        let mut selector = OrderedSelector::new(Order::MaxHeap);
+        for key in 1..=4 {
+            selector.insert(key, key as f64);
+        }
+        assert!(selector.update(1, 10.0));
+        let mut rng = SmallRng::seed_from_u64(0);
+        assert_eq!(selector.select(1, &mut rng), vec![(1, 1.0)]);
+    }
+}

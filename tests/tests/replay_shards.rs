@@ -1,0 +1,176 @@
+//! An off-policy-style replay table (uniform sampling, samples-per-insert limiter) spread over
+//! three real replay server processes through the shared client, one of which is killed
+//! midway: inserts and samples carry on through the other two, every acknowledged item stays
+//! sampleable, and each shard holds its samples-per-insert ratio within the error buffer.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fleetrl_core::replay_client::{sample_stream, SampleOptions, Writer, WriterOptions};
+use fleetrl_proto::{Tensor, TensorMap};
+use fleetrl_tests::ReplayProcess;
+
+const TABLES: &str = r#"
+[[table]]
+name = "replay"
+max_size = 100000
+sampler = { kind = "uniform" }
+remover = { kind = "fifo" }
+rate_limiter = { kind = "samples_per_insert", samples_per_insert = 2.0, min_size_to_sample = 20, error_buffer = 64.0 }
+signature = [
+  { name = "obs", dtype = "f32", shape = [4] },
+  { name = "id", dtype = "i64", shape = [] },
+]
+"#;
+
+fn transition(id: i64) -> TensorMap {
+    TensorMap::from_pairs([
+        ("obs", Tensor::from_slice(&[4], &[id as f32; 4])),
+        ("id", Tensor::scalar(id)),
+    ])
+}
+
+async fn wait_until(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_shards_survive_losing_one() {
+    let dir = std::env::temp_dir().join(format!("fleetrl-replay-shards-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut shards = Vec::new();
+    for i in 0..3 {
+        shards.push(
+            ReplayProcess::start(&dir, &format!("shard-{i}"), TABLES, None)
+                .await
+                .unwrap(),
+        );
+    }
+    let addrs: Vec<String> = shards.iter().map(|s| s.addr.to_string()).collect();
+
+    // Writer: ids 0, 1, 2, ... as fast as the limiters allow.
+    let mut options = WriterOptions::new("replay");
+    options.max_items_per_request = 4;
+    options.max_in_flight = 8;
+    let (writer, writer_task) = Writer::spawn(addrs.clone(), options);
+    let stop = Arc::new(AtomicBool::new(false));
+    let next_id = Arc::new(AtomicU64::new(0));
+    let writing = tokio::spawn({
+        let (writer, stop, next_id) = (writer.clone(), stop.clone(), next_id.clone());
+        async move {
+            while !stop.load(Ordering::SeqCst) {
+                let id = next_id.fetch_add(1, Ordering::SeqCst) as i64;
+                writer.insert(transition(id), 1.0).await.unwrap();
+            }
+        }
+    });
+
+    // Sampler: batches of 8 from whichever shard has one.
+    let (mut batches, sampler_tasks) =
+        sample_stream(addrs.clone(), SampleOptions::new("replay", 8));
+    let sampled = Arc::new(AtomicU64::new(0));
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let per_shard = Arc::new(Mutex::new([0u64; 3]));
+    let sampling = tokio::spawn({
+        let (sampled, seen, per_shard, next_id) = (
+            sampled.clone(),
+            seen.clone(),
+            per_shard.clone(),
+            next_id.clone(),
+        );
+        async move {
+            while let Some(batch) = batches.recv().await {
+                let batch = batch.expect("no client-side error");
+                let ids = batch
+                    .response
+                    .batch
+                    .unwrap()
+                    .field("id")
+                    .unwrap()
+                    .to_vec::<i64>()
+                    .unwrap();
+                for id in &ids {
+                    assert!(
+                        (*id as u64) < next_id.load(Ordering::SeqCst),
+                        "sampled an id never written: {id}"
+                    );
+                }
+                seen.lock().unwrap().extend(ids.iter().copied());
+                per_shard.lock().unwrap()[batch.shard] += 1;
+                sampled.fetch_add(ids.len() as u64, Ordering::SeqCst);
+            }
+        }
+    });
+
+    let limit = Duration::from_secs(120);
+    wait_until("samples from all three shards", limit, || {
+        per_shard.lock().unwrap().iter().all(|&n| n >= 5)
+    })
+    .await;
+    for shard in &shards {
+        let info = shard.info("replay").await.unwrap();
+        assert!(info.num_inserted > 0, "inserts spread over every shard");
+        assert!(
+            info.limiter_diff >= info.limiter_min_diff - 1e-9
+                && info.limiter_diff <= info.limiter_max_diff + 1e-9,
+            "shard {} ratio left its bounds: {info:?}",
+            shard.addr
+        );
+    }
+
+    // Lose shard 1 for good.
+    shards[1].role.kill().await;
+    let acked_at_kill = writer.acked();
+    let sampled_at_kill = sampled.load(Ordering::SeqCst);
+    wait_until("progress after losing a shard", limit, || {
+        writer.acked() > acked_at_kill + 500
+            && sampled.load(Ordering::SeqCst) > sampled_at_kill + 1000
+    })
+    .await;
+
+    stop.store(true, Ordering::SeqCst);
+    tokio::time::timeout(limit, writing).await.unwrap().unwrap();
+    drop(writer);
+    // Every item is acknowledged by a live shard, including those the dead one never acked.
+    tokio::time::timeout(limit, writer_task.finish())
+        .await
+        .unwrap()
+        .unwrap();
+    let written = next_id.load(Ordering::SeqCst);
+    let live: Vec<_> = [0, 2].iter().map(|&i| &shards[i]).collect();
+    let mut held = 0;
+    for shard in &live {
+        let info = shard.info("replay").await.unwrap();
+        assert!(
+            info.limiter_diff >= info.limiter_min_diff - 1e-9
+                && info.limiter_diff <= info.limiter_max_diff + 1e-9,
+            "ratio left its bounds: {info:?}"
+        );
+        // Samples per insert holds on each shard, within the error buffer.
+        let target = info.num_inserted as f64 * 2.0;
+        assert!(
+            (target - info.num_sampled as f64).abs() <= 64.0 + 2.0 * 20.0 + 8.0,
+            "{info:?}"
+        );
+        held += info.current_size;
+    }
+    assert!(held > 0 && held <= written);
+    assert!(
+        seen.lock().unwrap().len() > 100,
+        "many distinct items sampled"
+    );
+    sampling.abort();
+    for task in sampler_tasks {
+        task.abort();
+    }
+    for shard in &mut shards {
+        shard.role.stop(Duration::from_secs(10)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
