@@ -23,7 +23,8 @@ insert (default method `writer`): each writer thread owns one `Client.writer(1, 
   window count). The window ends with `flush()`, which waits for every item to be confirmed, and
   the case's time includes it. `--insert-method sync` adds `flush()` after every item (latency =
   a confirmed round trip); `trajectory` uses `Client.trajectory_writer` the way Acme's adders do
-  (append, create_item, flush(M)).
+  (append, create_item, flush(M)). `--insert-chunk K` packs K steps per chunk: faster, but items
+  share chunks and travel only when a chunk fills, so it is not the default.
 sample (default method `dataset`): each sampler thread iterates its own
   `reverb.TrajectoryDataset(..., max_in_flight_samples_per_worker=--in-flight).batch(256)
   .as_numpy_iterator()` (no prefetch): one stream kept open, batching in TF's C++, a batch is one
@@ -45,6 +46,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -88,10 +90,13 @@ def serve(port, item):
     table = reverb.Table(name=item, sampler=reverb.selectors.Uniform(),
                          remover=reverb.selectors.Fifo(), max_size=max_size,
                          rate_limiter=reverb.rate_limiters.MinSize(1), signature=signature)
-    server = reverb.Server(tables=[table], port=port)
-    print("ready", flush=True)
-    sys.stdin.read()  # the benchmark holds our stdin open: EOF means it is gone, so stop too
-    server.stop()
+    # Reverb's default checkpointer makes a temp dir it never removes: give it one we remove
+    with tempfile.TemporaryDirectory(prefix="reverb_replay_ckpt_") as ckpt:
+        server = reverb.Server(tables=[table], port=port,
+                               checkpointer=reverb.checkpointers.DefaultCheckpointer(ckpt))
+        print("ready", flush=True)
+        sys.stdin.read()  # the benchmark holds our stdin open: EOF means it is gone, so stop too
+        server.stop()
 
 
 def free_port():
@@ -136,7 +141,7 @@ def make_steps(item, n, seed):
 
 
 class Inserter:
-    def __init__(self, client, item, method, in_flight, seed):
+    def __init__(self, client, item, method, in_flight, seed, chunk=1):
         self.item, self.method, self.in_flight = item, method, in_flight
         self.names = sorted(c[0] for c in ITEMS[item][0])  # the signature's flat (sorted) order
         self.steps = make_steps(item, 64, seed)
@@ -144,7 +149,7 @@ class Inserter:
         if method == "trajectory":
             self.w = client.trajectory_writer(num_keep_alive_refs=1)
         else:
-            self.w = client.writer(max_sequence_length=1, chunk_length=1,
+            self.w = client.writer(max_sequence_length=chunk, chunk_length=chunk,
                                    max_in_flight_items=in_flight)
         self.i = 0
 
@@ -274,7 +279,7 @@ def run_threads(conn, address, cmd):
             client = reverb.Client(address)
             if op in ("insert", "fill"):
                 worker = Inserter(client, cmd["item"], cmd["method"], cmd["in_flight"],
-                                  seed=cmd["seed"] * 1000 + k)
+                                  seed=cmd["seed"] * 1000 + k, chunk=cmd.get("chunk", 1))
             else:
                 worker = BatchSampler(client, address, cmd["item"], cmd["method"],
                                       cmd["in_flight"])
@@ -464,6 +469,10 @@ def parse_args():
                     default="dataset")
     ap.add_argument("--insert-in-flight", type=int, default=100,
                     help="max items a writer has awaiting confirmation (Reverb's default: 25)")
+    ap.add_argument("--insert-chunk", type=int, default=1,
+                    help="steps per chunk for --insert-method writer: >1 is faster, but items "
+                    "then share chunks, are sent only when a chunk fills, and a sample ships "
+                    "its whole chunk (so sampling starts from a refilled table)")
     ap.add_argument("--in-flight", type=int, default=2 * BATCH,
                     help="samples each sampler stream keeps requested ahead")
     ap.add_argument("--prefill", type=int, default=0,
@@ -481,7 +490,7 @@ def parse_args():
 def insert_case(pool, args, item, writers):
     pool.ask(0, {"op": "reset", "item": item})
     n, el, lat, total, tail = pool.run(
-        {"op": "insert", "item": item, "method": args.insert_method,
+        {"op": "insert", "item": item, "method": args.insert_method, "chunk": args.insert_chunk,
          "in_flight": args.insert_in_flight, "warmup": args.warmup, "seconds": args.seconds},
         writers)
     size = pool.table_size(item)
@@ -537,6 +546,8 @@ def main():
             for w in args.writers:
                 insert_case(pool, args, item, w)
             if args.samplers:
+                if args.insert_chunk > 1:
+                    pool.ask(0, {"op": "reset", "item": item})
                 prefill(pool, item, args.prefill or ITEMS[item][1], server.pid)
             for s in args.samplers:
                 sample_case(pool, args, item, s)

@@ -47,7 +47,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 
 log "installing dm-reverb==$REVERB_VERSION tensorflow==$TF_VERSION from PyPI" \
-  "(1.7 GB on disk; ~30 s here)"
+  "(1.7 GB on disk; 30-80 s on a 2-core machine)"
 start=$(date +%s)
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \

@@ -13,7 +13,7 @@ pub(crate) async fn serve(listen: &str) -> anyhow::Result<HealthReporter> {
         .await;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     telemetry::announce_listening(listener.local_addr()?);
-    let server = tonic::transport::Server::builder().add_service(service);
+    let server = fleetrl_core::net::server().add_service(service);
     tokio::spawn(async move {
         if let Err(error) = server.serve_with_incoming(net::incoming(listener)).await {
             tracing::error!(%error, "health server stopped");

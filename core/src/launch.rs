@@ -20,7 +20,8 @@ pub struct Role {
 }
 
 /// Where the role binaries are: `FLEETRL_BIN_DIR`, else beside this executable (for a test
-/// binary in `target/<profile>/deps/`, the profile directory above it).
+/// binary in `target/<profile>/deps/` or an example in `target/<profile>/examples/`, the profile
+/// directory above it).
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("FLEETRL_BIN_DIR") {
         return Ok(dir.into());
@@ -30,7 +31,9 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
         .parent()
         .context("the fleetrl executable has no directory")?;
     match dir.file_name() {
-        Some(name) if name == "deps" => Ok(dir.parent().unwrap_or(dir).to_path_buf()),
+        Some(name) if name == "deps" || name == "examples" => {
+            Ok(dir.parent().unwrap_or(dir).to_path_buf())
+        }
         _ => Ok(dir.to_path_buf()),
     }
 }

@@ -7,6 +7,25 @@ use tonic::transport::{Channel, Endpoint};
 /// Largest gRPC message any fleetrl service sends or accepts (weights, stacked batches).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
+/// HTTP/2 flow-control windows and frame size for every fleetrl connection. h2's defaults
+/// (64 KiB windows, 16 KiB frames) suit many small RPCs on a WAN; fleetrl moves megabyte
+/// batches and weights between machines of one cluster, where a 64 KiB window means a
+/// window-update round trip every 64 KiB (measured on loopback: 8 concurrent 7 MB Atari
+/// batches crawled at ~110 MB/s with the defaults).
+pub const STREAM_WINDOW_BYTES: u32 = 8 * 1024 * 1024;
+/// See [`STREAM_WINDOW_BYTES`].
+pub const CONNECTION_WINDOW_BYTES: u32 = 32 * 1024 * 1024;
+/// See [`STREAM_WINDOW_BYTES`].
+pub const MAX_FRAME_BYTES: u32 = 1024 * 1024;
+
+/// A server builder with fleetrl's HTTP/2 settings.
+pub fn server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+}
+
 /// Why a connection could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -49,7 +68,10 @@ pub async fn connect(addr: &str, patience: Duration) -> Result<Channel, ConnectE
             message: e.to_string(),
         })?
         .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES);
     let deadline = tokio::time::Instant::now() + patience;
     loop {
         match endpoint.connect().await {

@@ -118,7 +118,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     telemetry::announce_listening(listener.local_addr()?);
-    tonic::transport::Server::builder()
+    fleetrl_core::net::server()
         .add_service(health_service)
         .add_service(
             LearnerServiceServer::new(service)

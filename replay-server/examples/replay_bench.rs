@@ -13,7 +13,7 @@
 //! max_size 1,000,000 / 20,000.
 //!
 //! insert: each writer owns one insert stream and sends requests of up to `--chunk` items
-//! (default 64 for cartpole, 8 for atari) with up to `--window` requests unacknowledged.
+//! (default 64 for cartpole, 1 for atari) with up to `--window` requests unacknowledged.
 //! Latency is per request, from send to ack, which is also the latency of every item in it.
 //! sample: each sampler owns one sample stream of 256-item batches; latency is the time the
 //! client waits for the next batch. The table is pre-filled to max_size first.
@@ -51,7 +51,7 @@ const KINDS: [Kind; 2] = [
     Kind {
         name: "atari",
         max_size: 20_000,
-        default_chunk: 8,
+        default_chunk: 1,
     },
 ];
 

@@ -21,7 +21,6 @@ use fleetrl_core::buffers::TableSpec;
 use fleetrl_proto::v1::replay_service_server::ReplayServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::transport::Server;
 use tracing::{info, warn};
 
 use persistence::Checkpointer;
@@ -113,7 +112,7 @@ pub async fn serve(
 
     let mut server_stop = stop_rx;
     let incoming = fleetrl_core::net::incoming(listener);
-    let server = Server::builder()
+    let server = fleetrl_core::net::server()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(health_service)
