@@ -2,6 +2,7 @@
 //! resends the unacknowledged ones after a reconnect (at-least-once, as the protocol says).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
@@ -12,11 +13,14 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
+use crate::metrics::ActorMetrics;
+
 /// Where and how to insert.
 pub(crate) struct Inserter {
     pub(crate) addr: String,
     pub(crate) table: String,
     pub(crate) max_in_flight: usize,
+    pub(crate) metrics: Arc<ActorMetrics>,
 }
 
 enum Ended {
@@ -35,6 +39,7 @@ impl Inserter {
             match self.session(&mut rollouts, &mut pending).await {
                 Ok(Ended::Done) => return Ok(()),
                 Ok(Ended::Broken(error)) => {
+                    self.metrics.insert_reconnects.inc();
                     tracing::warn!(%error, replay = %self.addr, unacked = pending.len(), "insert stream broke; reconnecting");
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
@@ -91,6 +96,7 @@ impl Inserter {
                 ack = acks.message() => match ack {
                     Ok(Some(_)) => {
                         pending.pop_front();
+                        self.metrics.rollouts_sent.inc();
                         if !open && pending.is_empty() {
                             return Ok(Ended::Done);
                         }

@@ -24,6 +24,10 @@ struct Args {
     /// Config override `key=value` (e.g. `replay.max_size=16`); repeatable, applied in order.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+
+    /// Serve Prometheus metrics on this address (`GET /metrics`); off when unset.
+    #[arg(long, env = "FLEETRL_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
 }
 
 #[tokio::main]
@@ -42,7 +46,13 @@ async fn main() -> anyhow::Result<()> {
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    telemetry::announce_listening(listener.local_addr().context("reading the bound address")?);
+    let local = listener.local_addr().context("reading the bound address")?;
+    if args.metrics_listen.is_some() {
+        let registry = telemetry::Registry::new("fleetrl_replay");
+        telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
+        fleet_replay_server::metrics::spawn_exporter(registry, local);
+    }
+    telemetry::announce_listening(local);
     fleet_replay_server::serve(listener, vec![table], shutdown_signal()).await?;
     tracing::info!("replay server stopped");
     Ok(())

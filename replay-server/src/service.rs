@@ -177,10 +177,12 @@ impl InsertStream {
     async fn store(&self, request: InsertRequest) -> Result<InsertResponse, Status> {
         let table = self.tables.get(&request.table).map_err(to_status)?;
         let item = request.item.unwrap_or_default();
+        let started = std::time::Instant::now();
         let key = table
             .insert(item, request.priority)
             .await
             .map_err(to_status)?;
+        crate::metrics::INSERT_WAITS.record(started.elapsed());
         Ok(InsertResponse { key })
     }
 }
@@ -249,7 +251,9 @@ impl SampleStream {
     /// Takes the items, then stacks them on a blocking thread: stacking copies every tensor,
     /// which can take milliseconds for image rollouts.
     async fn build_batch(&self) -> Result<SampleResponse, Status> {
+        let started = std::time::Instant::now();
         let taken = self.table.take(self.batch_size).await.map_err(to_status)?;
+        crate::metrics::SAMPLE_WAITS.record(started.elapsed());
         let table = self.table.clone();
         let stacked = tokio::task::spawn_blocking(move || taken.stack(table.signature()))
             .await
