@@ -25,6 +25,7 @@ const MINUTE: Duration = Duration::from_secs(60);
 const UPDATES: &str = "fleetrl_learner_updates_total";
 const RETURN: &str = "fleetrl_learner_episode_return_recent";
 const STEPS: &str = "fleetrl_learner_env_steps_reported_total";
+const TRAINED: &str = "fleetrl_learner_env_steps_trained_total";
 const CONNECTED: &str = "fleetrl_learner_actors_connected";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,7 +47,7 @@ async fn compose_cluster_trains_scales_and_survives_restarts() -> anyhow::Result
     let timings = result?;
     eprintln!(
         "compose timings: image {:.0} MB built in {build_s:.1} s; up -> first learner update \
-         {:.1} s; env steps/s with 2 actors {:.0}, with 4 actors {:.0}; solved after {:.0} s",
+         {:.1} s; env steps/s with 2 actors {}, with 4 actors {}; solved after {:.0} s",
         image_bytes as f64 / 1e6,
         timings.first_update_s,
         timings.steps_per_s_2,
@@ -72,8 +73,8 @@ fn write_config() -> anyhow::Result<std::path::PathBuf> {
 
 struct Timings {
     first_update_s: f64,
-    steps_per_s_2: f64,
-    steps_per_s_4: f64,
+    steps_per_s_2: Rate,
+    steps_per_s_4: Rate,
     solved_s: f64,
 }
 
@@ -158,12 +159,33 @@ async fn scenario(cluster: &Compose) -> anyhow::Result<Timings> {
     })
 }
 
-/// Env steps per second the actors reported to the learner over 10 s.
-async fn steps_per_second(metrics: SocketAddr) -> anyhow::Result<f64> {
-    let (s0, t0) = (metric(metrics, STEPS).await?, Instant::now());
+/// Env steps per second over 10 s: those the actors took (as reported to the learner), and
+/// those the learner trained on (surplus actors' rollouts beyond a batch are dropped as stale).
+async fn steps_per_second(metrics: SocketAddr) -> anyhow::Result<Rate> {
+    let read = || async move {
+        let acted = metric(metrics, STEPS).await?;
+        anyhow::Ok((acted, metric(metrics, TRAINED).await?, Instant::now()))
+    };
+    let (a0, r0, t0) = read().await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let (s1, t1) = (metric(metrics, STEPS).await?, Instant::now());
-    Ok((s1 - s0) / (t1 - t0).as_secs_f64())
+    let (a1, r1, t1) = read().await?;
+    let secs = (t1 - t0).as_secs_f64();
+    Ok(Rate {
+        acted: (a1 - a0) / secs,
+        trained: (r1 - r0) / secs,
+    })
+}
+
+/// Env steps per second.
+struct Rate {
+    acted: f64,
+    trained: f64,
+}
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.0} acted, {:.0} trained", self.acted, self.trained)
+    }
 }
 
 /// Actors whose last episode report reached the learner within the last 3 s.
