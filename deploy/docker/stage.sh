@@ -67,6 +67,22 @@ for b in "${bins[@]}"; do
   done < <(LD_LIBRARY_PATH="$libtorch/lib" ldd "$out/opt/fleetrl/bin/$b" \
              | awk '/=> \// {print $1, $3}')
 done
+# CUDA libraries load companions with dlopen (cuDNN its engines, libtorch_cuda NVRTC), which
+# ldd cannot see: the GPU variant takes every library in the directories its closure came from.
+if [[ $gpu == 1 ]]; then
+  for path in "${!seen[@]}"; do
+    real="$(readlink -f "$path")"
+    case "$real" in
+      "$(dirname "$libtorch")"/nvidia/*)
+        for lib in "$(dirname "$real")"/*.so*; do
+          [[ -e "$out/opt/fleetrl/lib/$(basename "$lib")" ]] || install -m 0755 "$lib" "$out/opt/fleetrl/lib/"
+        done ;;
+    esac
+  done
+  for lib in libcaffe2_nvrtc.so libtorch_cuda_linalg.so; do # dlopened by libtorch_cuda
+    [[ -e "$libtorch/lib/$lib" ]] && install -m 0755 "$libtorch/lib/$lib" "$out/opt/fleetrl/lib/"
+  done
+fi
 # The loader itself (ldd prints it without "=>").
 if [[ $system_libs == 1 ]]; then
   loader="$(readelf -l "$out/opt/fleetrl/bin/fleetrl" | sed -n 's/.*interpreter: \(.*\)]/\1/p')"

@@ -28,11 +28,8 @@ else
   exit 3
 fi
 
-tools="$repo/target/deploy-tools"
-if ! PYTHONPATH="$tools" python3 -c 'import kubernetes_validate' 2>/dev/null; then
-  echo "[validate] installing kubernetes-validate (PyPI) into $tools"
-  python3 -m pip install --quiet --disable-pip-version-check --target "$tools" kubernetes-validate
-fi
+source "$repo/deploy/tools.sh"
+tools="$(deploy_tool kubernetes-validate "python3 -c 'import kubernetes_validate, yaml'")"
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
