@@ -3,6 +3,7 @@
 //! another anywhere; it needs only the learner's and the replay server's addresses.
 
 mod health;
+mod identity;
 mod inserter;
 mod learner_link;
 mod metrics;
@@ -32,7 +33,7 @@ struct Args {
     /// This actor's id: it picks the env seeds and names the actor in the learner's status.
     /// `auto` derives it from the host name (replicas of one compose service or Kubernetes
     /// Deployment share their environment but not their host names).
-    #[arg(long, env = "FLEETRL_ACTOR_ID", default_value = "0", value_parser = parse_actor_id)]
+    #[arg(long, env = "FLEETRL_ACTOR_ID", default_value = "0", value_parser = identity::parse_actor_id)]
     actor_id: u32,
     /// Address to serve `grpc.health.v1.Health` on (port 0 picks a free one).
     #[arg(
@@ -47,23 +48,6 @@ struct Args {
     /// Serve Prometheus metrics on this address (`GET /metrics`); off when unset.
     #[arg(long, env = "FLEETRL_METRICS_LISTEN")]
     metrics_listen: Option<String>,
-}
-
-/// A number, or `auto`: a hash of the host name.
-fn parse_actor_id(value: &str) -> Result<u32, String> {
-    if value != "auto" {
-        return value
-            .parse()
-            .map_err(|e| format!("expected a number or `auto`: {e}"));
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .map_err(|_| "`auto` needs the host name, which cannot be read".to_string())?;
-    // FNV-1a: stable across runs and platforms, unlike std's hasher.
-    let hash = host.trim().bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
-    Ok(hash & 0x7fff_ffff)
 }
 
 #[tokio::main]

@@ -69,14 +69,7 @@ async fn main() -> anyhow::Result<()> {
     let checkpoint_dir = args.run_dir.join("checkpoints");
     let Restored { algo, stats } =
         build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
-    let registry = telemetry::Registry::new("fleetrl_learner");
-    let metrics = Arc::new(metrics::LearnerMetrics::new(registry.clone()));
-    metrics.updates.set_total(stats.updates as f64);
-    metrics
-        .env_steps_trained
-        .set_total(stats.env_steps_trained as f64);
-    metrics.policy_version.set(stats.policy_version as f64);
-    telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
+    let metrics = metrics::start(args.metrics_listen.as_deref(), &stats).await?;
     let initial = trainer::weights_message(algo.as_ref(), stats.policy_version)
         .map_err(anyhow::Error::msg)?;
     let (weights_tx, weights_rx) = tokio::sync::watch::channel(Arc::new(initial));

@@ -6,7 +6,26 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fleetrl_core::algos::Metrics;
-use fleetrl_core::telemetry::metrics::{Counter, Gauge, Registry};
+use fleetrl_core::telemetry::metrics::{self, Counter, Gauge, Registry};
+
+use crate::stats::Stats;
+
+/// The learner's metrics, starting from the counters it resumed with, served on `listen`
+/// when one is given.
+pub(crate) async fn start(
+    listen: Option<&str>,
+    stats: &Stats,
+) -> anyhow::Result<Arc<LearnerMetrics>> {
+    let registry = Registry::new("fleetrl_learner");
+    let learner = Arc::new(LearnerMetrics::new(registry.clone()));
+    learner.updates.set_total(stats.updates as f64);
+    learner
+        .env_steps_trained
+        .set_total(stats.env_steps_trained as f64);
+    learner.policy_version.set(stats.policy_version as f64);
+    metrics::serve_if(listen, &registry).await?;
+    Ok(learner)
+}
 
 /// Everything the learner counts.
 pub(crate) struct LearnerMetrics {

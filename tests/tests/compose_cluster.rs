@@ -105,6 +105,20 @@ async fn scenario(cluster: &Compose) -> anyhow::Result<Timings> {
     })
     .await?;
     let steps_per_s_2 = steps_per_second(metrics).await?;
+    // The other roles' metrics endpoints count the same run.
+    let replay_metrics = cluster.port("replay", 1, 9100)?;
+    let inserted = metric(
+        replay_metrics,
+        "fleetrl_replay_inserted_total{table=\"rollouts\"}",
+    )
+    .await?;
+    ensure!(
+        inserted > 0.0,
+        "the replay server's metrics count no inserts"
+    );
+    let actor_metrics = cluster.port("actor", 1, 9100)?;
+    let acted = metric(actor_metrics, "fleetrl_actor_env_steps_total").await?;
+    ensure!(acted > 0.0, "actor 1's metrics count no env steps");
 
     // Scale out: the new actors join the running learner.
     let learner = cluster
