@@ -55,6 +55,7 @@ tar --sort=name --mtime=@0 --numeric-owner --owner=65532 --group=65532 -C "$root
   -cf "$work/data.tar.tmp" var/lib/fleetrl
 if cmp -s "$work/data.tar.tmp" "$work/data.tar"; then rm "$work/data.tar.tmp"; else mv "$work/data.tar.tmp" "$work/data.tar"; fi
 
+rm -rf "$rootfs" # everything is in the tarballs now
 context="$work/context"
 mkdir -p "$context"
 for f in base.tar libtorch.tar app.tar data.tar; do ln -f "$work/$f" "$context/$f"; done
