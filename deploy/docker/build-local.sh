@@ -4,18 +4,24 @@
 # libstdc++) and nothing else, FROM scratch. Use this where no registry is reachable; with
 # registry access, `docker build -f deploy/docker/Dockerfile .` builds the same tree from source.
 #
-# usage: deploy/docker/build-local.sh [--tag fleetrl:local] [--bin-dir target/release] [--gpu]
+# --python builds on a Debian bookworm root filesystem made here with debootstrap (from the
+# Debian mirror; cached in target/image/debian-python) instead of scratch, with Python and a
+# virtualenv /opt/fleetrl/python holding gymnasium, mujoco and ale-py (installed with this
+# host's pip: the wheels are manylinux, the Pythons both 3.11), first on PATH.
+#
+# usage: deploy/docker/build-local.sh [--tag fleetrl:local] [--bin-dir target/release] [--gpu] [--python]
 # Prints the image size at the end. Tarballs are reproducible (sorted, mtime 0), so docker's
 # layer cache makes an unchanged rebuild take seconds.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-tag="fleetrl:local" bin_dir="$repo/target/release" stage_args=()
+tag="fleetrl:local" bin_dir="$repo/target/release" stage_args=() python=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --tag) tag="$2"; shift 2 ;;
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --gpu) stage_args+=(--gpu); shift ;;
+    --python) python=1; shift ;;
     *) echo "build-local.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -47,7 +53,11 @@ tarball() { # name, then paths relative to rootfs
   # Only replace an identical tarball's file if it changed, so docker's ADD cache hits.
   if cmp -s "$work/$name.tmp" "$work/$name"; then rm "$work/$name.tmp"; else mv "$work/$name.tmp" "$work/$name"; fi
 }
-tarball base.tar etc tmp lib lib64
+if [[ $python == 1 ]]; then
+  bash "$here/debian-python.sh" "$work/debian-python" "$work/base-python.tar"
+else
+  tarball base.tar etc tmp lib lib64
+fi
 tarball libtorch.tar opt/fleetrl/lib
 tarball app.tar opt/fleetrl/bin opt/fleetrl/configs
 # The data dir belongs to the image's user, so named volumes mounted there inherit it.
@@ -58,9 +68,12 @@ if cmp -s "$work/data.tar.tmp" "$work/data.tar"; then rm "$work/data.tar.tmp"; e
 rm -rf "$rootfs" # everything is in the tarballs now
 context="$work/context"
 mkdir -p "$context"
-for f in base.tar libtorch.tar app.tar data.tar; do ln -f "$work/$f" "$context/$f"; done
+for f in libtorch.tar app.tar data.tar; do ln -f "$work/$f" "$context/$f"; done
+if [[ $python == 1 ]]; then ln -f "$work/base-python.tar" "$context/base.tar"; else ln -f "$work/base.tar" "$context/base.tar"; fi
 cp "$here/Dockerfile.local" "$context/Dockerfile"
+extra_path=""
+[[ $python == 0 ]] || extra_path=":/opt/fleetrl/python/bin:/usr/local/bin:/usr/bin:/bin"
 echo "[build-local] docker build -t $tag"
-DOCKER_BUILDKIT=0 docker build --quiet -t "$tag" "$context" >/dev/null
+DOCKER_BUILDKIT=0 docker build --quiet --build-arg "EXTRA_PATH=$extra_path" -t "$tag" "$context" >/dev/null
 size=$(docker image inspect "$tag" --format '{{.Size}}')
 echo "[build-local] built $tag: $((size / 1000000)) MB"
