@@ -1,11 +1,17 @@
 //! Keeps libtorch's CUDA library linked. tch only calls into libtorch_cpu, so the linker's
 //! `--as-needed` drops libtorch_cuda and CUDA silently looks unavailable at run time; linking
 //! it with `--no-as-needed` makes `learner.device = "cuda"` work where libtorch has CUDA.
+//! `FLEETRL_LINK_CUDA=0` leaves it out: a CPU-only learner that runs without the CUDA
+//! libraries (what the CPU container image ships).
 
 use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=LIBTORCH");
+    println!("cargo:rerun-if-env-changed=FLEETRL_LINK_CUDA");
+    if std::env::var("FLEETRL_LINK_CUDA").is_ok_and(|v| v == "0") {
+        return;
+    }
     let Some(libtorch) = std::env::var_os("LIBTORCH") else {
         return;
     };

@@ -2,15 +2,20 @@
 //! `max_in_flight` unacknowledged per shard; rollouts a shard never acknowledged are resent
 //! (to another shard if it stays away): at-least-once, as the protocol says.
 
+use std::sync::Arc;
+
 use fleetrl_core::replay_client::{Writer, WriterOptions};
 use fleetrl_proto::TensorMap;
 use tokio::sync::mpsc;
+
+use crate::metrics::ActorMetrics;
 
 /// Where and how to insert.
 pub(crate) struct Inserter {
     pub(crate) shards: Vec<String>,
     pub(crate) table: String,
     pub(crate) max_in_flight: usize,
+    pub(crate) metrics: Arc<ActorMetrics>,
 }
 
 impl Inserter {
@@ -21,14 +26,25 @@ impl Inserter {
         let mut options = WriterOptions::new(&self.table);
         options.max_in_flight = self.max_in_flight.max(1);
         let (writer, task) = Writer::spawn(self.shards, options);
+        let publish = |writer: &Writer| {
+            self.metrics.rollouts_sent.set_total(writer.acked() as f64);
+            self.metrics
+                .insert_reconnects
+                .set_total(writer.reconnects() as f64);
+        };
         while let Some(rollout) = rollouts.recv().await {
             if writer.insert(rollout, 1.0).await.is_err() {
                 break; // the writer ended; `finish` says why
             }
+            publish(&writer);
         }
+        let last = writer.clone();
         drop(writer);
-        task.finish()
+        let result = task
+            .finish()
             .await
-            .map_err(|e| e.context("replay server rejected our rollouts"))
+            .map_err(|e| e.context("replay server rejected our rollouts"));
+        publish(&last);
+        result
     }
 }

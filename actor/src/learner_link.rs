@@ -10,6 +10,7 @@ use fleetrl_proto::v1::{ReportEpisodesRequest, SubscribeWeightsRequest, Weights}
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
+use crate::metrics::ActorMetrics;
 use crate::runner::Progress;
 
 /// A client with fleetrl's message size limits.
@@ -18,7 +19,11 @@ pub(crate) fn client(channel: Channel) -> LearnerServiceClient<Channel> {
 }
 
 /// Keeps `latest` set to the newest published weights, resubscribing after errors.
-pub(crate) async fn follow_weights(channel: Channel, latest: watch::Sender<Option<Arc<Weights>>>) {
+pub(crate) async fn follow_weights(
+    channel: Channel,
+    latest: watch::Sender<Option<Arc<Weights>>>,
+    metrics: Arc<ActorMetrics>,
+) {
     let mut client = client(channel);
     let mut after_version = -1;
     loop {
@@ -28,6 +33,7 @@ pub(crate) async fn follow_weights(channel: Channel, latest: watch::Sender<Optio
                 let mut stream = response.into_inner();
                 while let Ok(Some(weights)) = stream.message().await {
                     after_version = weights.version;
+                    metrics.weights_received.inc();
                     if latest.send(Some(Arc::new(weights))).is_err() {
                         return;
                     }

@@ -3,8 +3,10 @@
 //! another anywhere; it needs only the learner's and the replay server's addresses.
 
 mod health;
+mod identity;
 mod inserter;
 mod learner_link;
+mod metrics;
 mod runner;
 
 use std::sync::{Arc, Mutex};
@@ -31,7 +33,9 @@ struct Args {
     #[arg(long, env = "FLEETRL_REPLAY_ADDR", default_value = "127.0.0.1:50051")]
     replay: String,
     /// This actor's id: it picks the env seeds and names the actor in the learner's status.
-    #[arg(long, env = "FLEETRL_ACTOR_ID", default_value_t = 0)]
+    /// `auto` derives it from the host name (replicas of one compose service or Kubernetes
+    /// Deployment share their environment but not their host names).
+    #[arg(long, env = "FLEETRL_ACTOR_ID", default_value = "0", value_parser = identity::parse_actor_id)]
     actor_id: u32,
     /// Address to serve `grpc.health.v1.Health` on (port 0 picks a free one).
     #[arg(
@@ -43,6 +47,9 @@ struct Args {
     /// Seconds to keep trying to reach the learner at startup.
     #[arg(long, default_value_t = 120)]
     connect_patience_s: u64,
+    /// Serve Prometheus metrics on this address (`GET /metrics`); off when unset.
+    #[arg(long, env = "FLEETRL_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
 }
 
 #[tokio::main]
@@ -51,6 +58,8 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     tch::set_num_threads(1);
     tch::set_num_interop_threads(1);
+    let (registry, metrics) = metrics::build();
+    telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
     let health = health::serve(&args.health_listen)
         .await
         .with_context(|| format!("serving health on {}", args.health_listen))?;
@@ -67,7 +76,11 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(actor_id = args.actor_id, run_id = %spec.run_id, env = %config.env.id, "joined run");
 
     let (weights_tx, weights_rx) = watch::channel(None);
-    tokio::spawn(learner_link::follow_weights(learner.clone(), weights_tx));
+    tokio::spawn(learner_link::follow_weights(
+        learner.clone(),
+        weights_tx,
+        metrics.clone(),
+    ));
     let mut first_weights = weights_rx.clone();
     tokio::spawn(async move {
         if first_weights.wait_for(Option::is_some).await.is_ok() {
@@ -90,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
         shards: replay_client::parse_shards(&args.replay)?,
         table: spec.table.clone(),
         max_in_flight: config.actors.max_in_flight as usize,
+        metrics: metrics.clone(),
     };
     let mut inserting = tokio::spawn(inserter.run(rollouts_rx));
     let (stop, stop_rx) = watch::channel(false);
@@ -100,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
         rollouts: rollouts_tx,
         progress,
         stop: stop_rx,
+        metrics,
     };
     let mut acting = tokio::task::spawn_blocking(move || runner.run());
 

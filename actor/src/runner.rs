@@ -15,6 +15,8 @@ use fleetrl_proto::TensorMap;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 
+use crate::metrics::ActorMetrics;
+
 /// Episodes and steps since the last report, filled here and drained by the reporter.
 #[derive(Debug, Default)]
 pub(crate) struct Progress {
@@ -31,6 +33,7 @@ pub(crate) struct Runner {
     pub(crate) progress: Arc<Mutex<Progress>>,
     /// Turns true when the actor should finish its rollout and stop.
     pub(crate) stop: watch::Receiver<bool>,
+    pub(crate) metrics: Arc<ActorMetrics>,
 }
 
 impl Runner {
@@ -65,7 +68,7 @@ impl Runner {
             );
             let bootstrap = span.in_scope(|| acting.collect(&model, &mut builder))?;
             let item = builder.finish(&bootstrap, version);
-            self.report(acting.envs_mut().drain_episodes(), (t * m) as u64);
+            self.report(acting.envs_mut().drain_episodes(), (t * m) as u64, version);
             if self.rollouts.blocking_send(item).is_err() {
                 break;
             }
@@ -83,7 +86,10 @@ impl Runner {
         Ok(())
     }
 
-    fn report(&self, episodes: Vec<Episode>, env_steps: u64) {
+    fn report(&self, episodes: Vec<Episode>, env_steps: u64, acted: i64) {
+        let newest = self.weights.borrow().as_ref().map_or(acted, |w| w.version);
+        self.metrics
+            .record_rollout(env_steps, &episodes, acted, newest);
         let mut progress = self.progress.lock().expect("progress lock poisoned");
         progress.episodes.extend(episodes);
         progress.env_steps += env_steps;

@@ -2,6 +2,7 @@
 //! `fleetrl eval` scores a checkpoint.
 
 mod eval_cmd;
+mod health_cmd;
 mod progress;
 mod summary;
 mod train;
@@ -50,6 +51,17 @@ enum Command {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// Check a role's `grpc.health.v1.Health`: exit 0 if it reports SERVING (container health checks).
+    Health {
+        /// The server, `host:port`.
+        addr: String,
+        /// Service name to ask about ("" is the whole server).
+        #[arg(long, default_value = "")]
+        service: String,
+        /// Seconds to wait for an answer.
+        #[arg(long, default_value_t = 3.0)]
+        timeout_s: f64,
+    },
 }
 
 fn default_out(config: &str) -> PathBuf {
@@ -90,6 +102,14 @@ async fn main() -> anyhow::Result<()> {
             seed,
         } => {
             tokio::task::spawn_blocking(move || eval_cmd::run(&checkpoint, episodes, seed)).await?
+        }
+        Command::Health {
+            addr,
+            service,
+            timeout_s,
+        } => {
+            let timeout = std::time::Duration::from_secs_f64(timeout_s.max(0.1));
+            health_cmd::run(&addr, &service, timeout).await
         }
     }
 }

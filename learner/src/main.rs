@@ -1,6 +1,7 @@
 //! fleet-learner: samples rollout batches from a replay server, trains on a dedicated thread,
 //! publishes every new version of the weights, checkpoints, and serves its status.
 
+mod metrics;
 mod prefetch;
 mod service;
 mod stats;
@@ -42,9 +43,13 @@ struct Args {
     /// Directory for checkpoints and TensorBoard events.
     #[arg(long, env = "FLEETRL_RUN_DIR", default_value = "runs/latest")]
     run_dir: PathBuf,
-    /// Resume from a checkpoint directory (`latest`: the newest under <run-dir>/checkpoints).
+    /// Resume from a checkpoint directory (`latest`: the newest under <run-dir>/checkpoints;
+    /// `auto`: the newest if there is one, else start fresh, for restartable containers).
     #[arg(long, env = "FLEETRL_RESUME")]
     resume: Option<String>,
+    /// Serve Prometheus metrics on this address (`GET /metrics`); off when unset.
+    #[arg(long, env = "FLEETRL_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
 }
 
 #[tokio::main]
@@ -65,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
     let checkpoint_dir = args.run_dir.join("checkpoints");
     let Restored { algo, stats } =
         build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
+    let metrics = metrics::start(args.metrics_listen.as_deref(), &stats).await?;
     let initial = trainer::weights_message(algo.as_ref(), stats.policy_version)
         .map_err(anyhow::Error::msg)?;
     let (weights_tx, weights_rx) = tokio::sync::watch::channel(Arc::new(initial));
@@ -86,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
         last_log: Instant::now(),
         timing: trainer::Timing::default(),
         pending: Vec::new(),
+        metrics: metrics.clone(),
     };
     let trainer_thread = std::thread::Builder::new()
         .name("trainer".into())
@@ -109,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
         weights: weights_rx,
         work: work_tx.clone(),
         subscribers: Default::default(),
+        metrics,
     };
     let (health, health_service) = tonic_health::server::health_reporter();
     health

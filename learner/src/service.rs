@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status};
 
+use crate::metrics::LearnerMetrics;
 use crate::stats::Stats;
 use crate::trainer::Work;
 
@@ -26,21 +27,25 @@ pub(crate) struct Learner {
     pub(crate) work: mpsc::Sender<Work>,
     /// Open weight subscriptions: the actors connected right now.
     pub(crate) subscribers: Arc<AtomicU32>,
+    /// What Prometheus scrapes.
+    pub(crate) metrics: Arc<LearnerMetrics>,
 }
 
 /// Counts one open weight subscription for as long as it lives.
-struct Subscription(Arc<AtomicU32>);
+struct Subscription(Arc<AtomicU32>, Arc<LearnerMetrics>);
 
 impl Subscription {
-    fn open(count: &Arc<AtomicU32>) -> Subscription {
-        count.fetch_add(1, Ordering::Relaxed);
-        Subscription(count.clone())
+    fn open(count: &Arc<AtomicU32>, metrics: &Arc<LearnerMetrics>) -> Subscription {
+        let now = count.fetch_add(1, Ordering::Relaxed) + 1;
+        metrics.actors_connected.set(now as f64);
+        Subscription(count.clone(), metrics.clone())
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        let now = self.0.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        self.1.actors_connected.set(now as f64);
     }
 }
 
@@ -67,7 +72,7 @@ impl LearnerService for Learner {
         // so a slow subscriber skips versions instead of queueing them.
         // The subscription guard lives in the stream, so a client going away (a killed actor's
         // connection closing) stops counting at once.
-        let subscription = Subscription::open(&self.subscribers);
+        let subscription = Subscription::open(&self.subscribers, &self.metrics);
         let stream = WatchStream::new(self.weights.clone())
             .filter(move |w| std::future::ready(w.version > after))
             .map(move |w| {
@@ -92,10 +97,16 @@ impl LearnerService for Learner {
                 report.lengths.len()
             )));
         }
-        self.stats
-            .lock()
-            .expect("stats lock poisoned")
-            .record_report(&report);
+        let recent = {
+            let mut stats = self.stats.lock().expect("stats lock poisoned");
+            stats.record_report(&report);
+            stats.recent_return()
+        };
+        self.metrics.episodes.add(report.returns.len() as f64);
+        self.metrics.env_steps_reported.add(report.env_steps as f64);
+        if recent.is_finite() {
+            self.metrics.episode_return_recent.set(recent);
+        }
         Ok(Response::new(ReportEpisodesResponse {}))
     }
 

@@ -30,7 +30,9 @@ pub(crate) fn device(name: &str) -> anyhow::Result<tch::Device> {
     }
 }
 
-/// A fresh PPO learner, or one restored from `resume` (a path, or `latest`).
+/// A fresh PPO learner, or one restored from `resume`: a path, `latest` (the newest checkpoint
+/// under `checkpoint_dir`, which must exist) or `auto` (the newest if any, else fresh: what a
+/// container that restarts in place wants).
 pub(crate) fn build_algorithm(
     config: &RunConfig,
     resume: Option<&str>,
@@ -54,6 +56,14 @@ pub(crate) fn build_algorithm(
     let ppo = Ppo::new(&config.algo, model, config.total_updates())
         .with_threads(config.learner.update_threads as usize);
     let mut algo: Box<dyn Algorithm> = Box::new(ppo);
+    let resume = match resume {
+        Some("auto") if checkpoint::latest(checkpoint_dir).is_none() => {
+            tracing::info!(dir = %checkpoint_dir.display(), "no checkpoint yet; starting fresh");
+            None
+        }
+        Some("auto") => Some("latest"),
+        other => other,
+    };
     let Some(resume) = resume else {
         return Ok(Restored {
             algo,

@@ -16,6 +16,7 @@ use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::metrics::LearnerMetrics;
 use crate::stats::Stats;
 
 /// Where a saved checkpoint is and which version it holds.
@@ -42,6 +43,8 @@ pub(crate) struct Trainer {
     pub(crate) timing: Timing,
     /// Rollouts waiting for enough company to make a batch.
     pub(crate) pending: Vec<TensorMap>,
+    /// What Prometheus scrapes.
+    pub(crate) metrics: Arc<LearnerMetrics>,
 }
 
 /// Where the trainer thread's time goes: waiting for data or updating.
@@ -71,15 +74,20 @@ impl Trainer {
             let Some(item) = work.blocking_recv() else {
                 break;
             };
-            self.timing.waiting += waited.elapsed().as_secs_f64();
+            let waited = waited.elapsed().as_secs_f64();
+            self.timing.waiting += waited;
+            self.metrics.batch_wait_seconds.add(waited);
             match item {
                 Work::Rollout(rollout) => {
+                    self.metrics.rollouts_received.inc();
                     let Some(batch) = self.admit(rollout) else {
                         continue;
                     };
                     let started = Instant::now();
                     self.train(&batch);
-                    self.timing.updating += started.elapsed().as_secs_f64();
+                    let updating = started.elapsed().as_secs_f64();
+                    self.timing.updating += updating;
+                    self.metrics.update_seconds.add(updating);
                     self.timing.updates += 1;
                 }
                 Work::Checkpoint(reply) => {
@@ -108,7 +116,9 @@ impl Trainer {
             }
             keep
         });
-        stats.rollouts_dropped += (before - self.pending.len()) as u64;
+        let dropped = (before - self.pending.len()) as u64;
+        stats.rollouts_dropped += dropped;
+        self.metrics.rollouts_dropped.add(dropped as f64);
         drop(stats);
         if self.pending.len() < self.config.learner.batch_rollouts as usize {
             return None;
@@ -152,6 +162,9 @@ impl Trainer {
             stats.policy_lag = lag;
             (stats.env_steps_trained, stats.recent_return())
         };
+        self.metrics
+            .record_update(self.algo.updates(), steps, version + 1, &metrics);
+        self.metrics.policy_lag.set(lag);
         self.record(version + 1, steps, recent, &metrics);
         let interval = self.config.learner.checkpoint_interval;
         let budget_done = steps >= self.config.stop.total_env_steps;
@@ -170,6 +183,7 @@ impl Trainer {
         match weights_message(self.algo.as_ref(), version) {
             Ok(weights) => {
                 self.weights.send_replace(Arc::new(weights));
+                self.metrics.weights_published.inc();
             }
             Err(error) => tracing::error!(%error, "cannot export weights"),
         }

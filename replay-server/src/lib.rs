@@ -7,6 +7,7 @@
 //! `src/main.rs`.
 
 mod error;
+pub mod metrics;
 mod persistence;
 mod service;
 

@@ -53,6 +53,10 @@ struct Args {
     /// Largest item, in bytes, a table may declare.
     #[arg(long, env = "FLEETRL_REPLAY_MAX_ITEM_BYTES", default_value_t = fleet_replay_server::DEFAULT_MAX_ITEM_BYTES)]
     max_item_bytes: u64,
+
+    /// Serve Prometheus metrics on this address (`GET /metrics`); off when unset.
+    #[arg(long, env = "FLEETRL_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
 }
 
 /// The `--tables` file: a list of table definitions.
@@ -101,6 +105,12 @@ async fn main() -> anyhow::Result<()> {
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
+    let local = listener.local_addr().context("reading the bound address")?;
+    if args.metrics_listen.is_some() {
+        let registry = telemetry::Registry::new("fleetrl_replay");
+        telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
+        fleet_replay_server::metrics::spawn_exporter(registry, local);
+    }
     fleet_replay_server::serve(listener, options, shutdown).await?;
     tracing::info!("replay server stopped");
     Ok(())

@@ -323,10 +323,12 @@ impl InsertStream {
                 ))))
             }
         };
+        let started = std::time::Instant::now();
         let keys = table
             .insert_many(items.into_iter().zip(priorities).collect())
             .await
             .map_err(to_status)?;
+        crate::metrics::INSERT_WAITS.record(started.elapsed());
         Ok(InsertResponse { keys })
     }
 }
@@ -399,11 +401,13 @@ impl SampleStream {
     /// Takes the items, then stacks them on a blocking thread: stacking copies every tensor,
     /// which can take milliseconds for image rollouts.
     async fn build_batch(&self) -> Result<SampleResponse, Status> {
+        let started = std::time::Instant::now();
         let taken = self
             .table
             .take(self.batch_size, self.timeout)
             .await
             .map_err(to_status)?;
+        crate::metrics::SAMPLE_WAITS.record(started.elapsed());
         let table = self.table.clone();
         let stacked = tokio::task::spawn_blocking(move || taken.stack(table.signature()))
             .await

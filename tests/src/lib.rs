@@ -3,7 +3,9 @@
 //! launcher does, and gives the test clients and handles to kill or add actors.
 //!
 //! The binaries must be built first (`cargo build --release --bins`; the README's test command
-//! does it). One scenario per file in `tests/`.
+//! does it). One scenario per file in `tests/`. [`compose`] runs the same roles in containers.
+
+pub mod compose;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -54,6 +54,7 @@ struct Item {
 pub struct Writer {
     items: mpsc::Sender<Item>,
     acked: Arc<AtomicU64>,
+    reconnects: Arc<AtomicU64>,
     permits: Arc<Semaphore>,
 }
 
@@ -70,19 +71,22 @@ impl Writer {
     pub fn spawn(shards: Vec<String>, options: WriterOptions) -> (Writer, WriterTask) {
         let window = options.max_in_flight.max(1) * shards.len().max(1);
         let (items, inbox) = mpsc::channel(window);
-        let acked = Arc::new(AtomicU64::new(0));
-        let permits = Arc::new(Semaphore::new(window));
-        let task = tokio::spawn(dispatch(
-            shards,
-            options,
-            inbox,
-            acked.clone(),
-            permits.clone(),
-        ));
+        let counters = Counters {
+            acked: Arc::new(AtomicU64::new(0)),
+            reconnects: Arc::new(AtomicU64::new(0)),
+            permits: Arc::new(Semaphore::new(window)),
+        };
+        let Counters {
+            acked,
+            reconnects,
+            permits,
+        } = counters.clone();
+        let task = tokio::spawn(dispatch(shards, options, inbox, counters));
         (
             Writer {
                 items,
                 acked,
+                reconnects,
                 permits,
             },
             WriterTask { task },
@@ -109,6 +113,11 @@ impl Writer {
     pub fn acked(&self) -> u64 {
         self.acked.load(Ordering::Relaxed)
     }
+
+    /// Times an insert stream to a shard broke and was reopened.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
+    }
 }
 
 impl WriterTask {
@@ -129,8 +138,7 @@ async fn dispatch(
     addrs: Vec<String>,
     options: WriterOptions,
     mut inbox: mpsc::Receiver<Item>,
-    acked: Arc<AtomicU64>,
-    permits: Arc<Semaphore>,
+    counters: Counters,
 ) -> anyhow::Result<()> {
     let (requeue_tx, mut requeue) = mpsc::unbounded_channel::<Item>();
     let (fatal_tx, mut fatal) = watch::channel::<Option<String>>(None);
@@ -146,8 +154,7 @@ async fn dispatch(
             queued,
             requeue: requeue_tx.clone(),
             up: up.clone(),
-            acked: acked.clone(),
-            permits: permits.clone(),
+            counters: counters.clone(),
             outstanding: outstanding.clone(),
             fatal: fatal_tx.clone(),
         })));
@@ -236,10 +243,17 @@ struct ShardLoop {
     queued: mpsc::Receiver<Item>,
     requeue: mpsc::UnboundedSender<Item>,
     up: Arc<AtomicBool>,
-    acked: Arc<AtomicU64>,
-    permits: Arc<Semaphore>,
+    counters: Counters,
     outstanding: Arc<AtomicU64>,
     fatal: watch::Sender<Option<String>>,
+}
+
+/// What shard sessions report back to the [`Writer`].
+#[derive(Debug, Clone)]
+struct Counters {
+    acked: Arc<AtomicU64>,
+    reconnects: Arc<AtomicU64>,
+    permits: Arc<Semaphore>,
 }
 
 /// Requests sent to one shard but not yet acknowledged, oldest first.
@@ -275,6 +289,7 @@ async fn shard_loop(mut shard: ShardLoop) {
                 return;
             }
             Err(status) => {
+                shard.counters.reconnects.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(replay = %shard.addr, error = %status.message(), unacked, "insert stream broke; its items go to other shards while reconnecting")
             }
             Ok(()) => {}
@@ -322,8 +337,8 @@ async fn session(
                 Some(response) => {
                     let batch = window.pop_front().ok_or_else(|| tonic::Status::internal("an ack for nothing sent"))?;
                     debug_assert_eq!(batch.len(), response.keys.len());
-                    shard.acked.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    shard.permits.add_permits(batch.len());
+                    shard.counters.acked.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    shard.counters.permits.add_permits(batch.len());
                     shard.outstanding.fetch_sub(batch.len() as u64, Ordering::SeqCst);
                 }
                 None => return Err(tonic::Status::unavailable("the server ended the insert stream")),

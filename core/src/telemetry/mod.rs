@@ -1,10 +1,13 @@
-//! Logs and metrics: tracing to stderr for every binary, TensorBoard event files for learners.
+//! Logs and metrics: tracing to stderr for every binary, Prometheus metrics over HTTP for every
+//! binary ([`metrics`]), TensorBoard event files for learners.
 
+pub mod metrics;
 mod tensorboard;
 
 use std::io::Write;
 use std::net::SocketAddr;
 
+pub use metrics::Registry;
 pub use tensorboard::EventWriter;
 
 /// Starts structured logging to stderr. `RUST_LOG` (e.g. `info,fleet_learner=debug`) filters;

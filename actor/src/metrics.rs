@@ -1,0 +1,108 @@
+//! The actor's Prometheus metrics (prefix `fleetrl_actor`), served on `--metrics-listen`.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use fleetrl_core::envs::Episode;
+use fleetrl_core::telemetry::metrics::{Counter, Gauge, Registry};
+
+/// Episodes kept for the recent-return mean.
+const RECENT_EPISODES: usize = 100;
+
+/// Everything the actor counts.
+pub(crate) struct ActorMetrics {
+    pub(crate) env_steps: Counter,
+    env_steps_per_second: Gauge,
+    episodes: Counter,
+    episode_return_sum: Counter,
+    episode_return_recent: Gauge,
+    pub(crate) rollouts_sent: Counter,
+    pub(crate) insert_reconnects: Counter,
+    pub(crate) weights_received: Counter,
+    policy_version: Gauge,
+    policy_lag: Gauge,
+    /// Recent returns, and the start of the current steps/s window with its step count.
+    window: Mutex<(VecDeque<f64>, Instant, f64)>,
+}
+
+impl ActorMetrics {
+    pub(crate) fn new(registry: &Registry) -> ActorMetrics {
+        let r = registry;
+        ActorMetrics {
+            env_steps: r.counter("env_steps_total", "Env steps taken."),
+            env_steps_per_second: r.gauge(
+                "env_steps_per_second",
+                "Env steps per second over the last few seconds.",
+            ),
+            episodes: r.counter("episodes_total", "Episodes finished."),
+            episode_return_sum: r.counter(
+                "episode_return_sum",
+                "Sum of finished episodes' returns (with episodes_total: the mean over any window).",
+            ),
+            episode_return_recent: r.gauge(
+                "episode_return_recent",
+                "Mean return of this actor's last 100 episodes.",
+            ),
+            rollouts_sent: r.counter(
+                "rollouts_sent_total",
+                "Rollouts the replay server acknowledged.",
+            ),
+            insert_reconnects: r.counter(
+                "insert_reconnects_total",
+                "Times the insert stream to the replay server broke and was reopened.",
+            ),
+            weights_received: r.counter(
+                "weights_received_total",
+                "Weight versions received from the learner.",
+            ),
+            policy_version: r.gauge("policy_version", "Version of the policy acting now."),
+            policy_lag: r.gauge(
+                "policy_lag",
+                "Versions between the newest published policy and the one that acted in the last rollout.",
+            ),
+            window: Mutex::new((VecDeque::new(), Instant::now(), 0.0)),
+        }
+    }
+
+    /// Records a finished rollout: its steps and episodes, the version that acted and the
+    /// newest version this actor has heard of.
+    pub(crate) fn record_rollout(
+        &self,
+        env_steps: u64,
+        episodes: &[Episode],
+        acted: i64,
+        newest: i64,
+    ) {
+        self.env_steps.add(env_steps as f64);
+        self.episodes.add(episodes.len() as f64);
+        self.policy_version.set(acted as f64);
+        self.policy_lag.set((newest - acted).max(0) as f64);
+        let mut window = self.window.lock().expect("metrics lock poisoned");
+        for e in episodes {
+            self.episode_return_sum.add(e.return_);
+            if window.0.len() == RECENT_EPISODES {
+                window.0.pop_front();
+            }
+            window.0.push_back(e.return_);
+        }
+        if !window.0.is_empty() {
+            let mean = window.0.iter().sum::<f64>() / window.0.len() as f64;
+            self.episode_return_recent.set(mean);
+        }
+        let elapsed = window.1.elapsed().as_secs_f64();
+        if elapsed >= 2.0 {
+            let steps = self.env_steps.get();
+            self.env_steps_per_second.set((steps - window.2) / elapsed);
+            window.1 = Instant::now();
+            window.2 = steps;
+        }
+    }
+}
+
+/// The actor's registry and metrics, shared by its tasks.
+pub(crate) fn build() -> (Arc<Registry>, Arc<ActorMetrics>) {
+    let registry = Registry::new("fleetrl_actor");
+    let metrics = Arc::new(ActorMetrics::new(&registry));
+    (registry, metrics)
+}

@@ -1,0 +1,117 @@
+//! The Kubernetes manifests (`deploy/k8s/`): every overlay renders with kustomize and passes
+//! the Kubernetes API schemas in strict mode plus the checks in `deploy/k8s/check.py`, and a
+//! broken overlay is caught (so the check can fail). Skipped, with a message saying why,
+//! where neither `kubectl` nor `kustomize` is installed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use fleetrl_tests::compose::repo_root;
+
+/// Runs `deploy/k8s/validate.sh` on `dirs` (none: the shipped overlays); `None` if no
+/// kustomize is installed (exit code 3).
+fn validate(dirs: &[&Path]) -> anyhow::Result<Option<Output>> {
+    let out = Command::new("bash")
+        .arg(repo_root().join("deploy/k8s/validate.sh"))
+        .args(dirs)
+        .output()?;
+    if out.status.code() == Some(3) {
+        eprintln!(
+            "SKIPPED k8s_manifests: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return Ok(None);
+    }
+    Ok(Some(out))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn overlays_render_and_validate() -> anyhow::Result<()> {
+    let Some(out) = validate(&[])? else {
+        return Ok(());
+    };
+    let log = text(&out);
+    assert!(out.status.success(), "validation failed:\n{log}");
+    for expected in [
+        "cpu.yaml: 7 objects valid",
+        "gpu.yaml: 7 objects valid",
+        "HorizontalPodAutoscaler",
+    ] {
+        assert!(log.contains(expected), "no `{expected}` in:\n{log}");
+    }
+    Ok(())
+}
+
+/// A kustomization over the base with one patch, under target/ (kustomize wants relative
+/// paths inside the tree).
+fn broken_overlay(name: &str, patch: &str) -> anyhow::Result<PathBuf> {
+    let dir = repo_root()
+        .join("target/k8s-test")
+        .join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let patch = patch.replace('\n', "\n      ");
+    let kustomization = format!(
+        "resources:\n  - ../../../deploy/k8s/base\npatches:\n  - patch: |-\n      {patch}\n"
+    );
+    std::fs::write(dir.join("kustomization.yaml"), kustomization)?;
+    Ok(dir)
+}
+
+fn assert_rejected(name: &str, patch: &str, expected: &str) -> anyhow::Result<()> {
+    let dir = broken_overlay(name, patch)?;
+    let Some(out) = validate(&[&dir])? else {
+        return Ok(());
+    };
+    let log = text(&out);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        !out.status.success(),
+        "{name}: a broken overlay passed:\n{log}"
+    );
+    assert!(log.contains(expected), "{name}: no `{expected}` in:\n{log}");
+    Ok(())
+}
+
+#[test]
+fn broken_overlays_are_rejected() -> anyhow::Result<()> {
+    // A misspelt field: only a strict schema sees it.
+    assert_rejected(
+        "typo",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: fleetrl-actor\nspec:\n  replicaz: 3",
+        "schema",
+    )?;
+    // Valid Kubernetes, but the actors' readiness no longer asks the gRPC health service.
+    assert_rejected(
+        "http-probe",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: fleetrl-actor\nspec:\n  template:\n    spec:\n      containers:\n        - name: actor\n          readinessProbe:\n            grpc: null\n            tcpSocket:\n              port: 50053",
+        "readinessProbe is not a gRPC health probe",
+    )?;
+    // The learner asks for CUDA without requesting a GPU.
+    assert_rejected(
+        "cuda-no-gpu",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: fleetrl-learner\nspec:\n  template:\n    spec:\n      containers:\n        - name: learner\n          args: [\"--set\", \"learner.device=cuda\"]",
+        "nvidia.com/gpu limit is False",
+    )
+}
+
+/// The ConfigMap's run.toml is the cartpole-ppo preset, field for field.
+#[test]
+fn run_config_is_the_preset() -> anyhow::Result<()> {
+    let root = repo_root();
+    let load =
+        |p: &str| fleetrl_core::config::RunConfig::load(&root.join(p).display().to_string(), &[]);
+    assert_eq!(
+        load("deploy/k8s/base/run.toml")?,
+        load("configs/cartpole-ppo.toml")?,
+        "deploy/k8s/base/run.toml drifted from configs/cartpole-ppo.toml"
+    );
+    Ok(())
+}
