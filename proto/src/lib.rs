@@ -10,6 +10,7 @@ pub mod v1 {
     tonic::include_proto!("fleetrl.v1");
 }
 
+pub mod codec;
 pub mod tensor;
 
 pub use tensor::{Element, TensorError};
