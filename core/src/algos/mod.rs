@@ -4,6 +4,7 @@
 pub mod data_parallel;
 pub mod ppo;
 pub mod returns;
+pub mod vtrace;
 
 pub use ppo::Ppo;
 
