@@ -54,7 +54,7 @@ impl Summary {
         let steps = last.env_steps.max(status.env_steps_trained);
         Summary {
             env: config.env.id.clone(),
-            algo: "ppo".into(),
+            algo: config.algo.name().into(),
             total_env_steps: steps,
             wall_seconds,
             env_steps_per_second: steps as f64 / status.seconds_since_start.max(1e-9),

@@ -27,6 +27,7 @@ fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
         value: vec![0.0; n],
         final_value: vec![0.0; n],
         bootstrap_value: vec![0.0; b],
+        bootstrap_obs: vec![0.0; b * 4],
         policy_version: vec![0],
     }
 }
@@ -47,7 +48,8 @@ fn main() {
     )
     .expect("model builds");
     let batch = synthetic_batch(32, 8);
-    let mut ppo = Ppo::new(&config.algo, model, 1000).with_threads(threads);
+    let mut ppo =
+        Ppo::new(config.algo.as_ppo().expect("a PPO preset"), model, 1000).with_threads(threads);
     for _ in 0..5 {
         ppo.update(&batch);
     }

@@ -5,7 +5,7 @@ use tch::Tensor;
 
 use crate::envs::{EnvError, VecEnv};
 use crate::models::Policy;
-use crate::rollout::{RolloutBuilder, StepRecord};
+use crate::rollout::{Bootstrap, RolloutBuilder, StepRecord};
 
 /// Why a rollout could not be collected.
 #[derive(Debug, thiserror::Error)]
@@ -47,12 +47,12 @@ impl Acting {
     }
 
     /// Steps every env `builder`'s T times with `policy` (sampling actions) and fills
-    /// `builder`; returns V of the observations after the last step (the bootstrap values).
+    /// `builder`; returns the observations after the last step and their values.
     pub fn collect(
         &mut self,
         policy: &dyn Policy,
         builder: &mut RolloutBuilder,
-    ) -> Result<Vec<f32>, ActingError> {
+    ) -> Result<Bootstrap, ActingError> {
         let (m, obs_dim) = (self.envs.num_envs(), self.envs.obs_dim());
         while !builder.is_full() {
             let act = policy.act(&batch(&self.obs, m, obs_dim), false);
@@ -73,9 +73,11 @@ impl Acting {
             });
             self.obs.copy_from_slice(&step.obs);
         }
-        Ok(Vec::<f32>::try_from(
-            &policy.value(&batch(&self.obs, m, obs_dim)),
-        )?)
+        let value = Vec::<f32>::try_from(&policy.value(&batch(&self.obs, m, obs_dim)))?;
+        Ok(Bootstrap {
+            value,
+            obs: self.obs.clone(),
+        })
     }
 }
 
@@ -129,7 +131,7 @@ mod tests {
         let mut builder = RolloutBuilder::new(4, 2, 4);
         let mut acting = Acting::new(envs, 7);
         let bootstrap = acting.collect(&model, &mut builder).unwrap();
-        assert_eq!(bootstrap.len(), 2);
+        assert_eq!(bootstrap.value.len(), 2);
         let item = builder.finish(&bootstrap, 0);
         let truncated = item.field("truncated").unwrap().to_vec::<bool>().unwrap();
         let terminated = item.field("terminated").unwrap().to_vec::<bool>().unwrap();

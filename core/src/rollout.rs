@@ -13,6 +13,7 @@
 //! | `value` | f32 | [T, M] | behaviour value estimate V(obs) |
 //! | `final_value` | f32 | [T, M] | V(final obs) where `truncated`, else 0 |
 //! | `bootstrap_value` | f32 | [M] | V(obs after the last step) |
+//! | `bootstrap_obs` | f32 | [M, D] | the observation after the last step (V-trace re-values it) |
 //! | `policy_version` | i64 | [] | weights version that acted |
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
@@ -42,6 +43,8 @@ pub mod field {
     pub const FINAL_VALUE: &str = "final_value";
     /// Values after the last step, [M].
     pub const BOOTSTRAP_VALUE: &str = "bootstrap_value";
+    /// Observations after the last step, [M, D].
+    pub const BOOTSTRAP_OBS: &str = "bootstrap_obs";
     /// Acting weights version, [].
     pub const POLICY_VERSION: &str = "policy_version";
 }
@@ -69,6 +72,7 @@ pub fn signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Sig
             per_step(field::VALUE, Dtype::F32),
             per_step(field::FINAL_VALUE, Dtype::F32),
             FieldSpec::new(field::BOOTSTRAP_VALUE, Dtype::F32, &[m]),
+            FieldSpec::new(field::BOOTSTRAP_OBS, Dtype::F32, &[m, obs_dim]),
             FieldSpec::new(field::POLICY_VERSION, Dtype::I64, &[]),
         ],
     }
@@ -109,6 +113,16 @@ pub struct StepRecord<'a> {
     pub truncated: &'a [bool],
     /// V(final obs) where truncated, else 0, [M].
     pub final_value: &'a [f32],
+}
+
+/// Where a rollout ends: the observations after its last step and their values, `[M, D]`
+/// and `[M]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bootstrap {
+    /// V(obs after the last step), [M].
+    pub value: Vec<f32>,
+    /// The observations after the last step, [M, D].
+    pub obs: Vec<f32>,
 }
 
 /// Accumulates T steps of M envs (discrete actions) into a rollout item.
@@ -166,7 +180,7 @@ impl RolloutBuilder {
     }
 
     /// The rollout item; the builder is empty afterwards. Panics unless [`Self::is_full`].
-    pub fn finish(&mut self, bootstrap_value: &[f32], policy_version: i64) -> TensorMap {
+    pub fn finish(&mut self, bootstrap: &Bootstrap, policy_version: i64) -> TensorMap {
         assert!(self.is_full(), "a rollout needs exactly T steps");
         let (t, m) = (self.t as i64, self.m as i64);
         let tm = [t, m];
@@ -187,7 +201,11 @@ impl RolloutBuilder {
             ),
             (
                 field::BOOTSTRAP_VALUE,
-                Tensor::from_slice(&[m], bootstrap_value),
+                Tensor::from_slice(&[m], &bootstrap.value),
+            ),
+            (
+                field::BOOTSTRAP_OBS,
+                Tensor::from_slice(&[m, self.obs_dim as i64], &bootstrap.obs),
             ),
             (field::POLICY_VERSION, Tensor::scalar(policy_version)),
         ]);
@@ -231,6 +249,8 @@ pub struct RolloutBatch {
     pub final_value: Vec<f32>,
     /// [B].
     pub bootstrap_value: Vec<f32>,
+    /// [B, D].
+    pub bootstrap_obs: Vec<f32>,
     /// [K], the version that acted in each rollout.
     pub policy_version: Vec<i64>,
 }
@@ -286,6 +306,7 @@ impl RolloutBatch {
             value: per_step(field::VALUE)?,
             final_value: per_step(field::FINAL_VALUE)?,
             bootstrap_value: batch.field(field::BOOTSTRAP_VALUE)?.to_vec::<f32>()?,
+            bootstrap_obs: batch.field(field::BOOTSTRAP_OBS)?.to_vec::<f32>()?,
             policy_version: batch.field(field::POLICY_VERSION)?.to_vec::<i64>()?,
         })
     }
@@ -358,7 +379,11 @@ mod tests {
                 final_value: &vec![0.0; m],
             });
         }
-        b.finish(&vec![tag; m], version)
+        let bootstrap = Bootstrap {
+            value: vec![tag; m],
+            obs: vec![tag; m * 2],
+        };
+        b.finish(&bootstrap, version)
     }
 
     #[test]
@@ -369,7 +394,7 @@ mod tests {
         for f in &sig.fields {
             let t = item.field(&f.name).unwrap();
             assert_eq!(t.checked_dtype().unwrap(), f.dtype, "{}", f.name);
-            if f.name != field::OBS {
+            if f.name != field::OBS && f.name != field::BOOTSTRAP_OBS {
                 assert_eq!(t.shape, f.shape, "{}", f.name);
             }
         }

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use fleetrl_core::algos::{Algorithm, Ppo};
+use fleetrl_core::algos::{self, Algorithm};
 use fleetrl_core::checkpoint;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
@@ -30,7 +30,7 @@ pub(crate) fn device(name: &str) -> anyhow::Result<tch::Device> {
     }
 }
 
-/// A fresh PPO learner, or one restored from `resume` (a path, or `latest`).
+/// A fresh learner for `config.algo`, or one restored from `resume` (a path, or `latest`).
 pub(crate) fn build_algorithm(
     config: &RunConfig,
     resume: Option<&str>,
@@ -51,9 +51,7 @@ pub(crate) fn build_algorithm(
         &env.action_space(),
         device,
     )?;
-    let ppo = Ppo::new(&config.algo, model, config.total_updates())
-        .with_threads(config.learner.update_threads as usize);
-    let mut algo: Box<dyn Algorithm> = Box::new(ppo);
+    let mut algo: Box<dyn Algorithm> = algos::build(config, model);
     let Some(resume) = resume else {
         return Ok(Restored {
             algo,

@@ -11,6 +11,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::data_parallel::{Job, ShardPool};
+use super::pg::explained_variance;
 use super::returns::{gae, Returns};
 use super::{Algorithm, Metrics};
 use crate::config::PpoConfig;
@@ -57,8 +58,22 @@ pub struct Ppo {
 }
 
 /// The value regression loss: mean squared error against the returns (SB3's `F.mse_loss`).
-fn value_loss(value: &Tensor, returns: &Tensor) -> Tensor {
-    (value - returns).square().mean(Kind::Float)
+/// With `clip`, the pessimistic (larger) of the unclipped error and that of the old value
+/// moved at most `clip` towards the new one (pytorchrl, CleanRL's `clip_vloss`).
+pub fn value_loss(
+    value: &Tensor,
+    old_value: &Tensor,
+    returns: &Tensor,
+    clip: Option<f64>,
+) -> Tensor {
+    let unclipped = (value - returns).square();
+    let Some(clip) = clip else {
+        return unclipped.mean(Kind::Float);
+    };
+    let clipped = old_value + (value - old_value).clamp(-clip, clip);
+    unclipped
+        .maximum(&(clipped - returns).square())
+        .mean(Kind::Float)
 }
 
 /// The tensors of one (mini)batch on the learner's device.
@@ -67,6 +82,7 @@ struct Minibatch {
     obs: Tensor,
     action: Tensor,
     old_log_prob: Tensor,
+    old_value: Tensor,
     advantage: Tensor,
     returns: Tensor,
 }
@@ -78,6 +94,7 @@ impl Minibatch {
             obs: self.obs.narrow(0, start, len),
             action: self.action.narrow(0, start, len),
             old_log_prob: self.old_log_prob.narrow(0, start, len),
+            old_value: self.old_value.narrow(0, start, len),
             advantage: self.advantage.narrow(0, start, len),
             returns: self.returns.narrow(0, start, len),
         }
@@ -88,6 +105,7 @@ impl Minibatch {
             obs: self.obs.index_select(0, index),
             action: self.action.index_select(0, index),
             old_log_prob: self.old_log_prob.index_select(0, index),
+            old_value: self.old_value.index_select(0, index),
             advantage: self.advantage.index_select(0, index),
             returns: self.returns.index_select(0, index),
         }
@@ -96,26 +114,6 @@ impl Minibatch {
 
 fn normalized(advantage: &Tensor) -> Tensor {
     (advantage - advantage.mean(Kind::Float)) / (advantage.std(true) + 1e-8)
-}
-
-fn explained_variance(values: &[f32], returns: &[f32]) -> f64 {
-    let n = returns.len() as f64;
-    let mean = |xs: &mut dyn Iterator<Item = f64>| xs.sum::<f64>() / n;
-    let var = |xs: Vec<f64>| {
-        let m = mean(&mut xs.iter().copied());
-        mean(&mut xs.iter().map(|x| (x - m) * (x - m)))
-    };
-    let var_returns = var(returns.iter().map(|&r| r as f64).collect());
-    let var_residual = var(returns
-        .iter()
-        .zip(values)
-        .map(|(&r, &v)| (r - v) as f64)
-        .collect());
-    if var_returns == 0.0 {
-        f64::NAN
-    } else {
-        1.0 - var_residual / var_returns
-    }
 }
 
 impl Ppo {
@@ -161,6 +159,7 @@ impl Ppo {
             obs: f(&batch.obs).view([n, batch.obs_dim as i64]),
             action: Tensor::from_slice(&batch.action).to_device(self.device),
             old_log_prob: f(&batch.log_prob),
+            old_value: f(&batch.value),
             advantage: f(&returns.advantage),
             returns: f(&returns.returns),
         }
@@ -197,6 +196,7 @@ impl Ppo {
 #[derive(Debug, Clone, Copy)]
 struct LossSpec {
     clip: f64,
+    clip_value: bool,
     value_coeff: f64,
     entropy_coeff: f64,
 }
@@ -213,7 +213,8 @@ fn shard_backward(heads: &Heads, mb: &Minibatch, spec: LossSpec, weight: f64) ->
     let eval = heads.evaluate(&mb.obs, &mb.action);
     let (pg_loss, ratio) =
         clipped_surrogate(&eval.log_prob, &mb.old_log_prob, &mb.advantage, spec.clip);
-    let value_loss = value_loss(&eval.value, &mb.returns);
+    let value_clip = spec.clip_value.then_some(spec.clip);
+    let value_loss = value_loss(&eval.value, &mb.old_value, &mb.returns, value_clip);
     let entropy = eval.entropy.mean(Kind::Float);
     let loss = &pg_loss + &value_loss * spec.value_coeff - &entropy * spec.entropy_coeff;
     (loss * weight).backward();
@@ -248,6 +249,7 @@ impl Algorithm for Ppo {
         let (lr, clip) = self.schedule();
         let spec = LossSpec {
             clip,
+            clip_value: c.clip_value_loss,
             value_coeff: c.value_loss_coeff,
             entropy_coeff: c.entropy_loss_coeff,
         };
@@ -331,6 +333,7 @@ impl Minibatch {
             obs: self.obs.shallow_clone(),
             action: self.action.shallow_clone(),
             old_log_prob: self.old_log_prob.shallow_clone(),
+            old_value: self.old_value.shallow_clone(),
             advantage: self.advantage.shallow_clone(),
             returns: self.returns.shallow_clone(),
         }
@@ -387,6 +390,7 @@ mod tests {
             value: (0..n).map(|i| i as f32 / 10.0).collect(),
             final_value: vec![0.0; n],
             bootstrap_value: vec![0.3; b],
+            bootstrap_obs: vec![0.1; b * 4],
             policy_version: vec![0],
         }
     }
@@ -436,6 +440,16 @@ mod tests {
         {
             assert!(p1.allclose(&p2, 1e-5, 1e-6, false), "{n1} differs");
         }
+    }
+
+    // V_old 0, V 1, R 2, clip 0.2: unclipped (1 - 2)^2 = 1; clipped (0.2 - 2)^2 = 3.24.
+    #[test]
+    fn clipped_value_loss_takes_the_pessimistic_error() {
+        let f = |x: f32| Tensor::from_slice(&[x]);
+        let (v, old, ret) = (f(1.0), f(0.0), f(2.0));
+        assert!((value_loss(&v, &old, &ret, None).double_value(&[]) - 1.0).abs() < 1e-6);
+        let clipped = value_loss(&v, &old, &ret, Some(0.2)).double_value(&[]);
+        assert!((clipped - 3.24).abs() < 1e-5, "{clipped}");
     }
 
     #[test]

@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
 use tch::nn::{self, Module};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
-use super::{Mlp, ModelError, Policy};
+use super::{Dist, Mlp, ModelError, Policy};
 use crate::config::ModelConfig;
 use crate::envs::Space;
 
@@ -44,17 +44,22 @@ pub struct Heads {
 impl Heads {
     /// Scores `actions` `[N]` taken at `obs` `[N, D]`, with gradients.
     pub fn evaluate(&self, obs: &Tensor, actions: &Tensor) -> Evaluation {
-        let log_probs = self.pi.forward(obs).log_softmax(-1, Kind::Float);
-        let log_prob = log_probs
-            .gather(1, &actions.unsqueeze(1), false)
-            .squeeze_dim(1);
-        let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float);
-        let value = self.vf.forward(obs).squeeze_dim(1);
+        let dist = self.dist(obs);
         Evaluation {
-            log_prob,
-            entropy,
-            value,
+            log_prob: dist.log_prob(actions),
+            entropy: dist.entropy(),
+            value: self.value(obs),
         }
+    }
+
+    /// The policy's action distributions at `obs` `[N, D]`, with gradients.
+    pub fn dist(&self, obs: &Tensor) -> Dist {
+        Dist::categorical(&self.pi.forward(obs))
+    }
+
+    /// V(obs), `[N]`, with gradients.
+    pub fn value(&self, obs: &Tensor) -> Tensor {
+        self.vf.forward(obs).squeeze_dim(1)
     }
 
     /// Another handle on the same parameters: no copy, and gradients from either handle
@@ -178,26 +183,22 @@ impl ActorCritic {
 impl Policy for ActorCritic {
     fn act(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
         let _guard = tch::no_grad_guard();
-        let log_probs = self.heads.pi.forward(obs).log_softmax(-1, Kind::Float);
+        let dist = self.heads.dist(obs);
         let action = if deterministic {
-            log_probs.argmax(-1, false)
+            dist.mode()
         } else {
-            log_probs.exp().multinomial(1, true).squeeze_dim(1)
+            dist.sample()
         };
-        let log_prob = log_probs
-            .gather(1, &action.unsqueeze(1), false)
-            .squeeze_dim(1);
-        let value = self.heads.vf.forward(obs).squeeze_dim(1);
         PolicyStep {
+            log_prob: dist.log_prob(&action),
+            value: self.heads.value(obs),
             action,
-            log_prob,
-            value,
         }
     }
 
     fn value(&self, obs: &Tensor) -> Tensor {
         let _guard = tch::no_grad_guard();
-        self.heads.vf.forward(obs).squeeze_dim(1)
+        self.heads.value(obs)
     }
 }
 
@@ -205,6 +206,7 @@ impl Policy for ActorCritic {
 mod tests {
     use super::*;
     use crate::config::ModelConfig;
+    use tch::Kind;
 
     fn spaces() -> (Space, Space) {
         let obs = Space::Box {

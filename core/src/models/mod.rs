@@ -3,9 +3,11 @@
 //! checkpoints and weight messages keep loading across versions.
 
 mod actor_critic;
+mod dist;
 mod mlp;
 
 pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep};
+pub use dist::Dist;
 pub use mlp::Mlp;
 
 use crate::envs::Space;
