@@ -98,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         rollouts: rollouts_tx,
         progress,
         stop: stop_rx,
+        held: Default::default(),
     };
     let mut acting = tokio::task::spawn_blocking(move || runner.run());
 

@@ -149,9 +149,11 @@ impl Trainer {
             stats.policy_version = version + 1;
             stats.updates = self.algo.updates();
             stats.env_steps_trained += batch.env_steps();
-            stats.policy_lag = lag;
+            stats.record_lag(lag);
             (stats.env_steps_trained, stats.recent_return())
         };
+        let mut metrics = metrics;
+        metrics.0.push(("policy_lag", lag));
         self.record(version + 1, steps, recent, &metrics);
         let interval = self.config.learner.checkpoint_interval;
         let budget_done = steps >= self.config.stop.total_env_steps;
@@ -201,6 +203,7 @@ impl Trainer {
                 policy_loss = metrics.get("policy_loss"),
                 value_loss = metrics.get("value_loss"),
                 approx_kl = metrics.get("approx_kl"),
+                policy_lag = metrics.get("policy_lag"),
                 "progress"
             );
         }

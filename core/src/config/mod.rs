@@ -168,6 +168,10 @@ pub struct ActorsConfig {
     /// Longest wait for new weights, in seconds; then act with the old ones (so a lost actor
     /// or a slow update cannot stall the fleet).
     pub sync_timeout_s: f64,
+    /// Act with the newest weights at least this many versions older than the newest received
+    /// (0: the newest). Makes the policy lag deliberate, to exercise off-policy correction
+    /// (V-trace); must not exceed `max_policy_lag`, or the learner drops every rollout.
+    pub lag_versions: u32,
 }
 
 impl Default for ActorsConfig {
@@ -180,6 +184,7 @@ impl Default for ActorsConfig {
             report_interval_s: 0.5,
             max_policy_lag: 0,
             sync_timeout_s: 1.0,
+            lag_versions: 0,
         }
     }
 }
@@ -352,6 +357,11 @@ impl RunConfig {
             self.actors.max_in_flight >= 1,
             "actors.max_in_flight",
             "must be >= 1",
+        )?;
+        check(
+            self.actors.lag_versions <= self.actors.max_policy_lag,
+            "actors.lag_versions",
+            "must not exceed actors.max_policy_lag (the learner would drop every rollout)",
         )?;
         check(
             self.learner.batch_rollouts >= 1,
