@@ -9,7 +9,7 @@ use fleetrl_core::algos::{Algorithm, Ppo};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::make;
 use fleetrl_core::models::{ActorCritic, Policy};
-use fleetrl_core::rollout::RolloutBatch;
+use fleetrl_core::rollout::{Actions, RolloutBatch};
 use tch::Tensor;
 
 fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
@@ -19,7 +19,7 @@ fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
         b,
         obs_dim: 4,
         obs: (0..n * 4).map(|i| (i % 7) as f32 / 10.0).collect(),
-        action: (0..n).map(|i| (i % 2) as i64).collect(),
+        action: Actions::Discrete((0..n).map(|i| (i % 2) as i64).collect()),
         reward: vec![1.0; n],
         terminated: (0..n).map(|i| i % 50 == 49).collect(),
         truncated: vec![false; n],

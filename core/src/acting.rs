@@ -3,9 +3,9 @@
 
 use tch::Tensor;
 
-use crate::envs::{EnvError, VecEnv};
+use crate::envs::{Action, EnvError, Space, VecEnv};
 use crate::models::Policy;
-use crate::rollout::{Bootstrap, RolloutBuilder, StepRecord};
+use crate::rollout::{Actions, Bootstrap, RolloutBuilder, StepRecord};
 
 /// Why a rollout could not be collected.
 #[derive(Debug, thiserror::Error)]
@@ -56,10 +56,16 @@ impl Acting {
         let (m, obs_dim) = (self.envs.num_envs(), self.envs.obs_dim());
         while !builder.is_full() {
             let act = policy.act(&batch(&self.obs, m, obs_dim), false);
-            let action = Vec::<i64>::try_from(&act.action)?;
+            let action = Actions::from_tensor(&act.action)?;
             let log_prob = Vec::<f32>::try_from(&act.log_prob)?;
             let value = Vec::<f32>::try_from(&act.value)?;
-            let step = self.envs.step_discrete(&action)?;
+            let step = match &action {
+                Actions::Discrete(a) => self.envs.step_discrete(a)?,
+                Actions::Continuous { values, .. } => {
+                    let actions = clipped(self.envs.action_space(), values, m);
+                    self.envs.step(&actions)?
+                }
+            };
             let final_value = truncation_values(policy, &step.final_obs, &step.truncated, obs_dim)?;
             builder.push(StepRecord {
                 obs: &self.obs,
@@ -79,6 +85,24 @@ impl Acting {
             obs: self.obs.clone(),
         })
     }
+}
+
+/// `[M, A]` values as M env actions, each clipped to the box's bounds (the policy's Gaussian
+/// sample is recorded unclipped, so its log-probability stays exact; SB3 does the same).
+pub fn clipped(space: &Space, values: &[f32], m: usize) -> Vec<Action> {
+    let dim = values.len() / m.max(1);
+    values
+        .chunks(dim.max(1))
+        .map(|row| match space {
+            Space::Box { low, high, .. } => Action::Continuous(
+                row.iter()
+                    .zip(low.iter().zip(high))
+                    .map(|(v, (lo, hi))| v.clamp(*lo, *hi))
+                    .collect(),
+            ),
+            Space::Discrete { .. } => Action::Continuous(row.to_vec()),
+        })
+        .collect()
 }
 
 /// V(final observation) for envs whose episode was truncated on this step, 0 elsewhere.

@@ -2,9 +2,11 @@
 
 use tch::Tensor;
 
+use crate::acting::clipped;
 use crate::config::RunConfig;
 use crate::envs::{self, Action, Env, EnvError};
 use crate::models::Policy;
+use crate::rollout::Actions;
 
 /// Env seeds of evaluation start here (offset from the run's seed, so evaluation episodes
 /// never replay the training envs' starts); `fleetrl train` and `fleetrl eval` agree on it.
@@ -58,11 +60,17 @@ pub fn evaluate(
             .flat_map(|&i| obs[i].iter().copied())
             .collect();
         let batch = Tensor::from_slice(&flat).view([running.len() as i64, obs_dim as i64]);
-        let actions = Vec::<i64>::try_from(&policy.act(&batch, deterministic).action)
-            .expect("policy actions are an i64 vector");
+        let actions = match Actions::from_tensor(&policy.act(&batch, deterministic).action)
+            .expect("policy actions are a vector or a matrix")
+        {
+            Actions::Discrete(a) => a.into_iter().map(Action::Discrete).collect(),
+            Actions::Continuous { values, .. } => {
+                clipped(&envs[running[0]].action_space(), &values, running.len())
+            }
+        };
         let mut still = Vec::with_capacity(running.len());
-        for (&i, &a) in running.iter().zip(&actions) {
-            let step = envs[i].step(&Action::Discrete(a))?;
+        for (&i, a) in running.iter().zip(&actions) {
+            let step = envs[i].step(a)?;
             returns[i] += step.reward as f64;
             obs[i] = step.obs;
             if !(step.terminated || step.truncated) {

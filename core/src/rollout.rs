@@ -94,13 +94,90 @@ pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
     ))
 }
 
+/// Actions of a batch of rows: indices for a discrete space, `[N, A]` values for a box.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Actions {
+    /// One index per row.
+    Discrete(Vec<i64>),
+    /// `dim` values per row, row-major.
+    Continuous {
+        /// Values per action (A).
+        dim: usize,
+        /// `[N, A]` values.
+        values: Vec<f32>,
+    },
+}
+
+impl Actions {
+    /// Reads a policy's action tensor: i64 `[N]` or float `[N, A]`.
+    pub fn from_tensor(action: &tch::Tensor) -> Result<Actions, tch::TchError> {
+        let action = action.to_device(tch::Device::Cpu);
+        if action.kind() == tch::Kind::Int64 {
+            return Ok(Actions::Discrete(Vec::<i64>::try_from(&action)?));
+        }
+        let dim = action.size().get(1).copied().unwrap_or(1) as usize;
+        let values = Vec::<f32>::try_from(&action.to_kind(tch::Kind::Float).reshape([-1]))?;
+        Ok(Actions::Continuous { dim, values })
+    }
+
+    /// An empty buffer of the same kind.
+    fn empty_like(&self) -> Actions {
+        match self {
+            Actions::Discrete(_) => Actions::Discrete(Vec::new()),
+            Actions::Continuous { dim, .. } => Actions::Continuous {
+                dim: *dim,
+                values: Vec::new(),
+            },
+        }
+    }
+
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        match self {
+            Actions::Discrete(v) => v.len(),
+            Actions::Continuous { dim, values } => values.len() / (*dim).max(1),
+        }
+    }
+
+    /// Appends `other`'s rows. Panics if the kinds or widths differ (one rollout, one space).
+    fn extend(&mut self, other: &Actions) {
+        match (self, other) {
+            (Actions::Discrete(a), Actions::Discrete(b)) => a.extend_from_slice(b),
+            (Actions::Continuous { dim: d, values: a }, Actions::Continuous { dim, values: b })
+                if d == dim =>
+            {
+                a.extend_from_slice(b)
+            }
+            _ => panic!("a rollout's actions must all come from one action space"),
+        }
+    }
+
+    /// The actions as a tensor on `device`: i64 `[N]` or f32 `[N, A]`.
+    pub fn to_tensor(&self, device: tch::Device) -> tch::Tensor {
+        match self {
+            Actions::Discrete(v) => tch::Tensor::from_slice(v).to_device(device),
+            Actions::Continuous { dim, values } => tch::Tensor::from_slice(values)
+                .view([-1, *dim as i64])
+                .to_device(device),
+        }
+    }
+
+    /// The rollout field, `[T, M]` or `[T, M, A]`.
+    fn to_proto(&self, t: i64, m: i64) -> Tensor {
+        match self {
+            Actions::Discrete(v) => Tensor::from_slice(&[t, m], v),
+            Actions::Continuous { dim, values } => Tensor::from_slice(&[t, m, *dim as i64], values),
+        }
+    }
+}
+
 /// One time step of M envs, as the actor records it.
 #[derive(Debug, Clone, Copy)]
 pub struct StepRecord<'a> {
     /// Observations acted on, [M, D].
     pub obs: &'a [f32],
-    /// Actions taken, [M].
-    pub action: &'a [i64],
+    /// Actions taken, M rows.
+    pub action: &'a Actions,
     /// Their behaviour log-probabilities, [M].
     pub log_prob: &'a [f32],
     /// Behaviour values V(obs), [M].
@@ -125,14 +202,15 @@ pub struct Bootstrap {
     pub obs: Vec<f32>,
 }
 
-/// Accumulates T steps of M envs (discrete actions) into a rollout item.
+/// Accumulates T steps of M envs into a rollout item.
 #[derive(Debug)]
 pub struct RolloutBuilder {
     t: usize,
     m: usize,
     obs_dim: usize,
     obs: Vec<f32>,
-    action: Vec<i64>,
+    /// `None` until the first step shows which kind of actions this is.
+    action: Option<Actions>,
     log_prob: Vec<f32>,
     value: Vec<f32>,
     reward: Vec<f32>,
@@ -150,7 +228,7 @@ impl RolloutBuilder {
             m,
             obs_dim,
             obs: Vec::with_capacity(n * obs_dim),
-            action: Vec::with_capacity(n),
+            action: None,
             log_prob: Vec::with_capacity(n),
             value: Vec::with_capacity(n),
             reward: Vec::with_capacity(n),
@@ -163,9 +241,11 @@ impl RolloutBuilder {
     /// Appends one time step. Panics if the slices do not have M (or M x D) entries.
     pub fn push(&mut self, step: StepRecord<'_>) {
         assert_eq!(step.obs.len(), self.m * self.obs_dim, "obs must be [M, D]");
-        assert_eq!(step.action.len(), self.m, "one action per env");
+        assert_eq!(step.action.rows(), self.m, "one action per env");
         self.obs.extend_from_slice(step.obs);
-        self.action.extend_from_slice(step.action);
+        self.action
+            .get_or_insert_with(|| step.action.empty_like())
+            .extend(step.action);
         self.log_prob.extend_from_slice(step.log_prob);
         self.value.extend_from_slice(step.value);
         self.reward.extend_from_slice(step.reward);
@@ -176,7 +256,7 @@ impl RolloutBuilder {
 
     /// Whether T steps were pushed.
     pub fn is_full(&self) -> bool {
-        self.action.len() == self.t * self.m
+        self.action.as_ref().map_or(0, Actions::rows) == self.t * self.m
     }
 
     /// The rollout item; the builder is empty afterwards. Panics unless [`Self::is_full`].
@@ -189,7 +269,13 @@ impl RolloutBuilder {
                 field::OBS,
                 Tensor::from_slice(&[t, m, self.obs_dim as i64], &self.obs),
             ),
-            (field::ACTION, Tensor::from_slice(&tm, &self.action)),
+            (
+                field::ACTION,
+                self.action
+                    .as_ref()
+                    .expect("full, so at least one step")
+                    .to_proto(t, m),
+            ),
             (field::REWARD, Tensor::from_slice(&tm, &self.reward)),
             (field::TERMINATED, Tensor::from_slice(&tm, &self.terminated)),
             (field::TRUNCATED, Tensor::from_slice(&tm, &self.truncated)),
@@ -210,7 +296,7 @@ impl RolloutBuilder {
             (field::POLICY_VERSION, Tensor::scalar(policy_version)),
         ]);
         self.obs.clear();
-        self.action.clear();
+        self.action = None;
         self.log_prob.clear();
         self.value.clear();
         self.reward.clear();
@@ -233,8 +319,8 @@ pub struct RolloutBatch {
     pub obs_dim: usize,
     /// [T, B, D].
     pub obs: Vec<f32>,
-    /// [T, B].
-    pub action: Vec<i64>,
+    /// [T, B] indices or [T, B, A] values.
+    pub action: Actions,
     /// [T, B].
     pub reward: Vec<f32>,
     /// [T, B].
@@ -268,6 +354,24 @@ fn time_major<T: Copy>(src: &[T], k: usize, t: usize, m: usize, inner: usize) ->
     dst
 }
 
+/// The stacked `[K, T, M]` (i64) or `[K, T, M, A]` (f32) actions, time-major.
+fn stacked_actions(action: &Tensor, k: usize, t: usize, m: usize) -> Result<Actions, TensorError> {
+    if action.checked_dtype()? == Dtype::I64 {
+        return Ok(Actions::Discrete(time_major(
+            &action.to_vec::<i64>()?,
+            k,
+            t,
+            m,
+            1,
+        )));
+    }
+    let dim = action.shape.get(3).copied().unwrap_or(1) as usize;
+    Ok(Actions::Continuous {
+        dim,
+        values: time_major(&action.to_vec::<f32>()?, k, t, m, dim),
+    })
+}
+
 impl RolloutBatch {
     /// Reads a batch stacked by the replay server (every field with a leading K).
     pub fn from_stacked(batch: &TensorMap) -> Result<RolloutBatch, TensorError> {
@@ -298,7 +402,7 @@ impl RolloutBatch {
             b: k * m,
             obs_dim: d,
             obs: time_major(&obs.to_vec::<f32>()?, k, t, m, d),
-            action: time_major(&batch.field(field::ACTION)?.to_vec::<i64>()?, k, t, m, 1),
+            action: stacked_actions(batch.field(field::ACTION)?, k, t, m)?,
             reward: per_step(field::REWARD)?,
             terminated: flags(field::TERMINATED)?,
             truncated: flags(field::TRUNCATED)?,
@@ -366,7 +470,7 @@ mod tests {
         for step in 0..t {
             let base = tag + step as f32;
             let obs: Vec<f32> = (0..m * 2).map(|i| base + i as f32 / 10.0).collect();
-            let action: Vec<i64> = (0..m).map(|i| (step * 10 + i) as i64).collect();
+            let action = Actions::Discrete((0..m).map(|i| (step * 10 + i) as i64).collect());
             let reward: Vec<f32> = (0..m).map(|i| base + i as f32 / 10.0).collect();
             b.push(StepRecord {
                 obs: &obs,
@@ -435,7 +539,10 @@ mod tests {
         assert_eq!((batch.t, batch.b, batch.obs_dim), (3, 4, 2));
         // Row t = 1: rollout a's two envs, then rollout b's.
         assert_eq!(&batch.reward[4..8], &[101.0, 101.1, 201.0, 201.1]);
-        assert_eq!(&batch.action[4..8], &[10, 11, 10, 11]);
+        let Actions::Discrete(action) = &batch.action else {
+            panic!("discrete actions")
+        };
+        assert_eq!(&action[4..8], &[10, 11, 10, 11]);
         assert_eq!(&batch.obs[8..12], &[101.0, 101.1, 101.2, 101.3]);
         assert_eq!(batch.terminated[4..8], [true; 4]);
         assert_eq!(batch.bootstrap_value, vec![100.0, 100.0, 200.0, 200.0]);

@@ -11,7 +11,7 @@ use crate::rollout::RolloutBatch;
 pub struct Samples {
     /// Observations `[N, D]`.
     pub obs: Tensor,
-    /// Actions `[N]`.
+    /// Actions: i64 `[N]` or f32 `[N, A]`.
     pub action: Tensor,
     /// Behaviour log-probabilities `[N]`.
     pub behaviour_log_prob: Tensor,
@@ -30,7 +30,7 @@ impl Samples {
         let n = (batch.t * batch.b) as i64;
         Samples {
             obs: tensor(&batch.obs, device).view([n, batch.obs_dim as i64]),
-            action: Tensor::from_slice(&batch.action).to_device(device),
+            action: batch.action.to_tensor(device),
             behaviour_log_prob: tensor(&batch.log_prob, device),
             behaviour_value: tensor(&batch.value, device),
         }

@@ -157,7 +157,7 @@ impl Ppo {
         let f = |v: &[f32]| Tensor::from_slice(v).to_device(self.device);
         Minibatch {
             obs: f(&batch.obs).view([n, batch.obs_dim as i64]),
-            action: Tensor::from_slice(&batch.action).to_device(self.device),
+            action: batch.action.to_tensor(self.device),
             old_log_prob: f(&batch.log_prob),
             old_value: f(&batch.value),
             advantage: f(&returns.advantage),
@@ -373,6 +373,7 @@ mod tests {
     }
 
     fn tiny_batch() -> RolloutBatch {
+        use crate::rollout::Actions;
         let (t, b) = (4usize, 2usize);
         let n = t * b;
         RolloutBatch {
@@ -382,7 +383,7 @@ mod tests {
             obs: (0..n * 4)
                 .map(|i| ((i * 7) % 11) as f32 / 10.0 - 0.5)
                 .collect(),
-            action: (0..n).map(|i| (i % 2) as i64).collect(),
+            action: Actions::Discrete((0..n).map(|i| (i % 2) as i64).collect()),
             reward: vec![1.0; n],
             terminated: (0..n).map(|i| i == 5).collect(),
             truncated: vec![false; n],

@@ -5,7 +5,7 @@ use tch::Device;
 use crate::config::ModelConfig;
 use crate::envs::Space;
 use crate::models::ActorCritic;
-use crate::rollout::RolloutBatch;
+use crate::rollout::{Actions, RolloutBatch};
 
 /// A fresh CartPole-shaped (4 observations, 2 actions) actor-critic, seeded.
 pub(crate) fn cartpole_model(seed: i64) -> ActorCritic {
@@ -35,7 +35,7 @@ pub(crate) fn tiny_batch() -> RolloutBatch {
         obs: (0..n * 4)
             .map(|i| ((i * 7) % 11) as f32 / 10.0 - 0.5)
             .collect(),
-        action: (0..n).map(|i| (i % 2) as i64).collect(),
+        action: Actions::Discrete((0..n).map(|i| (i % 2) as i64).collect()),
         reward: (0..n)
             .map(|i| if i % 3 == 0 { 1.0 } else { -0.5 })
             .collect(),

@@ -133,6 +133,9 @@ pub struct ModelConfig {
     pub activation: Activation,
     /// Orthogonal initialisation (gain sqrt 2 hidden, 0.01 policy head, 1 value head).
     pub orthogonal_init: bool,
+    /// Initial log standard deviation of a Gaussian policy (continuous actions): a learned
+    /// parameter per action dimension, independent of the state (rlpyt's MuJoCo model).
+    pub init_log_std: f64,
 }
 
 impl Default for ModelConfig {
@@ -141,6 +144,7 @@ impl Default for ModelConfig {
             hidden_sizes: vec![64, 64],
             activation: Activation::Tanh,
             orthogonal_init: true,
+            init_log_std: 0.0,
         }
     }
 }

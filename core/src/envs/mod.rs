@@ -2,10 +2,12 @@
 //! registry [`make`], wrappers, and [`VecEnv`], a vector of envs with auto-reset.
 
 mod cartpole;
+mod point_mass;
 mod time_limit;
 mod vec_env;
 
 pub use cartpole::CartPole;
+pub use point_mass::PointMass;
 pub use time_limit::TimeLimit;
 pub use vec_env::{Episode, VecEnv, VecStep};
 
@@ -30,7 +32,7 @@ pub enum EnvError {
 }
 
 /// Ids [`make`] knows.
-pub const KNOWN_ENVS: &[&str] = &["CartPole-v1"];
+pub const KNOWN_ENVS: &[&str] = &["CartPole-v1", "PointMass-v0"];
 
 /// An observation or action space.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,6 +106,7 @@ pub trait Env: Send {
 pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
     match id {
         "CartPole-v1" => Ok(Box::new(TimeLimit::new(CartPole::new(), 500))),
+        "PointMass-v0" => Ok(Box::new(TimeLimit::new(PointMass::new(), 50))),
         other => Err(EnvError::UnknownEnv(other.to_string())),
     }
 }

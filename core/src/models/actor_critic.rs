@@ -1,5 +1,6 @@
-//! Actor-critic with separate policy (`pi`) and value (`vf`) MLPs and a categorical head, as
-//! SB3's `MlpPolicy` for PPO.
+//! Actor-critic with separate policy (`pi`) and value (`vf`) MLPs, as SB3's `MlpPolicy` for
+//! PPO: a categorical head for discrete actions, a diagonal Gaussian with a learned
+//! state-independent log-std (`pi.log_std`, rlpyt's MuJoCo model) for continuous ones.
 
 use std::collections::HashMap;
 
@@ -39,6 +40,8 @@ pub struct Evaluation {
 pub struct Heads {
     pi: Mlp,
     vf: Mlp,
+    /// A Gaussian policy's learned, state-independent log-std `[A]`; `None` for categorical.
+    log_std: Option<Tensor>,
 }
 
 impl Heads {
@@ -54,7 +57,14 @@ impl Heads {
 
     /// The policy's action distributions at `obs` `[N, D]`, with gradients.
     pub fn dist(&self, obs: &Tensor) -> Dist {
-        Dist::categorical(&self.pi.forward(obs))
+        let out = self.pi.forward(obs);
+        match &self.log_std {
+            None => Dist::categorical(&out),
+            Some(log_std) => Dist::Gaussian {
+                mean: out,
+                log_std: log_std.shallow_clone(),
+            },
+        }
     }
 
     /// V(obs), `[N]`, with gradients.
@@ -68,6 +78,7 @@ impl Heads {
         Heads {
             pi: self.pi.shallow_clone(),
             vf: self.vf.shallow_clone(),
+            log_std: self.log_std.as_ref().map(Tensor::shallow_clone),
         }
     }
 }
@@ -87,9 +98,9 @@ impl ActorCritic {
         action_space: &Space,
         device: Device,
     ) -> Result<ActorCritic, ModelError> {
-        let n_actions = match action_space {
-            Space::Discrete { n } => *n,
-            other => return Err(ModelError::UnsupportedSpace(other.clone())),
+        let (n_actions, gaussian) = match action_space {
+            Space::Discrete { n } => (*n, false),
+            Space::Box { .. } => (action_space.flat_dim() as i64, true),
         };
         let obs_dim = obs_space.flat_dim() as i64;
         let vs = nn::VarStore::new(device);
@@ -112,9 +123,16 @@ impl ActorCritic {
             config.activation,
             ortho.then_some(1.0),
         );
+        let log_std = gaussian.then(|| {
+            (&root / "pi").var(
+                "log_std",
+                &[n_actions],
+                nn::Init::Const(config.init_log_std),
+            )
+        });
         Ok(ActorCritic {
             vs,
-            heads: Heads { pi, vf },
+            heads: Heads { pi, vf, log_std },
         })
     }
 
@@ -244,6 +262,32 @@ mod tests {
         let max_entropy = 2f64.ln() + 1e-6;
         assert!(eval.entropy.max().double_value(&[]) <= max_entropy);
         assert!(eval.entropy.min().double_value(&[]) >= 0.0);
+    }
+
+    #[test]
+    fn gaussian_policy_has_a_learned_log_std_and_consistent_log_probs() {
+        let (obs_space, _) = spaces();
+        let act_space = Space::Box {
+            shape: vec![2],
+            low: vec![-1.0; 2],
+            high: vec![1.0; 2],
+        };
+        let config = ModelConfig {
+            init_log_std: -0.5,
+            ..ModelConfig::default()
+        };
+        let m = ActorCritic::new(&config, &obs_space, &act_space, Device::Cpu).unwrap();
+        let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert!(names.contains(&"pi.log_std".to_string()), "{names:?}");
+        let obs = Tensor::randn([8, 4], (Kind::Float, Device::Cpu));
+        let step = m.act(&obs, false);
+        assert_eq!(step.action.size(), vec![8, 2]);
+        let eval = m.evaluate(&obs, &step.action);
+        assert!(eval.log_prob.allclose(&step.log_prob, 1e-5, 1e-5, false));
+        // Entropy of a 2-d Gaussian with log-std -0.5: 2 x (-0.5 + 0.5 + ln(2 pi) / 2).
+        let want = (2.0 * std::f64::consts::PI).ln();
+        assert!((eval.entropy.double_value(&[0]) - want).abs() < 1e-5);
+        assert!(eval.log_prob.requires_grad());
     }
 
     #[test]
