@@ -36,6 +36,7 @@ fn main() {
     let mut algo = algos::build(&config, model);
     let start = std::time::Instant::now();
     let (mut steps, mut next_eval) = (0u64, 0u64);
+    let mut train_return = f64::NAN;
     let target = config.stop.target_return.unwrap_or(f64::INFINITY);
     while steps < config.stop.total_env_steps {
         let bootstrap = acting.collect(algo.model(), &mut builder).expect("acting");
@@ -46,6 +47,11 @@ fn main() {
                 .map(|(k, v)| (k.clone(), Tensor::stack(&[v]).expect("stack"))),
         );
         let metrics = algo.update(&RolloutBatch::from_stacked(&stacked).expect("batch"));
+        let episodes = acting.envs_mut().drain_episodes();
+        if !episodes.is_empty() {
+            let n = episodes.len() as f64;
+            train_return = episodes.iter().map(|e| e.return_).sum::<f64>() / n;
+        }
         steps += (t * m) as u64;
         if steps >= next_eval {
             next_eval += config.eval.interval_env_steps;
@@ -53,7 +59,7 @@ fn main() {
                 .expect("eval")
                 .mean();
             let secs = start.elapsed().as_secs_f64();
-            println!("{steps:>7} steps {secs:6.1}s eval {score:7.1} {metrics:?}");
+            println!("{steps:>7} steps {secs:6.1}s eval {score:7.1} train {train_return:7.1} {metrics:?}");
             if score >= target {
                 break;
             }

@@ -4,7 +4,7 @@
 use tch::Tensor;
 
 use crate::envs::{Action, EnvError, Space, VecEnv};
-use crate::models::Policy;
+use crate::models::{Policy, RnnState};
 use crate::rollout::{Actions, Bootstrap, RolloutBuilder, StepRecord};
 
 /// Why a rollout could not be collected.
@@ -22,6 +22,9 @@ pub enum ActingError {
 pub struct Acting {
     envs: VecEnv,
     obs: Vec<f32>,
+    /// A recurrent policy's state per env, carried across rollouts and zeroed where an
+    /// episode ended; `None` until a recurrent policy acts.
+    state: Option<RnnState>,
 }
 
 impl std::fmt::Debug for Acting {
@@ -38,7 +41,11 @@ impl Acting {
     /// Takes over `envs`, resetting env i with seed `seed + i`.
     pub fn new(mut envs: VecEnv, seed: u64) -> Acting {
         let obs = envs.reset(seed).to_vec();
-        Acting { envs, obs }
+        Acting {
+            envs,
+            obs,
+            state: None,
+        }
     }
 
     /// The envs (for spaces and finished episodes).
@@ -54,8 +61,24 @@ impl Acting {
         builder: &mut RolloutBuilder,
     ) -> Result<Bootstrap, ActingError> {
         let (m, obs_dim) = (self.envs.num_envs(), self.envs.obs_dim());
+        if policy.state_size() > 0 {
+            let state = self.state.get_or_insert_with(|| {
+                RnnState::zeros(m as i64, policy.state_size(), tch::Device::Cpu)
+            });
+            builder.set_initial_state(
+                Vec::<f32>::try_from(&state.h.reshape([-1]))?,
+                Vec::<f32>::try_from(&state.c.reshape([-1]))?,
+            );
+        }
         while !builder.is_full() {
-            let act = policy.act(&batch(&self.obs, m, obs_dim), false);
+            let obs = batch(&self.obs, m, obs_dim);
+            let (act, next) = match &self.state {
+                Some(state) => {
+                    let (act, next) = policy.act_recurrent(&obs, state, false);
+                    (act, Some(next))
+                }
+                None => (policy.act(&obs, false), None),
+            };
             let action = Actions::from_tensor(&act.action)?;
             let log_prob = Vec::<f32>::try_from(&act.log_prob)?;
             let value = Vec::<f32>::try_from(&act.value)?;
@@ -66,7 +89,13 @@ impl Acting {
                     self.envs.step(&actions)?
                 }
             };
-            let final_value = truncation_values(policy, &step.final_obs, &step.truncated, obs_dim)?;
+            let final_value = truncation_values(
+                policy,
+                next.as_ref(),
+                &step.final_obs,
+                &step.truncated,
+                obs_dim,
+            )?;
             builder.push(StepRecord {
                 obs: &self.obs,
                 action: &action,
@@ -78,8 +107,19 @@ impl Acting {
                 final_value: &final_value,
             });
             self.obs.copy_from_slice(&step.obs);
+            if let Some(next) = next {
+                let ended: Vec<f32> = (0..m)
+                    .map(|i| f32::from(!(step.terminated[i] || step.truncated[i])))
+                    .collect();
+                self.state = Some(next.masked(&Tensor::from_slice(&ended)));
+            }
         }
-        let value = Vec::<f32>::try_from(&policy.value(&batch(&self.obs, m, obs_dim)))?;
+        let obs = batch(&self.obs, m, obs_dim);
+        let value = match &self.state {
+            Some(state) => policy.value_recurrent(&obs, state),
+            None => policy.value(&obs),
+        };
+        let value = Vec::<f32>::try_from(&value)?;
         Ok(Bootstrap {
             value,
             obs: self.obs.clone(),
@@ -108,6 +148,7 @@ pub fn clipped(space: &Space, values: &[f32], m: usize) -> Vec<Action> {
 /// V(final observation) for envs whose episode was truncated on this step, 0 elsewhere.
 fn truncation_values(
     policy: &dyn Policy,
+    state: Option<&RnnState>,
     final_obs: &[Option<Vec<f32>>],
     truncated: &[bool],
     obs_dim: usize,
@@ -123,7 +164,16 @@ fn truncation_values(
         .iter()
         .flat_map(|&i| final_obs[i].iter().flatten().copied())
         .collect();
-    let predicted = Vec::<f32>::try_from(&policy.value(&batch(&flat, rows.len(), obs_dim)))?;
+    let obs = batch(&flat, rows.len(), obs_dim);
+    let predicted = match state {
+        // The state after the step that ended the episode, before it is reset.
+        Some(state) => {
+            let index: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+            policy.value_recurrent(&obs, &state.select(&Tensor::from_slice(&index)))
+        }
+        None => policy.value(&obs),
+    };
+    let predicted = Vec::<f32>::try_from(&predicted)?;
     for (row, value) in rows.into_iter().zip(predicted) {
         values[row] = value;
     }

@@ -5,7 +5,7 @@ use tch::Tensor;
 use crate::acting::clipped;
 use crate::config::RunConfig;
 use crate::envs::{self, Action, Env, EnvError};
-use crate::models::Policy;
+use crate::models::{Policy, RnnState};
 use crate::rollout::Actions;
 
 /// Env seeds of evaluation start here (offset from the run's seed, so evaluation episodes
@@ -54,13 +54,29 @@ pub fn evaluate(
     }
     let mut returns = vec![0.0f64; episodes];
     let mut running: Vec<usize> = (0..episodes).collect();
+    // A recurrent policy's state per episode (episodes never restart here, so no resets).
+    let mut state = (policy.state_size() > 0)
+        .then(|| RnnState::zeros(episodes as i64, policy.state_size(), tch::Device::Cpu));
     while !running.is_empty() {
         let flat: Vec<f32> = running
             .iter()
             .flat_map(|&i| obs[i].iter().copied())
             .collect();
         let batch = Tensor::from_slice(&flat).view([running.len() as i64, obs_dim as i64]);
-        let actions = match Actions::from_tensor(&policy.act(&batch, deterministic).action)
+        let act = match &state {
+            None => policy.act(&batch, deterministic),
+            Some(all) => {
+                let rows: Vec<i64> = running.iter().map(|&i| i as i64).collect();
+                let rows = Tensor::from_slice(&rows);
+                let (act, next) = policy.act_recurrent(&batch, &all.select(&rows), deterministic);
+                state = Some(RnnState {
+                    h: all.h.index_copy(0, &rows, &next.h),
+                    c: all.c.index_copy(0, &rows, &next.c),
+                });
+                act
+            }
+        };
+        let actions = match Actions::from_tensor(&act.action)
             .expect("policy actions are a vector or a matrix")
         {
             Actions::Discrete(a) => a.into_iter().map(Action::Discrete).collect(),

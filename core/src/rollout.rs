@@ -15,6 +15,7 @@
 //! | `bootstrap_value` | f32 | [M] | V(obs after the last step) |
 //! | `bootstrap_obs` | f32 | [M, D] | the observation after the last step (V-trace re-values it) |
 //! | `policy_version` | i64 | [] | weights version that acted |
+//! | `rnn_h`, `rnn_c` | f32 | [M, H] | recurrent state before the first step (LSTM models only) |
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
@@ -47,10 +48,37 @@ pub mod field {
     pub const BOOTSTRAP_OBS: &str = "bootstrap_obs";
     /// Acting weights version, [].
     pub const POLICY_VERSION: &str = "policy_version";
+    /// LSTM hidden state before the first step, [M, H].
+    pub const RNN_H: &str = "rnn_h";
+    /// LSTM cell state before the first step, [M, H].
+    pub const RNN_C: &str = "rnn_c";
 }
 
 /// The signature of a rollout of `t` steps of `m` envs with these spaces.
 pub fn signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Signature {
+    signature_with_state(obs_space, action_space, t, m, 0)
+}
+
+/// [`signature`] for a recurrent policy with state width `state_size` (0: feed-forward, no
+/// state fields).
+pub fn signature_with_state(
+    obs_space: &Space,
+    action_space: &Space,
+    t: i64,
+    m: i64,
+    state_size: i64,
+) -> Signature {
+    let mut sig = feed_forward_signature(obs_space, action_space, t, m);
+    if state_size > 0 {
+        sig.fields
+            .push(FieldSpec::new(field::RNN_H, Dtype::F32, &[m, state_size]));
+        sig.fields
+            .push(FieldSpec::new(field::RNN_C, Dtype::F32, &[m, state_size]));
+    }
+    sig
+}
+
+fn feed_forward_signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Signature {
     let obs_dim = obs_space.flat_dim() as i64;
     let action = match action_space {
         Space::Discrete { .. } => FieldSpec::new(field::ACTION, Dtype::I64, &[t, m]),
@@ -81,11 +109,12 @@ pub fn signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Sig
 /// The on-policy queue table a run's actors insert into.
 pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
     let env = envs::make(&config.env.id)?;
-    let sig = signature(
+    let sig = signature_with_state(
         &env.observation_space(),
         &env.action_space(),
         config.actors.rollout_length as i64,
         config.actors.envs_per_actor as i64,
+        config.model.lstm_size as i64,
     );
     Ok(TableSpec::queue(
         &config.replay.table,
@@ -217,6 +246,8 @@ pub struct RolloutBuilder {
     terminated: Vec<bool>,
     truncated: Vec<bool>,
     final_value: Vec<f32>,
+    /// Recurrent state `(h, c)` before the first step, `[M, H]` each.
+    initial_state: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 impl RolloutBuilder {
@@ -235,7 +266,13 @@ impl RolloutBuilder {
             terminated: Vec::with_capacity(n),
             truncated: Vec::with_capacity(n),
             final_value: Vec::with_capacity(n),
+            initial_state: None,
         }
+    }
+
+    /// Records the recurrent state `(h, c)`, `[M, H]` each, the rollout starts from.
+    pub fn set_initial_state(&mut self, h: Vec<f32>, c: Vec<f32>) {
+        self.initial_state = Some((h, c));
     }
 
     /// Appends one time step. Panics if the slices do not have M (or M x D) entries.
@@ -264,7 +301,7 @@ impl RolloutBuilder {
         assert!(self.is_full(), "a rollout needs exactly T steps");
         let (t, m) = (self.t as i64, self.m as i64);
         let tm = [t, m];
-        let item = TensorMap::from_pairs([
+        let mut item = TensorMap::from_pairs([
             (
                 field::OBS,
                 Tensor::from_slice(&[t, m, self.obs_dim as i64], &self.obs),
@@ -295,6 +332,13 @@ impl RolloutBuilder {
             ),
             (field::POLICY_VERSION, Tensor::scalar(policy_version)),
         ]);
+        if let Some((h, c)) = self.initial_state.take() {
+            let width = h.len() as i64 / m.max(1);
+            item.tensors
+                .insert(field::RNN_H.into(), Tensor::from_slice(&[m, width], &h));
+            item.tensors
+                .insert(field::RNN_C.into(), Tensor::from_slice(&[m, width], &c));
+        }
         self.obs.clear();
         self.action = None;
         self.log_prob.clear();
@@ -339,6 +383,8 @@ pub struct RolloutBatch {
     pub bootstrap_obs: Vec<f32>,
     /// [K], the version that acted in each rollout.
     pub policy_version: Vec<i64>,
+    /// Recurrent state `(h, c)` each column starts from, `[B, H]` each (LSTM models).
+    pub init_state: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 /// `[K, T, M, inner]` -> `[T, K, M, inner]`.
@@ -412,6 +458,10 @@ impl RolloutBatch {
             bootstrap_value: batch.field(field::BOOTSTRAP_VALUE)?.to_vec::<f32>()?,
             bootstrap_obs: batch.field(field::BOOTSTRAP_OBS)?.to_vec::<f32>()?,
             policy_version: batch.field(field::POLICY_VERSION)?.to_vec::<i64>()?,
+            init_state: match (batch.field(field::RNN_H), batch.field(field::RNN_C)) {
+                (Ok(h), Ok(c)) => Some((h.to_vec::<f32>()?, c.to_vec::<f32>()?)),
+                _ => None,
+            },
         })
     }
 

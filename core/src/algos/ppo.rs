@@ -15,7 +15,7 @@ use super::pg::explained_variance;
 use super::returns::{gae, Returns};
 use super::{Algorithm, Metrics};
 use crate::config::PpoConfig;
-use crate::models::{ActorCritic, Heads};
+use crate::models::{ActorCritic, Heads, RnnState, Sequence};
 use crate::optim::Adam;
 use crate::rollout::RolloutBatch;
 
@@ -85,9 +85,46 @@ struct Minibatch {
     old_value: Tensor,
     advantage: Tensor,
     returns: Tensor,
+    /// For a recurrent model: rows are whole sequences, time-major.
+    seq: Option<SeqRows>,
+}
+
+/// How the rows of a recurrent minibatch form sequences.
+#[derive(Debug)]
+struct SeqRows {
+    /// Steps T per sequence.
+    t: i64,
+    /// 1 where the previous step of the column ended an episode, `[T x B]` rows.
+    reset: Tensor,
+    /// The state each column starts from, `[B, H]`.
+    init: RnnState,
+}
+
+impl SeqRows {
+    fn shallow_clone(&self) -> SeqRows {
+        SeqRows {
+            t: self.t,
+            reset: self.reset.shallow_clone(),
+            init: self.init.shallow_clone(),
+        }
+    }
 }
 
 impl Minibatch {
+    /// Whole columns `cols` of a recurrent batch with `b` columns, rows kept time-major.
+    fn select_columns(&self, cols: &Tensor, b: i64) -> Minibatch {
+        let seq = self.seq.as_ref().expect("a recurrent minibatch");
+        let steps = Tensor::arange(seq.t, (Kind::Int64, cols.device())) * b;
+        let index = (steps.unsqueeze(1) + cols.unsqueeze(0)).reshape([-1]);
+        let mut mb = self.select(&index);
+        mb.seq = Some(SeqRows {
+            t: seq.t,
+            reset: seq.reset.index_select(0, &index),
+            init: seq.init.select(cols),
+        });
+        mb
+    }
+
     /// Rows `start..start + len` (views, no copy).
     fn rows(&self, start: i64, len: i64) -> Minibatch {
         Minibatch {
@@ -97,6 +134,7 @@ impl Minibatch {
             old_value: self.old_value.narrow(0, start, len),
             advantage: self.advantage.narrow(0, start, len),
             returns: self.returns.narrow(0, start, len),
+            seq: None,
         }
     }
 
@@ -108,6 +146,7 @@ impl Minibatch {
             old_value: self.old_value.index_select(0, index),
             advantage: self.advantage.index_select(0, index),
             returns: self.returns.index_select(0, index),
+            seq: None,
         }
     }
 }
@@ -162,6 +201,7 @@ impl Ppo {
             old_value: f(&batch.value),
             advantage: f(&returns.advantage),
             returns: f(&returns.returns),
+            seq: sequences(batch, self.device),
         }
     }
 
@@ -176,12 +216,22 @@ impl Ppo {
     /// Computes L on the minibatch and accumulates its gradients, sharded over the pool.
     fn backward(&self, mb: &Minibatch, spec: LossSpec) -> Vec<ShardOut> {
         let n = mb.obs.size()[0];
-        let k = (self.shards.threads() as i64).min(n);
+        // Sequences are not split across threads.
+        let threads = if mb.seq.is_some() {
+            1
+        } else {
+            self.shards.threads()
+        };
+        let k = (threads as i64).min(n);
         let mut jobs: Vec<Job<ShardOut>> = Vec::with_capacity(k as usize);
         let mut start = 0;
         for i in 0..k {
             let len = (n - start) / (k - i);
-            let shard = mb.rows(start, len);
+            let shard = if mb.seq.is_some() {
+                mb.select_all()
+            } else {
+                mb.rows(start, len)
+            };
             let weight = len as f64 / n as f64;
             jobs.push(Box::new(move |heads: &Heads| {
                 shard_backward(heads, &shard, spec, weight)
@@ -190,6 +240,31 @@ impl Ppo {
         }
         self.shards.run(self.model.heads(), jobs)
     }
+}
+
+/// The sequence layout of a recurrent batch: resets where the previous step ended an
+/// episode, and the rollouts' initial states. `None` for a feed-forward batch.
+fn sequences(batch: &RolloutBatch, device: Device) -> Option<SeqRows> {
+    let (h, c) = batch.init_state.as_ref()?;
+    let b = batch.b;
+    let mut reset = vec![0.0f32; batch.t * b];
+    for i in b..batch.t * b {
+        reset[i] = f32::from(batch.terminated[i - b] || batch.truncated[i - b]);
+    }
+    let width = (h.len() / b.max(1)) as i64;
+    let state = |v: &[f32]| {
+        Tensor::from_slice(v)
+            .view([b as i64, width])
+            .to_device(device)
+    };
+    Some(SeqRows {
+        t: batch.t as i64,
+        reset: Tensor::from_slice(&reset).to_device(device),
+        init: RnnState {
+            h: state(h),
+            c: state(c),
+        },
+    })
 }
 
 /// What a gradient step needs besides the data.
@@ -210,7 +285,19 @@ struct ShardOut {
 
 /// `weight` x L on one shard, backpropagated.
 fn shard_backward(heads: &Heads, mb: &Minibatch, spec: LossSpec, weight: f64) -> ShardOut {
-    let eval = heads.evaluate(&mb.obs, &mb.action);
+    let eval = match &mb.seq {
+        None => heads.evaluate(&mb.obs, &mb.action),
+        Some(seq) => {
+            let b = mb.obs.size()[0] / seq.t;
+            let sequence = Sequence {
+                t: seq.t,
+                b,
+                reset: seq.reset.view([seq.t, b]),
+                init: seq.init.shallow_clone(),
+            };
+            heads.evaluate_sequence(&mb.obs, &mb.action, &sequence)
+        }
+    };
     let (pg_loss, ratio) =
         clipped_surrogate(&eval.log_prob, &mb.old_log_prob, &mb.advantage, spec.clip);
     let value_clip = spec.clip_value.then_some(spec.clip);
@@ -260,14 +347,23 @@ impl Algorithm for Ppo {
         if c.normalize_advantage && !per_minibatch_norm {
             full.advantage = normalized(&full.advantage);
         }
+        // A recurrent model trains on whole columns (rlpyt shuffles only B); rows otherwise.
+        let (units, cols) = if full.seq.is_some() {
+            (batch.b as i64, batch.b as i64 / c.minibatches as i64)
+        } else {
+            (n, size)
+        };
         let mut last = None;
         for _epoch in 0..c.epochs {
             let order =
-                (c.minibatches > 1).then(|| Tensor::randperm(n, (Kind::Int64, self.device)));
+                (c.minibatches > 1).then(|| Tensor::randperm(units, (Kind::Int64, self.device)));
             for i in 0..c.minibatches as i64 {
-                let mut mb = match &order {
-                    Some(perm) => full.select(&perm.narrow(0, i * size, size)),
-                    None => full.select_all(),
+                let mut mb = match (&order, full.seq.is_some()) {
+                    (Some(perm), false) => full.select(&perm.narrow(0, i * size, size)),
+                    (Some(perm), true) => {
+                        full.select_columns(&perm.narrow(0, i * cols, cols), batch.b as i64)
+                    }
+                    (None, _) => full.select_all(),
                 };
                 if per_minibatch_norm {
                     mb.advantage = normalized(&mb.advantage);
@@ -336,6 +432,7 @@ impl Minibatch {
             old_value: self.old_value.shallow_clone(),
             advantage: self.advantage.shallow_clone(),
             returns: self.returns.shallow_clone(),
+            seq: self.seq.as_ref().map(SeqRows::shallow_clone),
         }
     }
 }
@@ -393,6 +490,7 @@ mod tests {
             bootstrap_value: vec![0.3; b],
             bootstrap_obs: vec![0.1; b * 4],
             policy_version: vec![0],
+            init_state: None,
         }
     }
 

@@ -47,5 +47,6 @@ pub(crate) fn tiny_batch() -> RolloutBatch {
         bootstrap_value: vec![0.3; b],
         bootstrap_obs: vec![0.1; b * 4],
         policy_version: vec![0],
+        init_state: None,
     }
 }

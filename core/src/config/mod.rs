@@ -136,6 +136,10 @@ pub struct ModelConfig {
     /// Initial log standard deviation of a Gaussian policy (continuous actions): a learned
     /// parameter per action dimension, independent of the state (rlpyt's MuJoCo model).
     pub init_log_std: f64,
+    /// Units of an LSTM core between the observation and both heads (0: feed-forward). The
+    /// state is carried across rollouts, reset at episode ends, and trained over whole
+    /// rollouts; PPO only.
+    pub lstm_size: u32,
 }
 
 impl Default for ModelConfig {
@@ -145,6 +149,7 @@ impl Default for ModelConfig {
             activation: Activation::Tanh,
             orthogonal_init: true,
             init_log_std: 0.0,
+            lstm_size: 0,
         }
     }
 }
@@ -389,6 +394,19 @@ impl RunConfig {
             "stop.total_env_steps",
             "must be >= 1",
         )?;
+        check(
+            self.model.lstm_size == 0 || self.algo.name() == "ppo",
+            "model.lstm_size",
+            "recurrent models are trained by algo.name = \"ppo\" only",
+        )?;
+        if let (true, Some(ppo)) = (self.model.lstm_size > 0, self.algo.as_ppo()) {
+            let columns = self.learner.batch_rollouts * self.actors.envs_per_actor;
+            check(
+                columns.is_multiple_of(ppo.minibatches),
+                "algo.minibatches",
+                &format!("must divide the {columns} sequences of a batch (recurrent model)"),
+            )?;
+        }
         self.algo.validate(self.batch_env_steps())
     }
 

@@ -8,7 +8,7 @@ use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
-use super::{Dist, Mlp, ModelError, Policy};
+use super::{Dist, LstmCore, Mlp, ModelError, Policy, RnnState};
 use crate::config::ModelConfig;
 use crate::envs::Space;
 
@@ -38,26 +38,90 @@ pub struct Evaluation {
 /// handle (see [`Heads::shallow_clone`]) so another thread can run them.
 #[derive(Debug)]
 pub struct Heads {
+    /// An LSTM between the observation and both heads, for recurrent models.
+    core: Option<LstmCore>,
     pi: Mlp,
     vf: Mlp,
     /// A Gaussian policy's learned, state-independent log-std `[A]`; `None` for categorical.
     log_std: Option<Tensor>,
 }
 
+/// How a `[T x B]` block of rows unrolls through a recurrent core: rows are time-major
+/// (`t * B + b`), each column starts from `init` and is reset to zero before step t where
+/// `reset[t]` (`[T, B]`) is 1.
+#[derive(Debug)]
+pub struct Sequence {
+    /// Steps T.
+    pub t: i64,
+    /// Columns B.
+    pub b: i64,
+    /// 1 where an episode ended at the step before, `[T, B]` float.
+    pub reset: Tensor,
+    /// The state each column starts from, `[B, H]`.
+    pub init: RnnState,
+}
+
 impl Heads {
-    /// Scores `actions` `[N]` taken at `obs` `[N, D]`, with gradients.
+    /// Scores `actions` `[N]` taken at `obs` `[N, D]`, with gradients (a recurrent model
+    /// starts every row from a zero state; see [`Heads::evaluate_sequence`]).
     pub fn evaluate(&self, obs: &Tensor, actions: &Tensor) -> Evaluation {
-        let dist = self.dist(obs);
+        self.evaluate_features(&self.features(obs), actions)
+    }
+
+    /// Scores a time-major block of rows, unrolling the recurrent core over whole sequences;
+    /// the same as [`Heads::evaluate`] for a feed-forward model.
+    pub fn evaluate_sequence(&self, obs: &Tensor, actions: &Tensor, seq: &Sequence) -> Evaluation {
+        let Some(core) = &self.core else {
+            return self.evaluate(obs, actions);
+        };
+        let x = obs.view([seq.t, seq.b, -1]);
+        let h = core.unroll(&x, &seq.init, &seq.reset);
+        self.evaluate_features(&h.view([seq.t * seq.b, core.size()]), actions)
+    }
+
+    fn evaluate_features(&self, features: &Tensor, actions: &Tensor) -> Evaluation {
+        let dist = self.dist_of(features);
         Evaluation {
             log_prob: dist.log_prob(actions),
             entropy: dist.entropy(),
-            value: self.value(obs),
+            value: self.vf.forward(features).squeeze_dim(1),
         }
+    }
+
+    /// The recurrent core's width H; 0 for a feed-forward model.
+    pub fn state_size(&self) -> i64 {
+        self.core.as_ref().map_or(0, LstmCore::size)
+    }
+
+    /// What the heads see: the observation, or the core's output from a zero state.
+    fn features(&self, obs: &Tensor) -> Tensor {
+        match &self.core {
+            None => obs.shallow_clone(),
+            Some(core) => {
+                let zero = RnnState::zeros(obs.size()[0], core.size(), obs.device());
+                core.step(obs, &zero).h
+            }
+        }
+    }
+
+    /// One recurrent step: the action distributions, values and next state at `obs` `[N, D]`
+    /// from `state` `[N, H]`. Panics on a feed-forward model (an invariant of the callers,
+    /// which check [`Heads::state_size`]).
+    pub fn step(&self, obs: &Tensor, state: &RnnState) -> (Dist, Tensor, RnnState) {
+        let core = self.core.as_ref().expect("step needs a recurrent model");
+        let next = core.step(obs, state);
+        let dist = self.dist_of(&next.h);
+        let value = self.vf.forward(&next.h).squeeze_dim(1);
+        (dist, value, next)
     }
 
     /// The policy's action distributions at `obs` `[N, D]`, with gradients.
     pub fn dist(&self, obs: &Tensor) -> Dist {
-        let out = self.pi.forward(obs);
+        self.dist_of(&self.features(obs))
+    }
+
+    fn dist_of(&self, features: &Tensor) -> Dist {
+        let out = self.pi.forward(features);
         match &self.log_std {
             None => Dist::categorical(&out),
             Some(log_std) => Dist::Gaussian {
@@ -69,13 +133,14 @@ impl Heads {
 
     /// V(obs), `[N]`, with gradients.
     pub fn value(&self, obs: &Tensor) -> Tensor {
-        self.vf.forward(obs).squeeze_dim(1)
+        self.vf.forward(&self.features(obs)).squeeze_dim(1)
     }
 
     /// Another handle on the same parameters: no copy, and gradients from either handle
     /// accumulate in the same place (libtorch serialises that accumulation).
     pub fn shallow_clone(&self) -> Heads {
         Heads {
+            core: self.core.as_ref().map(LstmCore::shallow_clone),
             pi: self.pi.shallow_clone(),
             vf: self.vf.shallow_clone(),
             log_std: self.log_std.as_ref().map(Tensor::shallow_clone),
@@ -102,9 +167,12 @@ impl ActorCritic {
             Space::Discrete { n } => (*n, false),
             Space::Box { .. } => (action_space.flat_dim() as i64, true),
         };
-        let obs_dim = obs_space.flat_dim() as i64;
         let vs = nn::VarStore::new(device);
         let root = vs.root();
+        let raw_dim = obs_space.flat_dim() as i64;
+        let lstm = config.lstm_size as i64;
+        let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), raw_dim, lstm));
+        let obs_dim = if lstm > 0 { lstm } else { raw_dim };
         let hidden = &config.hidden_sizes;
         let ortho = config.orthogonal_init;
         let pi = Mlp::new(
@@ -132,7 +200,12 @@ impl ActorCritic {
         });
         Ok(ActorCritic {
             vs,
-            heads: Heads { pi, vf, log_std },
+            heads: Heads {
+                core,
+                pi,
+                vf,
+                log_std,
+            },
         })
     }
 
@@ -217,6 +290,42 @@ impl Policy for ActorCritic {
     fn value(&self, obs: &Tensor) -> Tensor {
         let _guard = tch::no_grad_guard();
         self.heads.value(obs)
+    }
+
+    fn state_size(&self) -> i64 {
+        self.heads.state_size()
+    }
+
+    fn act_recurrent(
+        &self,
+        obs: &Tensor,
+        state: &RnnState,
+        deterministic: bool,
+    ) -> (PolicyStep, RnnState) {
+        if self.heads.core.is_none() {
+            return (self.act(obs, deterministic), state.shallow_clone());
+        }
+        let _guard = tch::no_grad_guard();
+        let (dist, value, next) = self.heads.step(obs, state);
+        let action = if deterministic {
+            dist.mode()
+        } else {
+            dist.sample()
+        };
+        let step = PolicyStep {
+            log_prob: dist.log_prob(&action),
+            value,
+            action,
+        };
+        (step, next)
+    }
+
+    fn value_recurrent(&self, obs: &Tensor, state: &RnnState) -> Tensor {
+        if self.heads.core.is_none() {
+            return self.value(obs);
+        }
+        let _guard = tch::no_grad_guard();
+        self.heads.step(obs, state).1
     }
 }
 
