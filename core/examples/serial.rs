@@ -46,7 +46,8 @@ fn main() {
                 .iter()
                 .map(|(k, v)| (k.clone(), Tensor::stack(&[v]).expect("stack"))),
         );
-        let metrics = algo.update(&RolloutBatch::from_stacked(&stacked).expect("batch"));
+        let batch = RolloutBatch::from_stacked(&stacked).expect("batch");
+        let metrics = algos::train_on(algo.as_mut(), &batch);
         let episodes = acting.envs_mut().drain_episodes();
         if !episodes.is_empty() {
             let n = episodes.len() as f64;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use fleetrl_core::algos::{Algorithm, Metrics};
+use fleetrl_core::algos::{self, Algorithm, Metrics};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::rollout::RolloutBatch;
@@ -139,7 +139,7 @@ impl Trainer {
             .policy_version;
         let span =
             tracing::info_span!("update", step = version + 1, batch_size = batch.env_steps());
-        let metrics = span.in_scope(|| self.algo.update(batch));
+        let metrics = span.in_scope(|| algos::train_on(self.algo.as_mut(), batch));
         let lag = version as f64 + 1.0
             - batch.policy_version.iter().sum::<i64>() as f64
                 / batch.policy_version.len().max(1) as f64;

@@ -39,6 +39,14 @@ pub fn build(config: &RunConfig, model: ActorCritic) -> Box<dyn Algorithm> {
     }
 }
 
+/// One training step as the learner runs it: the batch's observations first update the
+/// model's running normalisation statistics (if it has them), then `algo` updates on it.
+pub fn train_on(algo: &mut dyn Algorithm, batch: &RolloutBatch) -> Metrics {
+    let obs = tch::Tensor::from_slice(&batch.obs).view([-1, batch.obs_dim as i64]);
+    algo.model().observe(&obs);
+    algo.update(batch)
+}
+
 /// Named scalar results of one update (losses, KL, clip fraction, ...).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Metrics(pub Vec<(&'static str, f64)>);

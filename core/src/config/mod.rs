@@ -140,6 +140,11 @@ pub struct ModelConfig {
     /// state is carried across rollouts, reset at episode ends, and trained over whole
     /// rollouts; PPO only.
     pub lstm_size: u32,
+    /// Normalise observations by running mean and variance (updated by the learner from
+    /// every batch; the statistics travel with the weights and into checkpoints).
+    pub normalize_obs: bool,
+    /// Clip normalised observations to +-this.
+    pub obs_clip: f64,
 }
 
 impl Default for ModelConfig {
@@ -150,6 +155,8 @@ impl Default for ModelConfig {
             orthogonal_init: true,
             init_log_std: 0.0,
             lstm_size: 0,
+            normalize_obs: false,
+            obs_clip: 10.0,
         }
     }
 }

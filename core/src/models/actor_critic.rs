@@ -8,7 +8,7 @@ use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
-use super::{Dist, LstmCore, Mlp, ModelError, Policy, RnnState};
+use super::{Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState};
 use crate::config::ModelConfig;
 use crate::envs::Space;
 
@@ -38,6 +38,8 @@ pub struct Evaluation {
 /// handle (see [`Heads::shallow_clone`]) so another thread can run them.
 #[derive(Debug)]
 pub struct Heads {
+    /// Running observation normalisation, applied before everything else.
+    obs_norm: Option<ObsNorm>,
     /// An LSTM between the observation and both heads, for recurrent models.
     core: Option<LstmCore>,
     pi: Mlp,
@@ -68,13 +70,21 @@ impl Heads {
         self.evaluate_features(&self.features(obs), actions)
     }
 
+    /// Observations as the networks see them: normalised and clipped when configured.
+    fn input(&self, obs: &Tensor) -> Tensor {
+        match &self.obs_norm {
+            Some(norm) => norm.apply(obs),
+            None => obs.shallow_clone(),
+        }
+    }
+
     /// Scores a time-major block of rows, unrolling the recurrent core over whole sequences;
     /// the same as [`Heads::evaluate`] for a feed-forward model.
     pub fn evaluate_sequence(&self, obs: &Tensor, actions: &Tensor, seq: &Sequence) -> Evaluation {
         let Some(core) = &self.core else {
             return self.evaluate(obs, actions);
         };
-        let x = obs.view([seq.t, seq.b, -1]);
+        let x = self.input(obs).view([seq.t, seq.b, -1]);
         let h = core.unroll(&x, &seq.init, &seq.reset);
         self.evaluate_features(&h.view([seq.t * seq.b, core.size()]), actions)
     }
@@ -95,11 +105,12 @@ impl Heads {
 
     /// What the heads see: the observation, or the core's output from a zero state.
     fn features(&self, obs: &Tensor) -> Tensor {
+        let x = self.input(obs);
         match &self.core {
-            None => obs.shallow_clone(),
+            None => x,
             Some(core) => {
-                let zero = RnnState::zeros(obs.size()[0], core.size(), obs.device());
-                core.step(obs, &zero).h
+                let zero = RnnState::zeros(x.size()[0], core.size(), x.device());
+                core.step(&x, &zero).h
             }
         }
     }
@@ -109,7 +120,7 @@ impl Heads {
     /// which check [`Heads::state_size`]).
     pub fn step(&self, obs: &Tensor, state: &RnnState) -> (Dist, Tensor, RnnState) {
         let core = self.core.as_ref().expect("step needs a recurrent model");
-        let next = core.step(obs, state);
+        let next = core.step(&self.input(obs), state);
         let dist = self.dist_of(&next.h);
         let value = self.vf.forward(&next.h).squeeze_dim(1);
         (dist, value, next)
@@ -140,6 +151,7 @@ impl Heads {
     /// accumulate in the same place (libtorch serialises that accumulation).
     pub fn shallow_clone(&self) -> Heads {
         Heads {
+            obs_norm: self.obs_norm.as_ref().map(ObsNorm::shallow_clone),
             core: self.core.as_ref().map(LstmCore::shallow_clone),
             pi: self.pi.shallow_clone(),
             vf: self.vf.shallow_clone(),
@@ -172,6 +184,9 @@ impl ActorCritic {
         let raw_dim = obs_space.flat_dim() as i64;
         let lstm = config.lstm_size as i64;
         let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), raw_dim, lstm));
+        let obs_norm = config
+            .normalize_obs
+            .then(|| ObsNorm::new(&(&root / "obs_norm"), raw_dim, config.obs_clip));
         let obs_dim = if lstm > 0 { lstm } else { raw_dim };
         let hidden = &config.hidden_sizes;
         let ortho = config.orthogonal_init;
@@ -201,12 +216,21 @@ impl ActorCritic {
         Ok(ActorCritic {
             vs,
             heads: Heads {
+                obs_norm,
                 core,
                 pi,
                 vf,
                 log_std,
             },
         })
+    }
+
+    /// Merges the observations `[N, D]` of a training batch into the running normalisation
+    /// statistics; nothing without `model.normalize_obs`.
+    pub fn observe(&self, obs: &Tensor) {
+        if let Some(norm) = &self.heads.obs_norm {
+            norm.update(obs);
+        }
     }
 
     /// The variable store (for optimisers and checkpoints).
@@ -397,6 +421,36 @@ mod tests {
         let want = (2.0 * std::f64::consts::PI).ln();
         assert!((eval.entropy.double_value(&[0]) - want).abs() < 1e-5);
         assert!(eval.log_prob.requires_grad());
+    }
+
+    /// The normalisation statistics are part of the weights: an actor importing them
+    /// normalises exactly as the learner does.
+    #[test]
+    fn observation_statistics_travel_with_the_weights() {
+        let (obs_space, act_space) = spaces();
+        let config = ModelConfig {
+            normalize_obs: true,
+            obs_clip: 5.0,
+            ..ModelConfig::default()
+        };
+        let learner = ActorCritic::new(&config, &obs_space, &act_space, Device::Cpu).unwrap();
+        let mut actor = ActorCritic::new(&config, &obs_space, &act_space, Device::Cpu).unwrap();
+        actor.import(&learner.export().unwrap()).unwrap();
+        let obs = Tensor::randn([64, 4], (Kind::Float, Device::Cpu)) * 4.0 + 2.0;
+        learner.observe(&obs);
+        assert!(!learner
+            .value(&obs)
+            .allclose(&actor.value(&obs), 1e-6, 1e-6, false));
+        let names: Vec<String> = learner
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert!(names.contains(&"obs_norm.mean".to_string()), "{names:?}");
+        actor.import(&learner.export().unwrap()).unwrap();
+        assert!(learner
+            .value(&obs)
+            .allclose(&actor.value(&obs), 1e-6, 1e-6, false));
     }
 
     #[test]

@@ -6,11 +6,13 @@ mod actor_critic;
 mod dist;
 mod lstm;
 mod mlp;
+mod obs_norm;
 
 pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep, Sequence};
 pub use dist::Dist;
 pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
+pub use obs_norm::ObsNorm;
 
 use crate::envs::Space;
 

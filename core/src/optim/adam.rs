@@ -38,7 +38,7 @@ impl Adam {
         let mut named: Vec<(String, Tensor)> = vs
             .variables()
             .into_iter()
-            .filter(|(n, _)| n.starts_with(prefix))
+            .filter(|(n, t)| n.starts_with(prefix) && t.requires_grad())
             .collect();
         assert!(
             !named.is_empty(),
