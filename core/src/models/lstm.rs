@@ -85,6 +85,16 @@ impl LstmCore {
     /// `reset[t]` (`[T, B]`, 1 = an episode ended at step t - 1). Returns the outputs
     /// `[T, B, H]`.
     pub fn unroll(&self, x: &Tensor, init: &RnnState, reset: &Tensor) -> Tensor {
+        self.unroll_with_state(x, init, reset).0
+    }
+
+    /// [`LstmCore::unroll`], also returning the state after the last step.
+    pub fn unroll_with_state(
+        &self,
+        x: &Tensor,
+        init: &RnnState,
+        reset: &Tensor,
+    ) -> (Tensor, RnnState) {
         let steps = x.size()[0];
         let mut state = init.shallow_clone();
         let mut out = Vec::with_capacity(steps as usize);
@@ -93,7 +103,7 @@ impl LstmCore {
             state = self.step(&x.get(t), &state);
             out.push(state.h.shallow_clone());
         }
-        Tensor::stack(&out, 0)
+        (Tensor::stack(&out, 0), state)
     }
 
     /// Another handle on the same parameters.

@@ -3,12 +3,14 @@
 //! checkpoints and weight messages keep loading across versions.
 
 mod actor_critic;
+mod atari;
 mod dist;
 mod lstm;
 mod mlp;
 mod obs_norm;
 
 pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep, Sequence};
+pub use atari::{AtariModel, AtariOutput, FrameShape};
 pub use dist::Dist;
 pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
