@@ -52,10 +52,9 @@ fn sequence_evaluation_reproduces_the_actors_log_probs() {
             batch.terminated.iter().any(|d| *d),
             "episodes end inside the rollout"
         );
-        let mut reset = vec![0.0f32; t * m];
-        for i in m..t * m {
-            reset[i] = f32::from(batch.terminated[i - m] || batch.truncated[i - m]);
-        }
+        let mut reset = vec![0.0f32; m];
+        let ended = batch.terminated.iter().zip(&batch.truncated);
+        reset.extend(ended.take((t - 1) * m).map(|(a, b)| f32::from(*a || *b)));
         let seq = Sequence {
             t: t as i64,
             b: m as i64,

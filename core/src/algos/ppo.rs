@@ -247,10 +247,14 @@ impl Ppo {
 fn sequences(batch: &RolloutBatch, device: Device) -> Option<SeqRows> {
     let (h, c) = batch.init_state.as_ref()?;
     let b = batch.b;
-    let mut reset = vec![0.0f32; batch.t * b];
-    for i in b..batch.t * b {
-        reset[i] = f32::from(batch.terminated[i - b] || batch.truncated[i - b]);
-    }
+    // Row t * B + b resets when row (t - 1) * B + b ended an episode.
+    let mut reset = vec![0.0f32; b];
+    let ended = batch.terminated.iter().zip(&batch.truncated);
+    reset.extend(
+        ended
+            .take((batch.t - 1) * b)
+            .map(|(a, c)| f32::from(*a || *c)),
+    );
     let width = (h.len() / b.max(1)) as i64;
     let state = |v: &[f32]| {
         Tensor::from_slice(v)

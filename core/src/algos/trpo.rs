@@ -137,7 +137,7 @@ impl Trpo {
         let fvp = |v: &Tensor| {
             flat_grad(&(&kl_grad * v).sum(Kind::Float), &params, false) + v * c.cg_damping
         };
-        let direction = conjugate_gradient(&fvp, &g, c.cg_iters);
+        let direction = conjugate_gradient(fvp, &g, c.cg_iters);
         let curvature = direction.dot(&fvp(&direction)).double_value(&[]);
         let scale = (2.0 * c.max_kl / (curvature + 1e-8)).sqrt();
         let full_step = direction * scale;
