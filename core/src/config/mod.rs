@@ -123,12 +123,27 @@ pub enum Activation {
     Relu,
 }
 
+impl Activation {
+    /// Applies the activation.
+    pub fn apply(self, x: &tch::Tensor) -> tch::Tensor {
+        match self {
+            Activation::Tanh => x.tanh(),
+            Activation::Relu => x.relu(),
+        }
+    }
+}
+
 /// The actor-critic MLP.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
-    /// Hidden layer widths of the policy and of the value network (separate networks).
+    /// Hidden layer widths of the policy and of the value network (separate networks, or
+    /// one shared trunk with `shared_trunk`).
     pub hidden_sizes: Vec<i64>,
+    /// One set of hidden layers feeds both a linear policy head and a linear value head
+    /// (rlpyt's Atari models); false gives each its own MLP (SB3's default). PPO, A2C and
+    /// IMPALA only: VPG and TRPO optimise the policy and the value function separately.
+    pub shared_trunk: bool,
     /// Hidden-layer activation: "tanh" or "relu".
     pub activation: Activation,
     /// Orthogonal initialisation (gain sqrt 2 hidden, 0.01 policy head, 1 value head).
@@ -151,6 +166,7 @@ impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
             hidden_sizes: vec![64, 64],
+            shared_trunk: false,
             activation: Activation::Tanh,
             orthogonal_init: true,
             init_log_std: 0.0,
@@ -400,6 +416,16 @@ impl RunConfig {
             self.stop.total_env_steps >= 1,
             "stop.total_env_steps",
             "must be >= 1",
+        )?;
+        check(
+            !self.model.shared_trunk || !matches!(self.algo.name(), "vpg" | "trpo"),
+            "model.shared_trunk",
+            "vpg and trpo fit the policy and the value function separately; use separate networks",
+        )?;
+        check(
+            !self.model.shared_trunk || !self.model.hidden_sizes.is_empty(),
+            "model.shared_trunk",
+            "needs at least one hidden layer",
         )?;
         check(
             self.model.lstm_size == 0 || self.algo.name() == "ppo",

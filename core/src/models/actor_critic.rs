@@ -9,7 +9,7 @@ use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
 use super::{Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState};
-use crate::config::ModelConfig;
+use crate::config::{Activation, ModelConfig};
 use crate::envs::Space;
 
 /// What [`Policy::act`] returns for a batch.
@@ -42,6 +42,9 @@ pub struct Heads {
     obs_norm: Option<ObsNorm>,
     /// An LSTM between the observation and both heads, for recurrent models.
     core: Option<LstmCore>,
+    /// Hidden layers shared by both heads (`model.shared_trunk`), with their activation;
+    /// `None` gives the policy and value separate hidden layers.
+    trunk: Option<(Mlp, Activation)>,
     pi: Mlp,
     vf: Mlp,
     /// A Gaussian policy's learned, state-independent log-std `[A]`; `None` for categorical.
@@ -86,7 +89,8 @@ impl Heads {
         };
         let x = self.input(obs).view([seq.t, seq.b, -1]);
         let h = core.unroll(&x, &seq.init, &seq.reset);
-        self.evaluate_features(&h.view([seq.t * seq.b, core.size()]), actions)
+        let features = self.shared(&h.view([seq.t * seq.b, core.size()]));
+        self.evaluate_features(&features, actions)
     }
 
     fn evaluate_features(&self, features: &Tensor, actions: &Tensor) -> Evaluation {
@@ -106,12 +110,21 @@ impl Heads {
     /// What the heads see: the observation, or the core's output from a zero state.
     fn features(&self, obs: &Tensor) -> Tensor {
         let x = self.input(obs);
-        match &self.core {
+        let h = match &self.core {
             None => x,
             Some(core) => {
                 let zero = RnnState::zeros(x.size()[0], core.size(), x.device());
                 core.step(&x, &zero).h
             }
+        };
+        self.shared(&h)
+    }
+
+    /// The shared hidden layers, if any.
+    fn shared(&self, x: &Tensor) -> Tensor {
+        match &self.trunk {
+            None => x.shallow_clone(),
+            Some((trunk, activation)) => activation.apply(&trunk.forward(x)),
         }
     }
 
@@ -121,8 +134,9 @@ impl Heads {
     pub fn step(&self, obs: &Tensor, state: &RnnState) -> (Dist, Tensor, RnnState) {
         let core = self.core.as_ref().expect("step needs a recurrent model");
         let next = core.step(&self.input(obs), state);
-        let dist = self.dist_of(&next.h);
-        let value = self.vf.forward(&next.h).squeeze_dim(1);
+        let features = self.shared(&next.h);
+        let dist = self.dist_of(&features);
+        let value = self.vf.forward(&features).squeeze_dim(1);
         (dist, value, next)
     }
 
@@ -153,6 +167,10 @@ impl Heads {
         Heads {
             obs_norm: self.obs_norm.as_ref().map(ObsNorm::shallow_clone),
             core: self.core.as_ref().map(LstmCore::shallow_clone),
+            trunk: self
+                .trunk
+                .as_ref()
+                .map(|(mlp, activation)| (mlp.shallow_clone(), *activation)),
             pi: self.pi.shallow_clone(),
             vf: self.vf.shallow_clone(),
             log_std: self.log_std.as_ref().map(Tensor::shallow_clone),
@@ -188,8 +206,22 @@ impl ActorCritic {
             .normalize_obs
             .then(|| ObsNorm::new(&(&root / "obs_norm"), raw_dim, config.obs_clip));
         let obs_dim = if lstm > 0 { lstm } else { raw_dim };
-        let hidden = &config.hidden_sizes;
         let ortho = config.orthogonal_init;
+        let (trunk, head_in, hidden) = match config.hidden_sizes.split_last() {
+            Some((&last, inner)) if config.shared_trunk => {
+                let trunk = Mlp::new(
+                    &(&root / "trunk"),
+                    obs_dim,
+                    inner,
+                    last,
+                    config.activation,
+                    ortho.then_some(2f64.sqrt()),
+                );
+                (Some((trunk, config.activation)), last, &[][..])
+            }
+            _ => (None, obs_dim, &config.hidden_sizes[..]),
+        };
+        let obs_dim = head_in;
         let pi = Mlp::new(
             &(&root / "pi"),
             obs_dim,
@@ -218,6 +250,7 @@ impl ActorCritic {
             heads: Heads {
                 obs_norm,
                 core,
+                trunk,
                 pi,
                 vf,
                 log_std,
@@ -451,6 +484,34 @@ mod tests {
         assert!(learner
             .value(&obs)
             .allclose(&actor.value(&obs), 1e-6, 1e-6, false));
+    }
+
+    /// With a shared trunk the hidden layers live once, under `trunk`, and both heads are
+    /// single linear layers; gradients of the value loss reach the trunk.
+    #[test]
+    fn shared_trunk_feeds_both_heads() {
+        let (obs_space, act_space) = spaces();
+        let config = ModelConfig {
+            shared_trunk: true,
+            ..ModelConfig::default()
+        };
+        let m = ActorCritic::new(&config, &obs_space, &act_space, Device::Cpu).unwrap();
+        let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert!(names.contains(&"trunk.l0.weight".to_string()), "{names:?}");
+        assert!(names.contains(&"trunk.out.weight".to_string()), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with("pi.l0")), "{names:?}");
+        let obs = Tensor::randn([8, 4], (Kind::Float, Device::Cpu));
+        let step = m.act(&obs, false);
+        let eval = m.evaluate(&obs, &step.action);
+        assert!(eval.log_prob.allclose(&step.log_prob, 1e-5, 1e-5, false));
+        eval.value.sum(Kind::Float).backward();
+        let trunk = m
+            .named_parameters()
+            .into_iter()
+            .find(|(n, _)| n == "trunk.l0.weight")
+            .unwrap()
+            .1;
+        assert!(trunk.grad().abs().sum(Kind::Float).double_value(&[]) > 0.0);
     }
 
     #[test]
