@@ -115,6 +115,7 @@ async fn main() -> anyhow::Result<()> {
         progress,
         stop: stop_rx,
         metrics,
+        held: Default::default(),
     };
     let mut acting = tokio::task::spawn_blocking(move || runner.run());
 

@@ -1,6 +1,7 @@
 //! The acting loop, on its own OS thread: step M envs with the local policy, record rollouts,
 //! hand them to the inserter, and take new weights at rollout boundaries.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ pub(crate) struct Runner {
     /// Turns true when the actor should finish its rollout and stop.
     pub(crate) stop: watch::Receiver<bool>,
     pub(crate) metrics: Arc<ActorMetrics>,
+    /// Weights received but not yet acted with (`actors.lag_versions`), oldest first.
+    pub(crate) held: VecDeque<Arc<Weights>>,
 }
 
 impl Runner {
@@ -58,7 +61,7 @@ impl Runner {
         let mut version = self.wait_for_weights(&mut model)?;
         // Versions that acted in this actor's recent rollouts (its share of the last
         // `max_policy_lag + 1` batches), oldest first.
-        let mut recent = std::collections::VecDeque::new();
+        let mut recent = VecDeque::new();
         tracing::info!(actor_id = self.actor_id, version, envs = m, "acting");
         while !*self.stop.borrow() {
             let span = tracing::debug_span!(
@@ -141,11 +144,23 @@ impl Runner {
         }
     }
 
-    /// Loads the newest published weights, if newer than `version`.
+    /// Loads the newest published weights that are at least `actors.lag_versions` versions
+    /// older than the newest received (the oldest held while none is that old yet), if newer
+    /// than `version`.
     fn refresh_weights(&mut self, model: &mut ActorCritic, version: i64) -> anyhow::Result<i64> {
-        let Some(w) = self.weights.borrow_and_update().clone() else {
+        if let Some(w) = self.weights.borrow_and_update().clone() {
+            if self.held.back().is_none_or(|h| w.version > h.version) {
+                self.held.push_back(w);
+            }
+        }
+        let Some(newest) = self.held.back().map(|w| w.version) else {
             return Ok(version);
         };
+        let old_enough = newest - self.config.actors.lag_versions as i64;
+        while self.held.len() > 1 && self.held[1].version <= old_enough {
+            self.held.pop_front();
+        }
+        let w = self.held.front().expect("at least one held").clone();
         if w.version <= version {
             return Ok(version);
         }

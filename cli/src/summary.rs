@@ -39,6 +39,8 @@ pub(crate) struct Summary {
     pub(crate) recent_training_return: Option<f64>,
     /// Rollouts the learner dropped for lagging the policy more than actors.max_policy_lag.
     pub(crate) rollouts_dropped: u64,
+    /// Mean policy lag of the trained rollouts over the run, in versions.
+    pub(crate) mean_policy_lag: f64,
     pub(crate) evaluations: Vec<Evaluation>,
 }
 
@@ -54,7 +56,7 @@ impl Summary {
         let steps = last.env_steps.max(status.env_steps_trained);
         Summary {
             env: config.env.id.clone(),
-            algo: "ppo".into(),
+            algo: config.algo.name().into(),
             total_env_steps: steps,
             wall_seconds,
             env_steps_per_second: steps as f64 / status.seconds_since_start.max(1e-9),
@@ -76,6 +78,7 @@ impl Summary {
                 .is_finite()
                 .then_some(status.recent_return),
             rollouts_dropped: status.rollouts_dropped,
+            mean_policy_lag: status.mean_policy_lag,
             evaluations: evaluations.to_vec(),
         }
     }

@@ -9,7 +9,7 @@ use fleetrl_core::algos::{Algorithm, Ppo};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::make;
 use fleetrl_core::models::{ActorCritic, Policy};
-use fleetrl_core::rollout::RolloutBatch;
+use fleetrl_core::rollout::{Actions, RolloutBatch};
 use tch::Tensor;
 
 fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
@@ -19,7 +19,7 @@ fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
         b,
         obs_dim: 4,
         obs: (0..n * 4).map(|i| (i % 7) as f32 / 10.0).collect(),
-        action: (0..n).map(|i| (i % 2) as i64).collect(),
+        action: Actions::Discrete((0..n).map(|i| (i % 2) as i64).collect()),
         reward: vec![1.0; n],
         terminated: (0..n).map(|i| i % 50 == 49).collect(),
         truncated: vec![false; n],
@@ -27,7 +27,9 @@ fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
         value: vec![0.0; n],
         final_value: vec![0.0; n],
         bootstrap_value: vec![0.0; b],
+        bootstrap_obs: vec![0.0; b * 4],
         policy_version: vec![0],
+        init_state: None,
     }
 }
 
@@ -47,7 +49,8 @@ fn main() {
     )
     .expect("model builds");
     let batch = synthetic_batch(32, 8);
-    let mut ppo = Ppo::new(&config.algo, model, 1000).with_threads(threads);
+    let mut ppo =
+        Ppo::new(config.algo.as_ppo().expect("a PPO preset"), model, 1000).with_threads(threads);
     for _ in 0..5 {
         ppo.update(&batch);
     }

@@ -3,9 +3,9 @@
 
 use tch::Tensor;
 
-use crate::envs::{EnvError, VecEnv};
-use crate::models::Policy;
-use crate::rollout::{RolloutBuilder, StepRecord};
+use crate::envs::{Action, EnvError, Space, VecEnv};
+use crate::models::{Policy, RnnState};
+use crate::rollout::{Actions, Bootstrap, RolloutBuilder, StepRecord};
 
 /// Why a rollout could not be collected.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,9 @@ pub enum ActingError {
 pub struct Acting {
     envs: VecEnv,
     obs: Vec<f32>,
+    /// A recurrent policy's state per env, carried across rollouts and zeroed where an
+    /// episode ended; `None` until a recurrent policy acts.
+    state: Option<RnnState>,
 }
 
 impl std::fmt::Debug for Acting {
@@ -38,7 +41,11 @@ impl Acting {
     /// Takes over `envs`, resetting env i with seed `seed + i`.
     pub fn new(mut envs: VecEnv, seed: u64) -> Acting {
         let obs = envs.reset(seed).to_vec();
-        Acting { envs, obs }
+        Acting {
+            envs,
+            obs,
+            state: None,
+        }
     }
 
     /// The envs (for spaces and finished episodes).
@@ -47,20 +54,48 @@ impl Acting {
     }
 
     /// Steps every env `builder`'s T times with `policy` (sampling actions) and fills
-    /// `builder`; returns V of the observations after the last step (the bootstrap values).
+    /// `builder`; returns the observations after the last step and their values.
     pub fn collect(
         &mut self,
         policy: &dyn Policy,
         builder: &mut RolloutBuilder,
-    ) -> Result<Vec<f32>, ActingError> {
+    ) -> Result<Bootstrap, ActingError> {
         let (m, obs_dim) = (self.envs.num_envs(), self.envs.obs_dim());
+        if policy.state_size() > 0 {
+            let state = self.state.get_or_insert_with(|| {
+                RnnState::zeros(m as i64, policy.state_size(), tch::Device::Cpu)
+            });
+            builder.set_initial_state(
+                Vec::<f32>::try_from(&state.h.reshape([-1]))?,
+                Vec::<f32>::try_from(&state.c.reshape([-1]))?,
+            );
+        }
         while !builder.is_full() {
-            let act = policy.act(&batch(&self.obs, m, obs_dim), false);
-            let action = Vec::<i64>::try_from(&act.action)?;
+            let obs = batch(&self.obs, m, obs_dim);
+            let (act, next) = match &self.state {
+                Some(state) => {
+                    let (act, next) = policy.act_recurrent(&obs, state, false);
+                    (act, Some(next))
+                }
+                None => (policy.act(&obs, false), None),
+            };
+            let action = Actions::from_tensor(&act.action)?;
             let log_prob = Vec::<f32>::try_from(&act.log_prob)?;
             let value = Vec::<f32>::try_from(&act.value)?;
-            let step = self.envs.step_discrete(&action)?;
-            let final_value = truncation_values(policy, &step.final_obs, &step.truncated, obs_dim)?;
+            let step = match &action {
+                Actions::Discrete(a) => self.envs.step_discrete(a)?,
+                Actions::Continuous { values, .. } => {
+                    let actions = clipped(self.envs.action_space(), values, m);
+                    self.envs.step(&actions)?
+                }
+            };
+            let final_value = truncation_values(
+                policy,
+                next.as_ref(),
+                &step.final_obs,
+                &step.truncated,
+                obs_dim,
+            )?;
             builder.push(StepRecord {
                 obs: &self.obs,
                 action: &action,
@@ -72,16 +107,48 @@ impl Acting {
                 final_value: &final_value,
             });
             self.obs.copy_from_slice(&step.obs);
+            if let Some(next) = next {
+                let ended: Vec<f32> = (0..m)
+                    .map(|i| f32::from(!(step.terminated[i] || step.truncated[i])))
+                    .collect();
+                self.state = Some(next.masked(&Tensor::from_slice(&ended)));
+            }
         }
-        Ok(Vec::<f32>::try_from(
-            &policy.value(&batch(&self.obs, m, obs_dim)),
-        )?)
+        let obs = batch(&self.obs, m, obs_dim);
+        let value = match &self.state {
+            Some(state) => policy.value_recurrent(&obs, state),
+            None => policy.value(&obs),
+        };
+        let value = Vec::<f32>::try_from(&value)?;
+        Ok(Bootstrap {
+            value,
+            obs: self.obs.clone(),
+        })
     }
+}
+
+/// `[M, A]` values as M env actions, each clipped to the box's bounds (the policy's Gaussian
+/// sample is recorded unclipped, so its log-probability stays exact; SB3 does the same).
+pub fn clipped(space: &Space, values: &[f32], m: usize) -> Vec<Action> {
+    let dim = values.len() / m.max(1);
+    values
+        .chunks(dim.max(1))
+        .map(|row| match space {
+            Space::Box { low, high, .. } => Action::Continuous(
+                row.iter()
+                    .zip(low.iter().zip(high))
+                    .map(|(v, (lo, hi))| v.clamp(*lo, *hi))
+                    .collect(),
+            ),
+            Space::Discrete { .. } => Action::Continuous(row.to_vec()),
+        })
+        .collect()
 }
 
 /// V(final observation) for envs whose episode was truncated on this step, 0 elsewhere.
 fn truncation_values(
     policy: &dyn Policy,
+    state: Option<&RnnState>,
     final_obs: &[Option<Vec<f32>>],
     truncated: &[bool],
     obs_dim: usize,
@@ -97,7 +164,16 @@ fn truncation_values(
         .iter()
         .flat_map(|&i| final_obs[i].iter().flatten().copied())
         .collect();
-    let predicted = Vec::<f32>::try_from(&policy.value(&batch(&flat, rows.len(), obs_dim)))?;
+    let obs = batch(&flat, rows.len(), obs_dim);
+    let predicted = match state {
+        // The state after the step that ended the episode, before it is reset.
+        Some(state) => {
+            let index: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+            policy.value_recurrent(&obs, &state.select(&Tensor::from_slice(&index)))
+        }
+        None => policy.value(&obs),
+    };
+    let predicted = Vec::<f32>::try_from(&predicted)?;
     for (row, value) in rows.into_iter().zip(predicted) {
         values[row] = value;
     }
@@ -129,7 +205,7 @@ mod tests {
         let mut builder = RolloutBuilder::new(4, 2, 4);
         let mut acting = Acting::new(envs, 7);
         let bootstrap = acting.collect(&model, &mut builder).unwrap();
-        assert_eq!(bootstrap.len(), 2);
+        assert_eq!(bootstrap.value.len(), 2);
         let item = builder.finish(&bootstrap, 0);
         let truncated = item.field("truncated").unwrap().to_vec::<bool>().unwrap();
         let terminated = item.field("terminated").unwrap().to_vec::<bool>().unwrap();

@@ -2,9 +2,11 @@
 
 use tch::Tensor;
 
+use crate::acting::clipped;
 use crate::config::RunConfig;
 use crate::envs::{self, Action, Env, EnvError};
-use crate::models::Policy;
+use crate::models::{Policy, RnnState};
+use crate::rollout::Actions;
 
 /// Env seeds of evaluation start here (offset from the run's seed, so evaluation episodes
 /// never replay the training envs' starts); `fleetrl train` and `fleetrl eval` agree on it.
@@ -52,17 +54,39 @@ pub fn evaluate(
     }
     let mut returns = vec![0.0f64; episodes];
     let mut running: Vec<usize> = (0..episodes).collect();
+    // A recurrent policy's state per episode (episodes never restart here, so no resets).
+    let mut state = (policy.state_size() > 0)
+        .then(|| RnnState::zeros(episodes as i64, policy.state_size(), tch::Device::Cpu));
     while !running.is_empty() {
         let flat: Vec<f32> = running
             .iter()
             .flat_map(|&i| obs[i].iter().copied())
             .collect();
         let batch = Tensor::from_slice(&flat).view([running.len() as i64, obs_dim as i64]);
-        let actions = Vec::<i64>::try_from(&policy.act(&batch, deterministic).action)
-            .expect("policy actions are an i64 vector");
+        let act = match &state {
+            None => policy.act(&batch, deterministic),
+            Some(all) => {
+                let rows: Vec<i64> = running.iter().map(|&i| i as i64).collect();
+                let rows = Tensor::from_slice(&rows);
+                let (act, next) = policy.act_recurrent(&batch, &all.select(&rows), deterministic);
+                state = Some(RnnState {
+                    h: all.h.index_copy(0, &rows, &next.h),
+                    c: all.c.index_copy(0, &rows, &next.c),
+                });
+                act
+            }
+        };
+        let actions = match Actions::from_tensor(&act.action)
+            .expect("policy actions are a vector or a matrix")
+        {
+            Actions::Discrete(a) => a.into_iter().map(Action::Discrete).collect(),
+            Actions::Continuous { values, .. } => {
+                clipped(&envs[running[0]].action_space(), &values, running.len())
+            }
+        };
         let mut still = Vec::with_capacity(running.len());
-        for (&i, &a) in running.iter().zip(&actions) {
-            let step = envs[i].step(&Action::Discrete(a))?;
+        for (&i, a) in running.iter().zip(&actions) {
+            let step = envs[i].step(a)?;
             returns[i] += step.reward as f64;
             obs[i] = step.obs;
             if !(step.terminated || step.truncated) {

@@ -13,7 +13,9 @@
 //! | `value` | f32 | [T, M] | behaviour value estimate V(obs) |
 //! | `final_value` | f32 | [T, M] | V(final obs) where `truncated`, else 0 |
 //! | `bootstrap_value` | f32 | [M] | V(obs after the last step) |
+//! | `bootstrap_obs` | f32 | [M, D] | the observation after the last step (V-trace re-values it) |
 //! | `policy_version` | i64 | [] | weights version that acted |
+//! | `rnn_h`, `rnn_c` | f32 | [M, H] | recurrent state before the first step (LSTM models only) |
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
@@ -42,12 +44,41 @@ pub mod field {
     pub const FINAL_VALUE: &str = "final_value";
     /// Values after the last step, [M].
     pub const BOOTSTRAP_VALUE: &str = "bootstrap_value";
+    /// Observations after the last step, [M, D].
+    pub const BOOTSTRAP_OBS: &str = "bootstrap_obs";
     /// Acting weights version, [].
     pub const POLICY_VERSION: &str = "policy_version";
+    /// LSTM hidden state before the first step, [M, H].
+    pub const RNN_H: &str = "rnn_h";
+    /// LSTM cell state before the first step, [M, H].
+    pub const RNN_C: &str = "rnn_c";
 }
 
 /// The signature of a rollout of `t` steps of `m` envs with these spaces.
 pub fn signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Signature {
+    signature_with_state(obs_space, action_space, t, m, 0)
+}
+
+/// [`signature`] for a recurrent policy with state width `state_size` (0: feed-forward, no
+/// state fields).
+pub fn signature_with_state(
+    obs_space: &Space,
+    action_space: &Space,
+    t: i64,
+    m: i64,
+    state_size: i64,
+) -> Signature {
+    let mut sig = feed_forward_signature(obs_space, action_space, t, m);
+    if state_size > 0 {
+        sig.fields
+            .push(FieldSpec::new(field::RNN_H, Dtype::F32, &[m, state_size]));
+        sig.fields
+            .push(FieldSpec::new(field::RNN_C, Dtype::F32, &[m, state_size]));
+    }
+    sig
+}
+
+fn feed_forward_signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Signature {
     let obs_dim = obs_space.flat_dim() as i64;
     let action = match action_space {
         Space::Discrete { .. } => FieldSpec::new(field::ACTION, Dtype::I64, &[t, m]),
@@ -69,6 +100,7 @@ pub fn signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Sig
             per_step(field::VALUE, Dtype::F32),
             per_step(field::FINAL_VALUE, Dtype::F32),
             FieldSpec::new(field::BOOTSTRAP_VALUE, Dtype::F32, &[m]),
+            FieldSpec::new(field::BOOTSTRAP_OBS, Dtype::F32, &[m, obs_dim]),
             FieldSpec::new(field::POLICY_VERSION, Dtype::I64, &[]),
         ],
     }
@@ -77,11 +109,12 @@ pub fn signature(obs_space: &Space, action_space: &Space, t: i64, m: i64) -> Sig
 /// The on-policy queue table a run's actors insert into.
 pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
     let env = envs::make(&config.env.id)?;
-    let sig = signature(
+    let sig = signature_with_state(
         &env.observation_space(),
         &env.action_space(),
         config.actors.rollout_length as i64,
         config.actors.envs_per_actor as i64,
+        config.model.lstm_size as i64,
     );
     Ok(TableSpec::queue(
         &config.replay.table,
@@ -90,13 +123,90 @@ pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
     ))
 }
 
+/// Actions of a batch of rows: indices for a discrete space, `[N, A]` values for a box.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Actions {
+    /// One index per row.
+    Discrete(Vec<i64>),
+    /// `dim` values per row, row-major.
+    Continuous {
+        /// Values per action (A).
+        dim: usize,
+        /// `[N, A]` values.
+        values: Vec<f32>,
+    },
+}
+
+impl Actions {
+    /// Reads a policy's action tensor: i64 `[N]` or float `[N, A]`.
+    pub fn from_tensor(action: &tch::Tensor) -> Result<Actions, tch::TchError> {
+        let action = action.to_device(tch::Device::Cpu);
+        if action.kind() == tch::Kind::Int64 {
+            return Ok(Actions::Discrete(Vec::<i64>::try_from(&action)?));
+        }
+        let dim = action.size().get(1).copied().unwrap_or(1) as usize;
+        let values = Vec::<f32>::try_from(&action.to_kind(tch::Kind::Float).reshape([-1]))?;
+        Ok(Actions::Continuous { dim, values })
+    }
+
+    /// An empty buffer of the same kind.
+    fn empty_like(&self) -> Actions {
+        match self {
+            Actions::Discrete(_) => Actions::Discrete(Vec::new()),
+            Actions::Continuous { dim, .. } => Actions::Continuous {
+                dim: *dim,
+                values: Vec::new(),
+            },
+        }
+    }
+
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        match self {
+            Actions::Discrete(v) => v.len(),
+            Actions::Continuous { dim, values } => values.len() / (*dim).max(1),
+        }
+    }
+
+    /// Appends `other`'s rows. Panics if the kinds or widths differ (one rollout, one space).
+    fn extend(&mut self, other: &Actions) {
+        match (self, other) {
+            (Actions::Discrete(a), Actions::Discrete(b)) => a.extend_from_slice(b),
+            (Actions::Continuous { dim: d, values: a }, Actions::Continuous { dim, values: b })
+                if d == dim =>
+            {
+                a.extend_from_slice(b)
+            }
+            _ => panic!("a rollout's actions must all come from one action space"),
+        }
+    }
+
+    /// The actions as a tensor on `device`: i64 `[N]` or f32 `[N, A]`.
+    pub fn to_tensor(&self, device: tch::Device) -> tch::Tensor {
+        match self {
+            Actions::Discrete(v) => tch::Tensor::from_slice(v).to_device(device),
+            Actions::Continuous { dim, values } => tch::Tensor::from_slice(values)
+                .view([-1, *dim as i64])
+                .to_device(device),
+        }
+    }
+
+    /// The rollout field, `[T, M]` or `[T, M, A]`.
+    fn to_proto(&self, t: i64, m: i64) -> Tensor {
+        match self {
+            Actions::Discrete(v) => Tensor::from_slice(&[t, m], v),
+            Actions::Continuous { dim, values } => Tensor::from_slice(&[t, m, *dim as i64], values),
+        }
+    }
+}
+
 /// One time step of M envs, as the actor records it.
 #[derive(Debug, Clone, Copy)]
 pub struct StepRecord<'a> {
     /// Observations acted on, [M, D].
     pub obs: &'a [f32],
-    /// Actions taken, [M].
-    pub action: &'a [i64],
+    /// Actions taken, M rows.
+    pub action: &'a Actions,
     /// Their behaviour log-probabilities, [M].
     pub log_prob: &'a [f32],
     /// Behaviour values V(obs), [M].
@@ -111,20 +221,33 @@ pub struct StepRecord<'a> {
     pub final_value: &'a [f32],
 }
 
-/// Accumulates T steps of M envs (discrete actions) into a rollout item.
+/// Where a rollout ends: the observations after its last step and their values, `[M, D]`
+/// and `[M]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bootstrap {
+    /// V(obs after the last step), [M].
+    pub value: Vec<f32>,
+    /// The observations after the last step, [M, D].
+    pub obs: Vec<f32>,
+}
+
+/// Accumulates T steps of M envs into a rollout item.
 #[derive(Debug)]
 pub struct RolloutBuilder {
     t: usize,
     m: usize,
     obs_dim: usize,
     obs: Vec<f32>,
-    action: Vec<i64>,
+    /// `None` until the first step shows which kind of actions this is.
+    action: Option<Actions>,
     log_prob: Vec<f32>,
     value: Vec<f32>,
     reward: Vec<f32>,
     terminated: Vec<bool>,
     truncated: Vec<bool>,
     final_value: Vec<f32>,
+    /// Recurrent state `(h, c)` before the first step, `[M, H]` each.
+    initial_state: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 impl RolloutBuilder {
@@ -136,22 +259,30 @@ impl RolloutBuilder {
             m,
             obs_dim,
             obs: Vec::with_capacity(n * obs_dim),
-            action: Vec::with_capacity(n),
+            action: None,
             log_prob: Vec::with_capacity(n),
             value: Vec::with_capacity(n),
             reward: Vec::with_capacity(n),
             terminated: Vec::with_capacity(n),
             truncated: Vec::with_capacity(n),
             final_value: Vec::with_capacity(n),
+            initial_state: None,
         }
+    }
+
+    /// Records the recurrent state `(h, c)`, `[M, H]` each, the rollout starts from.
+    pub fn set_initial_state(&mut self, h: Vec<f32>, c: Vec<f32>) {
+        self.initial_state = Some((h, c));
     }
 
     /// Appends one time step. Panics if the slices do not have M (or M x D) entries.
     pub fn push(&mut self, step: StepRecord<'_>) {
         assert_eq!(step.obs.len(), self.m * self.obs_dim, "obs must be [M, D]");
-        assert_eq!(step.action.len(), self.m, "one action per env");
+        assert_eq!(step.action.rows(), self.m, "one action per env");
         self.obs.extend_from_slice(step.obs);
-        self.action.extend_from_slice(step.action);
+        self.action
+            .get_or_insert_with(|| step.action.empty_like())
+            .extend(step.action);
         self.log_prob.extend_from_slice(step.log_prob);
         self.value.extend_from_slice(step.value);
         self.reward.extend_from_slice(step.reward);
@@ -162,20 +293,26 @@ impl RolloutBuilder {
 
     /// Whether T steps were pushed.
     pub fn is_full(&self) -> bool {
-        self.action.len() == self.t * self.m
+        self.action.as_ref().map_or(0, Actions::rows) == self.t * self.m
     }
 
     /// The rollout item; the builder is empty afterwards. Panics unless [`Self::is_full`].
-    pub fn finish(&mut self, bootstrap_value: &[f32], policy_version: i64) -> TensorMap {
+    pub fn finish(&mut self, bootstrap: &Bootstrap, policy_version: i64) -> TensorMap {
         assert!(self.is_full(), "a rollout needs exactly T steps");
         let (t, m) = (self.t as i64, self.m as i64);
         let tm = [t, m];
-        let item = TensorMap::from_pairs([
+        let mut item = TensorMap::from_pairs([
             (
                 field::OBS,
                 Tensor::from_slice(&[t, m, self.obs_dim as i64], &self.obs),
             ),
-            (field::ACTION, Tensor::from_slice(&tm, &self.action)),
+            (
+                field::ACTION,
+                self.action
+                    .as_ref()
+                    .expect("full, so at least one step")
+                    .to_proto(t, m),
+            ),
             (field::REWARD, Tensor::from_slice(&tm, &self.reward)),
             (field::TERMINATED, Tensor::from_slice(&tm, &self.terminated)),
             (field::TRUNCATED, Tensor::from_slice(&tm, &self.truncated)),
@@ -187,12 +324,23 @@ impl RolloutBuilder {
             ),
             (
                 field::BOOTSTRAP_VALUE,
-                Tensor::from_slice(&[m], bootstrap_value),
+                Tensor::from_slice(&[m], &bootstrap.value),
+            ),
+            (
+                field::BOOTSTRAP_OBS,
+                Tensor::from_slice(&[m, self.obs_dim as i64], &bootstrap.obs),
             ),
             (field::POLICY_VERSION, Tensor::scalar(policy_version)),
         ]);
+        if let Some((h, c)) = self.initial_state.take() {
+            let width = h.len() as i64 / m.max(1);
+            item.tensors
+                .insert(field::RNN_H.into(), Tensor::from_slice(&[m, width], &h));
+            item.tensors
+                .insert(field::RNN_C.into(), Tensor::from_slice(&[m, width], &c));
+        }
         self.obs.clear();
-        self.action.clear();
+        self.action = None;
         self.log_prob.clear();
         self.value.clear();
         self.reward.clear();
@@ -215,8 +363,8 @@ pub struct RolloutBatch {
     pub obs_dim: usize,
     /// [T, B, D].
     pub obs: Vec<f32>,
-    /// [T, B].
-    pub action: Vec<i64>,
+    /// [T, B] indices or [T, B, A] values.
+    pub action: Actions,
     /// [T, B].
     pub reward: Vec<f32>,
     /// [T, B].
@@ -231,8 +379,12 @@ pub struct RolloutBatch {
     pub final_value: Vec<f32>,
     /// [B].
     pub bootstrap_value: Vec<f32>,
+    /// [B, D].
+    pub bootstrap_obs: Vec<f32>,
     /// [K], the version that acted in each rollout.
     pub policy_version: Vec<i64>,
+    /// Recurrent state `(h, c)` each column starts from, `[B, H]` each (LSTM models).
+    pub init_state: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 /// `[K, T, M, inner]` -> `[T, K, M, inner]`.
@@ -246,6 +398,24 @@ fn time_major<T: Copy>(src: &[T], k: usize, t: usize, m: usize, inner: usize) ->
         }
     }
     dst
+}
+
+/// The stacked `[K, T, M]` (i64) or `[K, T, M, A]` (f32) actions, time-major.
+fn stacked_actions(action: &Tensor, k: usize, t: usize, m: usize) -> Result<Actions, TensorError> {
+    if action.checked_dtype()? == Dtype::I64 {
+        return Ok(Actions::Discrete(time_major(
+            &action.to_vec::<i64>()?,
+            k,
+            t,
+            m,
+            1,
+        )));
+    }
+    let dim = action.shape.get(3).copied().unwrap_or(1) as usize;
+    Ok(Actions::Continuous {
+        dim,
+        values: time_major(&action.to_vec::<f32>()?, k, t, m, dim),
+    })
 }
 
 impl RolloutBatch {
@@ -278,7 +448,7 @@ impl RolloutBatch {
             b: k * m,
             obs_dim: d,
             obs: time_major(&obs.to_vec::<f32>()?, k, t, m, d),
-            action: time_major(&batch.field(field::ACTION)?.to_vec::<i64>()?, k, t, m, 1),
+            action: stacked_actions(batch.field(field::ACTION)?, k, t, m)?,
             reward: per_step(field::REWARD)?,
             terminated: flags(field::TERMINATED)?,
             truncated: flags(field::TRUNCATED)?,
@@ -286,7 +456,12 @@ impl RolloutBatch {
             value: per_step(field::VALUE)?,
             final_value: per_step(field::FINAL_VALUE)?,
             bootstrap_value: batch.field(field::BOOTSTRAP_VALUE)?.to_vec::<f32>()?,
+            bootstrap_obs: batch.field(field::BOOTSTRAP_OBS)?.to_vec::<f32>()?,
             policy_version: batch.field(field::POLICY_VERSION)?.to_vec::<i64>()?,
+            init_state: match (batch.field(field::RNN_H), batch.field(field::RNN_C)) {
+                (Ok(h), Ok(c)) => Some((h.to_vec::<f32>()?, c.to_vec::<f32>()?)),
+                _ => None,
+            },
         })
     }
 
@@ -345,7 +520,7 @@ mod tests {
         for step in 0..t {
             let base = tag + step as f32;
             let obs: Vec<f32> = (0..m * 2).map(|i| base + i as f32 / 10.0).collect();
-            let action: Vec<i64> = (0..m).map(|i| (step * 10 + i) as i64).collect();
+            let action = Actions::Discrete((0..m).map(|i| (step * 10 + i) as i64).collect());
             let reward: Vec<f32> = (0..m).map(|i| base + i as f32 / 10.0).collect();
             b.push(StepRecord {
                 obs: &obs,
@@ -358,7 +533,11 @@ mod tests {
                 final_value: &vec![0.0; m],
             });
         }
-        b.finish(&vec![tag; m], version)
+        let bootstrap = Bootstrap {
+            value: vec![tag; m],
+            obs: vec![tag; m * 2],
+        };
+        b.finish(&bootstrap, version)
     }
 
     #[test]
@@ -369,7 +548,7 @@ mod tests {
         for f in &sig.fields {
             let t = item.field(&f.name).unwrap();
             assert_eq!(t.checked_dtype().unwrap(), f.dtype, "{}", f.name);
-            if f.name != field::OBS {
+            if f.name != field::OBS && f.name != field::BOOTSTRAP_OBS {
                 assert_eq!(t.shape, f.shape, "{}", f.name);
             }
         }
@@ -410,7 +589,10 @@ mod tests {
         assert_eq!((batch.t, batch.b, batch.obs_dim), (3, 4, 2));
         // Row t = 1: rollout a's two envs, then rollout b's.
         assert_eq!(&batch.reward[4..8], &[101.0, 101.1, 201.0, 201.1]);
-        assert_eq!(&batch.action[4..8], &[10, 11, 10, 11]);
+        let Actions::Discrete(action) = &batch.action else {
+            panic!("discrete actions")
+        };
+        assert_eq!(&action[4..8], &[10, 11, 10, 11]);
         assert_eq!(&batch.obs[8..12], &[101.0, 101.1, 101.2, 101.3]);
         assert_eq!(batch.terminated[4..8], [true; 4]);
         assert_eq!(batch.bootstrap_value, vec![100.0, 100.0, 200.0, 200.0]);

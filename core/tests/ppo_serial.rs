@@ -42,7 +42,11 @@ fn serial_ppo_solves_cartpole() {
     .unwrap();
     let mut builder = RolloutBuilder::new(t, m, envs.obs_dim());
     let mut acting = Acting::new(envs, 0);
-    let mut ppo = Ppo::new(&config.algo, model, config.total_updates());
+    let mut ppo = Ppo::new(
+        config.algo.as_ppo().expect("a PPO preset"),
+        model,
+        config.total_updates(),
+    );
     let budget = 60_000;
     let (mut steps, mut best) = (0, 0.0f64);
     while steps < budget && best < 475.0 {

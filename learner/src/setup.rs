@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use fleetrl_core::algos::{Algorithm, Ppo};
+use fleetrl_core::algos::{self, Algorithm};
 use fleetrl_core::checkpoint;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
@@ -30,9 +30,9 @@ pub(crate) fn device(name: &str) -> anyhow::Result<tch::Device> {
     }
 }
 
-/// A fresh PPO learner, or one restored from `resume`: a path, `latest` (the newest checkpoint
-/// under `checkpoint_dir`, which must exist) or `auto` (the newest if any, else fresh: what a
-/// container that restarts in place wants).
+/// A fresh learner for `config.algo`, or one restored from `resume`: a path, `latest` (the
+/// newest checkpoint under `checkpoint_dir`, which must exist) or `auto` (the newest if any,
+/// else fresh: what a container that restarts in place wants).
 pub(crate) fn build_algorithm(
     config: &RunConfig,
     resume: Option<&str>,
@@ -53,9 +53,7 @@ pub(crate) fn build_algorithm(
         &env.action_space(),
         device,
     )?;
-    let ppo = Ppo::new(&config.algo, model, config.total_updates())
-        .with_threads(config.learner.update_threads as usize);
-    let mut algo: Box<dyn Algorithm> = Box::new(ppo);
+    let mut algo: Box<dyn Algorithm> = algos::build(config, model);
     let resume = match resume {
         Some("auto") if checkpoint::latest(checkpoint_dir).is_none() => {
             tracing::info!(dir = %checkpoint_dir.display(), "no checkpoint yet; starting fresh");

@@ -23,6 +23,8 @@ pub(crate) struct Stats {
     pub(crate) updates: u64,
     pub(crate) env_steps_trained: u64,
     pub(crate) policy_lag: f64,
+    /// Sum of every update's policy lag since start, and the number of updates summed.
+    policy_lag_sum: (f64, u64),
     pub(crate) rollouts_dropped: u64,
     env_steps_reported: u64,
     episodes: u64,
@@ -38,6 +40,7 @@ impl Stats {
             updates,
             env_steps_trained,
             policy_lag: 0.0,
+            policy_lag_sum: (0.0, 0),
             rollouts_dropped: 0,
             env_steps_reported: 0,
             episodes: 0,
@@ -64,6 +67,13 @@ impl Stats {
         actor.episodes += n;
         actor.env_steps += report.env_steps;
         actor.last_report = Instant::now();
+    }
+
+    /// Records the policy lag of the update just done.
+    pub(crate) fn record_lag(&mut self, lag: f64) {
+        self.policy_lag = lag;
+        self.policy_lag_sum.0 += lag;
+        self.policy_lag_sum.1 += 1;
     }
 
     /// Mean of the recent returns, NaN before the first episode.
@@ -101,6 +111,7 @@ impl Stats {
             actors,
             policy_lag: self.policy_lag,
             rollouts_dropped: self.rollouts_dropped,
+            mean_policy_lag: self.policy_lag_sum.0 / self.policy_lag_sum.1.max(1) as f64,
         }
     }
 }

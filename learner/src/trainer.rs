@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use fleetrl_core::algos::{Algorithm, Metrics};
+use fleetrl_core::algos::{self, Algorithm, Metrics};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::rollout::RolloutBatch;
@@ -149,7 +149,7 @@ impl Trainer {
             .policy_version;
         let span =
             tracing::info_span!("update", step = version + 1, batch_size = batch.env_steps());
-        let metrics = span.in_scope(|| self.algo.update(batch));
+        let metrics = span.in_scope(|| algos::train_on(self.algo.as_mut(), batch));
         let lag = version as f64 + 1.0
             - batch.policy_version.iter().sum::<i64>() as f64
                 / batch.policy_version.len().max(1) as f64;
@@ -159,9 +159,11 @@ impl Trainer {
             stats.policy_version = version + 1;
             stats.updates = self.algo.updates();
             stats.env_steps_trained += batch.env_steps();
-            stats.policy_lag = lag;
+            stats.record_lag(lag);
             (stats.env_steps_trained, stats.recent_return())
         };
+        let mut metrics = metrics;
+        metrics.0.push(("policy_lag", lag));
         self.metrics
             .record_update(self.algo.updates(), steps, version + 1, &metrics);
         self.metrics.policy_lag.set(lag);
@@ -215,6 +217,7 @@ impl Trainer {
                 policy_loss = metrics.get("policy_loss"),
                 value_loss = metrics.get("value_loss"),
                 approx_kl = metrics.get("approx_kl"),
+                policy_lag = metrics.get("policy_lag"),
                 "progress"
             );
         }

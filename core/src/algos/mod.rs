@@ -1,14 +1,51 @@
 //! Learning algorithms. Each file reads top to bottom: paper, config, loss, update. The math
 //! is pure (slices or tensors in, tensors out) and unit-tested without an environment.
 
+pub mod a2c;
 pub mod data_parallel;
+pub mod impala;
+pub mod pg;
 pub mod ppo;
 pub mod returns;
+pub mod trpo;
+pub mod vpg;
+pub mod vtrace;
 
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use a2c::A2c;
+pub use impala::Impala;
 pub use ppo::Ppo;
+pub use trpo::Trpo;
+pub use vpg::Vpg;
 
+use crate::config::{AlgoConfig, RunConfig};
 use crate::models::ActorCritic;
 use crate::rollout::RolloutBatch;
+
+/// The algorithm `config.algo` names, training `model`. Linear schedules span the run's step
+/// budget; PPO splits its minibatches over `learner.update_threads` threads.
+pub fn build(config: &RunConfig, model: ActorCritic) -> Box<dyn Algorithm> {
+    let total = config.total_updates();
+    match &config.algo {
+        AlgoConfig::Ppo(c) => {
+            Box::new(Ppo::new(c, model, total).with_threads(config.learner.update_threads as usize))
+        }
+        AlgoConfig::A2c(c) => Box::new(A2c::new(c, model, total)),
+        AlgoConfig::Vpg(c) => Box::new(Vpg::new(c, model)),
+        AlgoConfig::Trpo(c) => Box::new(Trpo::new(c, model)),
+        AlgoConfig::Impala(c) => Box::new(Impala::new(c, model, total)),
+    }
+}
+
+/// One training step as the learner runs it: the batch's observations first update the
+/// model's running normalisation statistics (if it has them), then `algo` updates on it.
+pub fn train_on(algo: &mut dyn Algorithm, batch: &RolloutBatch) -> Metrics {
+    let obs = tch::Tensor::from_slice(&batch.obs).view([-1, batch.obs_dim as i64]);
+    algo.model().observe(&obs);
+    algo.update(batch)
+}
 
 /// Named scalar results of one update (losses, KL, clip fraction, ...).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -11,10 +11,11 @@
 use tch::{Device, Kind, Tensor};
 
 use super::data_parallel::{Job, ShardPool};
+use super::pg::explained_variance;
 use super::returns::{gae, Returns};
 use super::{Algorithm, Metrics};
 use crate::config::PpoConfig;
-use crate::models::{ActorCritic, Heads};
+use crate::models::{ActorCritic, Heads, RnnState, Sequence};
 use crate::optim::Adam;
 use crate::rollout::RolloutBatch;
 
@@ -57,8 +58,22 @@ pub struct Ppo {
 }
 
 /// The value regression loss: mean squared error against the returns (SB3's `F.mse_loss`).
-fn value_loss(value: &Tensor, returns: &Tensor) -> Tensor {
-    (value - returns).square().mean(Kind::Float)
+/// With `clip`, the pessimistic (larger) of the unclipped error and that of the old value
+/// moved at most `clip` towards the new one (pytorchrl, CleanRL's `clip_vloss`).
+pub fn value_loss(
+    value: &Tensor,
+    old_value: &Tensor,
+    returns: &Tensor,
+    clip: Option<f64>,
+) -> Tensor {
+    let unclipped = (value - returns).square();
+    let Some(clip) = clip else {
+        return unclipped.mean(Kind::Float);
+    };
+    let clipped = old_value + (value - old_value).clamp(-clip, clip);
+    unclipped
+        .maximum(&(clipped - returns).square())
+        .mean(Kind::Float)
 }
 
 /// The tensors of one (mini)batch on the learner's device.
@@ -67,19 +82,59 @@ struct Minibatch {
     obs: Tensor,
     action: Tensor,
     old_log_prob: Tensor,
+    old_value: Tensor,
     advantage: Tensor,
     returns: Tensor,
+    /// For a recurrent model: rows are whole sequences, time-major.
+    seq: Option<SeqRows>,
+}
+
+/// How the rows of a recurrent minibatch form sequences.
+#[derive(Debug)]
+struct SeqRows {
+    /// Steps T per sequence.
+    t: i64,
+    /// 1 where the previous step of the column ended an episode, `[T x B]` rows.
+    reset: Tensor,
+    /// The state each column starts from, `[B, H]`.
+    init: RnnState,
+}
+
+impl SeqRows {
+    fn shallow_clone(&self) -> SeqRows {
+        SeqRows {
+            t: self.t,
+            reset: self.reset.shallow_clone(),
+            init: self.init.shallow_clone(),
+        }
+    }
 }
 
 impl Minibatch {
+    /// Whole columns `cols` of a recurrent batch with `b` columns, rows kept time-major.
+    fn select_columns(&self, cols: &Tensor, b: i64) -> Minibatch {
+        let seq = self.seq.as_ref().expect("a recurrent minibatch");
+        let steps = Tensor::arange(seq.t, (Kind::Int64, cols.device())) * b;
+        let index = (steps.unsqueeze(1) + cols.unsqueeze(0)).reshape([-1]);
+        let mut mb = self.select(&index);
+        mb.seq = Some(SeqRows {
+            t: seq.t,
+            reset: seq.reset.index_select(0, &index),
+            init: seq.init.select(cols),
+        });
+        mb
+    }
+
     /// Rows `start..start + len` (views, no copy).
     fn rows(&self, start: i64, len: i64) -> Minibatch {
         Minibatch {
             obs: self.obs.narrow(0, start, len),
             action: self.action.narrow(0, start, len),
             old_log_prob: self.old_log_prob.narrow(0, start, len),
+            old_value: self.old_value.narrow(0, start, len),
             advantage: self.advantage.narrow(0, start, len),
             returns: self.returns.narrow(0, start, len),
+            seq: None,
         }
     }
 
@@ -88,34 +143,16 @@ impl Minibatch {
             obs: self.obs.index_select(0, index),
             action: self.action.index_select(0, index),
             old_log_prob: self.old_log_prob.index_select(0, index),
+            old_value: self.old_value.index_select(0, index),
             advantage: self.advantage.index_select(0, index),
             returns: self.returns.index_select(0, index),
+            seq: None,
         }
     }
 }
 
 fn normalized(advantage: &Tensor) -> Tensor {
     (advantage - advantage.mean(Kind::Float)) / (advantage.std(true) + 1e-8)
-}
-
-fn explained_variance(values: &[f32], returns: &[f32]) -> f64 {
-    let n = returns.len() as f64;
-    let mean = |xs: &mut dyn Iterator<Item = f64>| xs.sum::<f64>() / n;
-    let var = |xs: Vec<f64>| {
-        let m = mean(&mut xs.iter().copied());
-        mean(&mut xs.iter().map(|x| (x - m) * (x - m)))
-    };
-    let var_returns = var(returns.iter().map(|&r| r as f64).collect());
-    let var_residual = var(returns
-        .iter()
-        .zip(values)
-        .map(|(&r, &v)| (r - v) as f64)
-        .collect());
-    if var_returns == 0.0 {
-        f64::NAN
-    } else {
-        1.0 - var_residual / var_returns
-    }
 }
 
 impl Ppo {
@@ -159,10 +196,12 @@ impl Ppo {
         let f = |v: &[f32]| Tensor::from_slice(v).to_device(self.device);
         Minibatch {
             obs: f(&batch.obs).view([n, batch.obs_dim as i64]),
-            action: Tensor::from_slice(&batch.action).to_device(self.device),
+            action: batch.action.to_tensor(self.device),
             old_log_prob: f(&batch.log_prob),
+            old_value: f(&batch.value),
             advantage: f(&returns.advantage),
             returns: f(&returns.returns),
+            seq: sequences(batch, self.device),
         }
     }
 
@@ -177,12 +216,22 @@ impl Ppo {
     /// Computes L on the minibatch and accumulates its gradients, sharded over the pool.
     fn backward(&self, mb: &Minibatch, spec: LossSpec) -> Vec<ShardOut> {
         let n = mb.obs.size()[0];
-        let k = (self.shards.threads() as i64).min(n);
+        // Sequences are not split across threads.
+        let threads = if mb.seq.is_some() {
+            1
+        } else {
+            self.shards.threads()
+        };
+        let k = (threads as i64).min(n);
         let mut jobs: Vec<Job<ShardOut>> = Vec::with_capacity(k as usize);
         let mut start = 0;
         for i in 0..k {
             let len = (n - start) / (k - i);
-            let shard = mb.rows(start, len);
+            let shard = if mb.seq.is_some() {
+                mb.select_all()
+            } else {
+                mb.rows(start, len)
+            };
             let weight = len as f64 / n as f64;
             jobs.push(Box::new(move |heads: &Heads| {
                 shard_backward(heads, &shard, spec, weight)
@@ -193,10 +242,40 @@ impl Ppo {
     }
 }
 
+/// The sequence layout of a recurrent batch: resets where the previous step ended an
+/// episode, and the rollouts' initial states. `None` for a feed-forward batch.
+fn sequences(batch: &RolloutBatch, device: Device) -> Option<SeqRows> {
+    let (h, c) = batch.init_state.as_ref()?;
+    let b = batch.b;
+    // Row t * B + b resets when row (t - 1) * B + b ended an episode.
+    let mut reset = vec![0.0f32; b];
+    let ended = batch.terminated.iter().zip(&batch.truncated);
+    reset.extend(
+        ended
+            .take((batch.t - 1) * b)
+            .map(|(a, c)| f32::from(*a || *c)),
+    );
+    let width = (h.len() / b.max(1)) as i64;
+    let state = |v: &[f32]| {
+        Tensor::from_slice(v)
+            .view([b as i64, width])
+            .to_device(device)
+    };
+    Some(SeqRows {
+        t: batch.t as i64,
+        reset: Tensor::from_slice(&reset).to_device(device),
+        init: RnnState {
+            h: state(h),
+            c: state(c),
+        },
+    })
+}
+
 /// What a gradient step needs besides the data.
 #[derive(Debug, Clone, Copy)]
 struct LossSpec {
     clip: f64,
+    clip_value: bool,
     value_coeff: f64,
     entropy_coeff: f64,
 }
@@ -210,10 +289,23 @@ struct ShardOut {
 
 /// `weight` x L on one shard, backpropagated.
 fn shard_backward(heads: &Heads, mb: &Minibatch, spec: LossSpec, weight: f64) -> ShardOut {
-    let eval = heads.evaluate(&mb.obs, &mb.action);
+    let eval = match &mb.seq {
+        None => heads.evaluate(&mb.obs, &mb.action),
+        Some(seq) => {
+            let b = mb.obs.size()[0] / seq.t;
+            let sequence = Sequence {
+                t: seq.t,
+                b,
+                reset: seq.reset.view([seq.t, b]),
+                init: seq.init.shallow_clone(),
+            };
+            heads.evaluate_sequence(&mb.obs, &mb.action, &sequence)
+        }
+    };
     let (pg_loss, ratio) =
         clipped_surrogate(&eval.log_prob, &mb.old_log_prob, &mb.advantage, spec.clip);
-    let value_loss = value_loss(&eval.value, &mb.returns);
+    let value_clip = spec.clip_value.then_some(spec.clip);
+    let value_loss = value_loss(&eval.value, &mb.old_value, &mb.returns, value_clip);
     let entropy = eval.entropy.mean(Kind::Float);
     let loss = &pg_loss + &value_loss * spec.value_coeff - &entropy * spec.entropy_coeff;
     (loss * weight).backward();
@@ -248,6 +340,7 @@ impl Algorithm for Ppo {
         let (lr, clip) = self.schedule();
         let spec = LossSpec {
             clip,
+            clip_value: c.clip_value_loss,
             value_coeff: c.value_loss_coeff,
             entropy_coeff: c.entropy_loss_coeff,
         };
@@ -258,14 +351,23 @@ impl Algorithm for Ppo {
         if c.normalize_advantage && !per_minibatch_norm {
             full.advantage = normalized(&full.advantage);
         }
+        // A recurrent model trains on whole columns (rlpyt shuffles only B); rows otherwise.
+        let (units, cols) = if full.seq.is_some() {
+            (batch.b as i64, batch.b as i64 / c.minibatches as i64)
+        } else {
+            (n, size)
+        };
         let mut last = None;
         for _epoch in 0..c.epochs {
             let order =
-                (c.minibatches > 1).then(|| Tensor::randperm(n, (Kind::Int64, self.device)));
+                (c.minibatches > 1).then(|| Tensor::randperm(units, (Kind::Int64, self.device)));
             for i in 0..c.minibatches as i64 {
-                let mut mb = match &order {
-                    Some(perm) => full.select(&perm.narrow(0, i * size, size)),
-                    None => full.select_all(),
+                let mut mb = match (&order, full.seq.is_some()) {
+                    (Some(perm), false) => full.select(&perm.narrow(0, i * size, size)),
+                    (Some(perm), true) => {
+                        full.select_columns(&perm.narrow(0, i * cols, cols), batch.b as i64)
+                    }
+                    (None, _) => full.select_all(),
                 };
                 if per_minibatch_norm {
                     mb.advantage = normalized(&mb.advantage);
@@ -331,8 +433,10 @@ impl Minibatch {
             obs: self.obs.shallow_clone(),
             action: self.action.shallow_clone(),
             old_log_prob: self.old_log_prob.shallow_clone(),
+            old_value: self.old_value.shallow_clone(),
             advantage: self.advantage.shallow_clone(),
             returns: self.returns.shallow_clone(),
+            seq: self.seq.as_ref().map(SeqRows::shallow_clone),
         }
     }
 }
@@ -370,6 +474,7 @@ mod tests {
     }
 
     fn tiny_batch() -> RolloutBatch {
+        use crate::rollout::Actions;
         let (t, b) = (4usize, 2usize);
         let n = t * b;
         RolloutBatch {
@@ -379,7 +484,7 @@ mod tests {
             obs: (0..n * 4)
                 .map(|i| ((i * 7) % 11) as f32 / 10.0 - 0.5)
                 .collect(),
-            action: (0..n).map(|i| (i % 2) as i64).collect(),
+            action: Actions::Discrete((0..n).map(|i| (i % 2) as i64).collect()),
             reward: vec![1.0; n],
             terminated: (0..n).map(|i| i == 5).collect(),
             truncated: vec![false; n],
@@ -387,7 +492,9 @@ mod tests {
             value: (0..n).map(|i| i as f32 / 10.0).collect(),
             final_value: vec![0.0; n],
             bootstrap_value: vec![0.3; b],
+            bootstrap_obs: vec![0.1; b * 4],
             policy_version: vec![0],
+            init_state: None,
         }
     }
 
@@ -436,6 +543,16 @@ mod tests {
         {
             assert!(p1.allclose(&p2, 1e-5, 1e-6, false), "{n1} differs");
         }
+    }
+
+    // V_old 0, V 1, R 2, clip 0.2: unclipped (1 - 2)^2 = 1; clipped (0.2 - 2)^2 = 3.24.
+    #[test]
+    fn clipped_value_loss_takes_the_pessimistic_error() {
+        let f = |x: f32| Tensor::from_slice(&[x]);
+        let (v, old, ret) = (f(1.0), f(0.0), f(2.0));
+        assert!((value_loss(&v, &old, &ret, None).double_value(&[]) - 1.0).abs() < 1e-6);
+        let clipped = value_loss(&v, &old, &ret, Some(0.2)).double_value(&[]);
+        assert!((clipped - 3.24).abs() < 1e-5, "{clipped}");
     }
 
     #[test]

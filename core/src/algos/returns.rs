@@ -88,6 +88,51 @@ pub fn discounted_returns(
     gae(data, discount, 1.0, bootstrap_truncation).returns
 }
 
+/// rlpyt's `valid_from_done`, per column of `[T, B]` flags: steps up to and including the
+/// first episode end are valid (1), every later step 0. Used when envs are not reset in the
+/// middle of a batch (`mid_batch_reset = false`): what follows an end is padding.
+pub fn valid_from_done(done: &[bool], t: usize, b: usize) -> Vec<f32> {
+    debug_assert_eq!(done.len(), t * b);
+    let mut valid = vec![1.0f32; t * b];
+    for col in 0..b {
+        let mut ended = false;
+        for row in 0..t {
+            let i = row * b + col;
+            if ended {
+                valid[i] = 0.0;
+            }
+            ended |= done[i];
+        }
+    }
+    valid
+}
+
+/// Mean of `x` over entries where `valid` is 1 (all of them when `valid` is `None`).
+pub fn valid_mean(x: &[f32], valid: Option<&[f32]>) -> f32 {
+    match valid {
+        None => x.iter().sum::<f32>() / x.len().max(1) as f32,
+        Some(v) => {
+            let total: f32 = v.iter().sum();
+            x.iter().zip(v).map(|(a, w)| a * w).sum::<f32>() / total.max(1.0)
+        }
+    }
+}
+
+/// Advantage normalisation over valid entries: `(A - mean) / max(std, 1e-8)` with the
+/// population mean and std of the valid entries (rlpyt's `process_returns`); invalid entries
+/// become 0 so they add nothing to a loss.
+pub fn normalize_advantage(advantage: &[f32], valid: Option<&[f32]>) -> Vec<f32> {
+    let mean = valid_mean(advantage, valid);
+    let squared: Vec<f32> = advantage.iter().map(|a| (a - mean) * (a - mean)).collect();
+    let std = valid_mean(&squared, valid).sqrt().max(1e-8);
+    let weight = |i: usize| valid.map_or(1.0, |v| v[i]);
+    advantage
+        .iter()
+        .enumerate()
+        .map(|(i, a)| weight(i) * (a - mean) / std)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,12 +3,17 @@
 //! Layers, lowest first: each field's default, the file (a path, or a preset name from
 //! `configs/`), then `--set dotted.key=value` overrides. Unknown keys are errors everywhere.
 
+mod algo;
 mod overrides;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use algo::{
+    A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, PgOptions, PpoConfig, TrpoConfig,
+    VpgConfig, ALGO_NAMES,
+};
 pub use overrides::apply_override;
 
 /// The config file format this build reads.
@@ -61,8 +66,8 @@ pub struct RunConfig {
     pub env: EnvConfig,
     /// The policy network.
     pub model: ModelConfig,
-    /// The PPO algorithm.
-    pub algo: PpoConfig,
+    /// The algorithm (`name`: ppo, a2c, vpg, trpo or impala) and its hyperparameters.
+    pub algo: AlgoConfig,
     /// The actors.
     pub actors: ActorsConfig,
     /// The replay server's tables.
@@ -82,7 +87,7 @@ impl Default for RunConfig {
             seed: 0,
             env: EnvConfig::default(),
             model: ModelConfig::default(),
-            algo: PpoConfig::default(),
+            algo: AlgoConfig::default(),
             actors: ActorsConfig::default(),
             replay: ReplayConfig::default(),
             learner: LearnerConfig::default(),
@@ -118,79 +123,56 @@ pub enum Activation {
     Relu,
 }
 
+impl Activation {
+    /// Applies the activation.
+    pub fn apply(self, x: &tch::Tensor) -> tch::Tensor {
+        match self {
+            Activation::Tanh => x.tanh(),
+            Activation::Relu => x.relu(),
+        }
+    }
+}
+
 /// The actor-critic MLP.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
-    /// Hidden layer widths of the policy and of the value network (separate networks).
+    /// Hidden layer widths of the policy and of the value network (separate networks, or
+    /// one shared trunk with `shared_trunk`).
     pub hidden_sizes: Vec<i64>,
+    /// One set of hidden layers feeds both a linear policy head and a linear value head
+    /// (rlpyt's Atari models); false gives each its own MLP (SB3's default). PPO, A2C and
+    /// IMPALA only: VPG and TRPO optimise the policy and the value function separately.
+    pub shared_trunk: bool,
     /// Hidden-layer activation: "tanh" or "relu".
     pub activation: Activation,
     /// Orthogonal initialisation (gain sqrt 2 hidden, 0.01 policy head, 1 value head).
     pub orthogonal_init: bool,
+    /// Initial log standard deviation of a Gaussian policy (continuous actions): a learned
+    /// parameter per action dimension, independent of the state (rlpyt's MuJoCo model).
+    pub init_log_std: f64,
+    /// Units of an LSTM core between the observation and both heads (0: feed-forward). The
+    /// state is carried across rollouts, reset at episode ends, and trained over whole
+    /// rollouts; PPO only.
+    pub lstm_size: u32,
+    /// Normalise observations by running mean and variance (updated by the learner from
+    /// every batch; the statistics travel with the weights and into checkpoints).
+    pub normalize_obs: bool,
+    /// Clip normalised observations to +-this.
+    pub obs_clip: f64,
 }
 
 impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
             hidden_sizes: vec![64, 64],
+            shared_trunk: false,
             activation: Activation::Tanh,
             orthogonal_init: true,
-        }
-    }
-}
-
-/// PPO hyperparameters (names follow rlpyt's `PPO`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PpoConfig {
-    /// Discount factor gamma.
-    pub discount: f64,
-    /// GAE lambda; 1.0 gives discounted returns minus values.
-    pub gae_lambda: f64,
-    /// Adam learning rate at the start of training.
-    pub learning_rate: f64,
-    /// Decay the learning rate linearly to 0 over `stop.total_env_steps`.
-    pub linear_lr_schedule: bool,
-    /// PPO ratio clip epsilon at the start of training.
-    pub ratio_clip: f64,
-    /// Decay the ratio clip linearly to 0 over `stop.total_env_steps`.
-    pub linear_clip_schedule: bool,
-    /// Weight of the value loss (mean squared error against the GAE return).
-    pub value_loss_coeff: f64,
-    /// Weight of the entropy bonus.
-    pub entropy_loss_coeff: f64,
-    /// Global gradient-norm clip; 0 disables clipping.
-    pub clip_grad_norm: f64,
-    /// Passes over each batch.
-    pub epochs: u32,
-    /// Minibatches per epoch (the batch is shuffled, then split).
-    pub minibatches: u32,
-    /// Normalise advantages per minibatch (mean 0, std 1).
-    pub normalize_advantage: bool,
-    /// Adam epsilon.
-    pub adam_eps: f64,
-    /// Bootstrap with the value of the final observation when an episode is truncated.
-    pub bootstrap_truncation: bool,
-}
-
-impl Default for PpoConfig {
-    fn default() -> Self {
-        PpoConfig {
-            discount: 0.99,
-            gae_lambda: 0.95,
-            learning_rate: 3e-4,
-            linear_lr_schedule: false,
-            ratio_clip: 0.2,
-            linear_clip_schedule: false,
-            value_loss_coeff: 0.5,
-            entropy_loss_coeff: 0.0,
-            clip_grad_norm: 0.5,
-            epochs: 10,
-            minibatches: 4,
-            normalize_advantage: true,
-            adam_eps: 1e-5,
-            bootstrap_truncation: true,
+            init_log_std: 0.0,
+            lstm_size: 0,
+            normalize_obs: false,
+            obs_clip: 10.0,
         }
     }
 }
@@ -218,6 +200,10 @@ pub struct ActorsConfig {
     /// Longest wait for new weights, in seconds; then act with the old ones (so a lost actor
     /// or a slow update cannot stall the fleet).
     pub sync_timeout_s: f64,
+    /// Act with the newest weights at least this many versions older than the newest received
+    /// (0: the newest). Makes the policy lag deliberate, to exercise off-policy correction
+    /// (V-trace); must not exceed `max_policy_lag`, or the learner drops every rollout.
+    pub lag_versions: u32,
 }
 
 impl Default for ActorsConfig {
@@ -230,6 +216,7 @@ impl Default for ActorsConfig {
             report_interval_s: 0.5,
             max_policy_lag: 0,
             sync_timeout_s: 1.0,
+            lag_versions: 0,
         }
     }
 }
@@ -388,26 +375,6 @@ impl RunConfig {
         if self.version != CONFIG_VERSION {
             return Err(ConfigError::Version(self.version));
         }
-        let a = &self.algo;
-        check(
-            (0.0..=1.0).contains(&a.discount),
-            "algo.discount",
-            "must be in [0, 1]",
-        )?;
-        check(
-            (0.0..=1.0).contains(&a.gae_lambda),
-            "algo.gae_lambda",
-            "must be in [0, 1]",
-        )?;
-        check(a.learning_rate > 0.0, "algo.learning_rate", "must be > 0")?;
-        check(a.ratio_clip > 0.0, "algo.ratio_clip", "must be > 0")?;
-        check(a.epochs >= 1, "algo.epochs", "must be >= 1")?;
-        check(a.minibatches >= 1, "algo.minibatches", "must be >= 1")?;
-        check(
-            a.clip_grad_norm >= 0.0,
-            "algo.clip_grad_norm",
-            "must be >= 0",
-        )?;
         check(
             self.actors.envs_per_actor >= 1,
             "actors.envs_per_actor",
@@ -422,6 +389,11 @@ impl RunConfig {
             self.actors.max_in_flight >= 1,
             "actors.max_in_flight",
             "must be >= 1",
+        )?;
+        check(
+            self.actors.lag_versions <= self.actors.max_policy_lag,
+            "actors.lag_versions",
+            "must not exceed actors.max_policy_lag (the learner would drop every rollout)",
         )?;
         check(
             self.learner.batch_rollouts >= 1,
@@ -445,12 +417,30 @@ impl RunConfig {
             "stop.total_env_steps",
             "must be >= 1",
         )?;
-        let batch = self.batch_env_steps();
         check(
-            batch.is_multiple_of(self.algo.minibatches as u64),
-            "algo.minibatches",
-            &format!("must divide the batch of {batch} env steps"),
-        )
+            !self.model.shared_trunk || !matches!(self.algo.name(), "vpg" | "trpo"),
+            "model.shared_trunk",
+            "vpg and trpo fit the policy and the value function separately; use separate networks",
+        )?;
+        check(
+            !self.model.shared_trunk || !self.model.hidden_sizes.is_empty(),
+            "model.shared_trunk",
+            "needs at least one hidden layer",
+        )?;
+        check(
+            self.model.lstm_size == 0 || self.algo.name() == "ppo",
+            "model.lstm_size",
+            "recurrent models are trained by algo.name = \"ppo\" only",
+        )?;
+        if let (true, Some(ppo)) = (self.model.lstm_size > 0, self.algo.as_ppo()) {
+            let columns = self.learner.batch_rollouts * self.actors.envs_per_actor;
+            check(
+                columns.is_multiple_of(ppo.minibatches),
+                "algo.minibatches",
+                &format!("must divide the {columns} sequences of a batch (recurrent model)"),
+            )?;
+        }
+        self.algo.validate(self.batch_env_steps())
     }
 
     /// Env steps in one training batch.
@@ -500,6 +490,28 @@ mod tests {
     fn unknown_key_is_named() {
         let err = RunConfig::from_toml("[algo]\nlearning_rat = 1.0\n", "test").unwrap_err();
         assert!(err.to_string().contains("learning_rat"), "{err}");
+    }
+
+    #[test]
+    fn algo_name_selects_the_section_and_defaults_to_ppo() {
+        let ppo = RunConfig::from_toml("[algo]\nratio_clip = 0.3\n", "test").unwrap();
+        assert_eq!(ppo.algo.as_ppo().map(|c| c.ratio_clip), Some(0.3));
+        let a2c = RunConfig::from_toml("[algo]\nname = \"a2c\"\n", "test").unwrap();
+        assert_eq!(a2c.algo.name(), "a2c");
+        assert_eq!(RunConfig::from_toml(&a2c.to_toml(), "test").unwrap(), a2c);
+        // A key of another algorithm is unknown to this one.
+        let err =
+            RunConfig::from_toml("[algo]\nname = \"a2c\"\nratio_clip = 0.2\n", "test").unwrap_err();
+        assert!(err.to_string().contains("ratio_clip"), "{err}");
+        let err = RunConfig::from_toml("[algo]\nname = \"dqn2\"\n", "test").unwrap_err();
+        assert!(err.to_string().contains("dqn2"), "{err}");
+    }
+
+    #[test]
+    fn garage_entropy_checks_are_enforced() {
+        let text = "[algo]\nname = \"vpg\"\nentropy_method = \"max\"\npolicy_ent_coeff = 0.1\n";
+        let err = RunConfig::from_toml(text, "test").unwrap_err();
+        assert!(err.to_string().contains("algo.center_adv"), "{err}");
     }
 
     #[test]

@@ -2,10 +2,14 @@
 //! registry [`make`], wrappers, and [`VecEnv`], a vector of envs with auto-reset.
 
 mod cartpole;
+mod mask_velocity;
+mod point_mass;
 mod time_limit;
 mod vec_env;
 
 pub use cartpole::CartPole;
+pub use mask_velocity::MaskObservation;
+pub use point_mass::PointMass;
 pub use time_limit::TimeLimit;
 pub use vec_env::{Episode, VecEnv, VecStep};
 
@@ -30,7 +34,7 @@ pub enum EnvError {
 }
 
 /// Ids [`make`] knows.
-pub const KNOWN_ENVS: &[&str] = &["CartPole-v1"];
+pub const KNOWN_ENVS: &[&str] = &["CartPole-v1", "CartPoleNoVel-v1", "PointMass-v0"];
 
 /// An observation or action space.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,6 +108,11 @@ pub trait Env: Send {
 pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
     match id {
         "CartPole-v1" => Ok(Box::new(TimeLimit::new(CartPole::new(), 500))),
+        "CartPoleNoVel-v1" => Ok(Box::new(TimeLimit::new(
+            MaskObservation::new(CartPole::new(), vec![0, 2]),
+            500,
+        ))),
+        "PointMass-v0" => Ok(Box::new(TimeLimit::new(PointMass::new(), 50))),
         other => Err(EnvError::UnknownEnv(other.to_string())),
     }
 }

@@ -1,14 +1,15 @@
-//! Actor-critic with separate policy (`pi`) and value (`vf`) MLPs and a categorical head, as
-//! SB3's `MlpPolicy` for PPO.
+//! Actor-critic with separate policy (`pi`) and value (`vf`) MLPs, as SB3's `MlpPolicy` for
+//! PPO: a categorical head for discrete actions, a diagonal Gaussian with a learned
+//! state-independent log-std (`pi.log_std`, rlpyt's MuJoCo model) for continuous ones.
 
 use std::collections::HashMap;
 
 use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
 use tch::nn::{self, Module};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
-use super::{Mlp, ModelError, Policy};
-use crate::config::ModelConfig;
+use super::{Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState};
+use crate::config::{Activation, ModelConfig};
 use crate::envs::Space;
 
 /// What [`Policy::act`] returns for a batch.
@@ -37,32 +38,142 @@ pub struct Evaluation {
 /// handle (see [`Heads::shallow_clone`]) so another thread can run them.
 #[derive(Debug)]
 pub struct Heads {
+    /// Running observation normalisation, applied before everything else.
+    obs_norm: Option<ObsNorm>,
+    /// An LSTM between the observation and both heads, for recurrent models.
+    core: Option<LstmCore>,
+    /// Hidden layers shared by both heads (`model.shared_trunk`), with their activation;
+    /// `None` gives the policy and value separate hidden layers.
+    trunk: Option<(Mlp, Activation)>,
     pi: Mlp,
     vf: Mlp,
+    /// A Gaussian policy's learned, state-independent log-std `[A]`; `None` for categorical.
+    log_std: Option<Tensor>,
+}
+
+/// How a `[T x B]` block of rows unrolls through a recurrent core: rows are time-major
+/// (`t * B + b`), each column starts from `init` and is reset to zero before step t where
+/// `reset[t]` (`[T, B]`) is 1.
+#[derive(Debug)]
+pub struct Sequence {
+    /// Steps T.
+    pub t: i64,
+    /// Columns B.
+    pub b: i64,
+    /// 1 where an episode ended at the step before, `[T, B]` float.
+    pub reset: Tensor,
+    /// The state each column starts from, `[B, H]`.
+    pub init: RnnState,
 }
 
 impl Heads {
-    /// Scores `actions` `[N]` taken at `obs` `[N, D]`, with gradients.
+    /// Scores `actions` `[N]` taken at `obs` `[N, D]`, with gradients (a recurrent model
+    /// starts every row from a zero state; see [`Heads::evaluate_sequence`]).
     pub fn evaluate(&self, obs: &Tensor, actions: &Tensor) -> Evaluation {
-        let log_probs = self.pi.forward(obs).log_softmax(-1, Kind::Float);
-        let log_prob = log_probs
-            .gather(1, &actions.unsqueeze(1), false)
-            .squeeze_dim(1);
-        let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float);
-        let value = self.vf.forward(obs).squeeze_dim(1);
-        Evaluation {
-            log_prob,
-            entropy,
-            value,
+        self.evaluate_features(&self.features(obs), actions)
+    }
+
+    /// Observations as the networks see them: normalised and clipped when configured.
+    fn input(&self, obs: &Tensor) -> Tensor {
+        match &self.obs_norm {
+            Some(norm) => norm.apply(obs),
+            None => obs.shallow_clone(),
         }
+    }
+
+    /// Scores a time-major block of rows, unrolling the recurrent core over whole sequences;
+    /// the same as [`Heads::evaluate`] for a feed-forward model.
+    pub fn evaluate_sequence(&self, obs: &Tensor, actions: &Tensor, seq: &Sequence) -> Evaluation {
+        let Some(core) = &self.core else {
+            return self.evaluate(obs, actions);
+        };
+        let x = self.input(obs).view([seq.t, seq.b, -1]);
+        let h = core.unroll(&x, &seq.init, &seq.reset);
+        let features = self.shared(&h.view([seq.t * seq.b, core.size()]));
+        self.evaluate_features(&features, actions)
+    }
+
+    fn evaluate_features(&self, features: &Tensor, actions: &Tensor) -> Evaluation {
+        let dist = self.dist_of(features);
+        Evaluation {
+            log_prob: dist.log_prob(actions),
+            entropy: dist.entropy(),
+            value: self.vf.forward(features).squeeze_dim(1),
+        }
+    }
+
+    /// The recurrent core's width H; 0 for a feed-forward model.
+    pub fn state_size(&self) -> i64 {
+        self.core.as_ref().map_or(0, LstmCore::size)
+    }
+
+    /// What the heads see: the observation, or the core's output from a zero state.
+    fn features(&self, obs: &Tensor) -> Tensor {
+        let x = self.input(obs);
+        let h = match &self.core {
+            None => x,
+            Some(core) => {
+                let zero = RnnState::zeros(x.size()[0], core.size(), x.device());
+                core.step(&x, &zero).h
+            }
+        };
+        self.shared(&h)
+    }
+
+    /// The shared hidden layers, if any.
+    fn shared(&self, x: &Tensor) -> Tensor {
+        match &self.trunk {
+            None => x.shallow_clone(),
+            Some((trunk, activation)) => activation.apply(&trunk.forward(x)),
+        }
+    }
+
+    /// One recurrent step: the action distributions, values and next state at `obs` `[N, D]`
+    /// from `state` `[N, H]`. Panics on a feed-forward model (an invariant of the callers,
+    /// which check [`Heads::state_size`]).
+    pub fn step(&self, obs: &Tensor, state: &RnnState) -> (Dist, Tensor, RnnState) {
+        let core = self.core.as_ref().expect("step needs a recurrent model");
+        let next = core.step(&self.input(obs), state);
+        let features = self.shared(&next.h);
+        let dist = self.dist_of(&features);
+        let value = self.vf.forward(&features).squeeze_dim(1);
+        (dist, value, next)
+    }
+
+    /// The policy's action distributions at `obs` `[N, D]`, with gradients.
+    pub fn dist(&self, obs: &Tensor) -> Dist {
+        self.dist_of(&self.features(obs))
+    }
+
+    fn dist_of(&self, features: &Tensor) -> Dist {
+        let out = self.pi.forward(features);
+        match &self.log_std {
+            None => Dist::categorical(&out),
+            Some(log_std) => Dist::Gaussian {
+                mean: out,
+                log_std: log_std.shallow_clone(),
+            },
+        }
+    }
+
+    /// V(obs), `[N]`, with gradients.
+    pub fn value(&self, obs: &Tensor) -> Tensor {
+        self.vf.forward(&self.features(obs)).squeeze_dim(1)
     }
 
     /// Another handle on the same parameters: no copy, and gradients from either handle
     /// accumulate in the same place (libtorch serialises that accumulation).
     pub fn shallow_clone(&self) -> Heads {
         Heads {
+            obs_norm: self.obs_norm.as_ref().map(ObsNorm::shallow_clone),
+            core: self.core.as_ref().map(LstmCore::shallow_clone),
+            trunk: self
+                .trunk
+                .as_ref()
+                .map(|(mlp, activation)| (mlp.shallow_clone(), *activation)),
             pi: self.pi.shallow_clone(),
             vf: self.vf.shallow_clone(),
+            log_std: self.log_std.as_ref().map(Tensor::shallow_clone),
         }
     }
 }
@@ -82,15 +193,35 @@ impl ActorCritic {
         action_space: &Space,
         device: Device,
     ) -> Result<ActorCritic, ModelError> {
-        let n_actions = match action_space {
-            Space::Discrete { n } => *n,
-            other => return Err(ModelError::UnsupportedSpace(other.clone())),
+        let (n_actions, gaussian) = match action_space {
+            Space::Discrete { n } => (*n, false),
+            Space::Box { .. } => (action_space.flat_dim() as i64, true),
         };
-        let obs_dim = obs_space.flat_dim() as i64;
         let vs = nn::VarStore::new(device);
         let root = vs.root();
-        let hidden = &config.hidden_sizes;
+        let raw_dim = obs_space.flat_dim() as i64;
+        let lstm = config.lstm_size as i64;
+        let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), raw_dim, lstm));
+        let obs_norm = config
+            .normalize_obs
+            .then(|| ObsNorm::new(&(&root / "obs_norm"), raw_dim, config.obs_clip));
+        let obs_dim = if lstm > 0 { lstm } else { raw_dim };
         let ortho = config.orthogonal_init;
+        let (trunk, head_in, hidden) = match config.hidden_sizes.split_last() {
+            Some((&last, inner)) if config.shared_trunk => {
+                let trunk = Mlp::new(
+                    &(&root / "trunk"),
+                    obs_dim,
+                    inner,
+                    last,
+                    config.activation,
+                    ortho.then_some(2f64.sqrt()),
+                );
+                (Some((trunk, config.activation)), last, &[][..])
+            }
+            _ => (None, obs_dim, &config.hidden_sizes[..]),
+        };
+        let obs_dim = head_in;
         let pi = Mlp::new(
             &(&root / "pi"),
             obs_dim,
@@ -107,10 +238,32 @@ impl ActorCritic {
             config.activation,
             ortho.then_some(1.0),
         );
+        let log_std = gaussian.then(|| {
+            (&root / "pi").var(
+                "log_std",
+                &[n_actions],
+                nn::Init::Const(config.init_log_std),
+            )
+        });
         Ok(ActorCritic {
             vs,
-            heads: Heads { pi, vf },
+            heads: Heads {
+                obs_norm,
+                core,
+                trunk,
+                pi,
+                vf,
+                log_std,
+            },
         })
+    }
+
+    /// Merges the observations `[N, D]` of a training batch into the running normalisation
+    /// statistics; nothing without `model.normalize_obs`.
+    pub fn observe(&self, obs: &Tensor) {
+        if let Some(norm) = &self.heads.obs_norm {
+            norm.update(obs);
+        }
     }
 
     /// The variable store (for optimisers and checkpoints).
@@ -178,26 +331,58 @@ impl ActorCritic {
 impl Policy for ActorCritic {
     fn act(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
         let _guard = tch::no_grad_guard();
-        let log_probs = self.heads.pi.forward(obs).log_softmax(-1, Kind::Float);
+        let dist = self.heads.dist(obs);
         let action = if deterministic {
-            log_probs.argmax(-1, false)
+            dist.mode()
         } else {
-            log_probs.exp().multinomial(1, true).squeeze_dim(1)
+            dist.sample()
         };
-        let log_prob = log_probs
-            .gather(1, &action.unsqueeze(1), false)
-            .squeeze_dim(1);
-        let value = self.heads.vf.forward(obs).squeeze_dim(1);
         PolicyStep {
+            log_prob: dist.log_prob(&action),
+            value: self.heads.value(obs),
             action,
-            log_prob,
-            value,
         }
     }
 
     fn value(&self, obs: &Tensor) -> Tensor {
         let _guard = tch::no_grad_guard();
-        self.heads.vf.forward(obs).squeeze_dim(1)
+        self.heads.value(obs)
+    }
+
+    fn state_size(&self) -> i64 {
+        self.heads.state_size()
+    }
+
+    fn act_recurrent(
+        &self,
+        obs: &Tensor,
+        state: &RnnState,
+        deterministic: bool,
+    ) -> (PolicyStep, RnnState) {
+        if self.heads.core.is_none() {
+            return (self.act(obs, deterministic), state.shallow_clone());
+        }
+        let _guard = tch::no_grad_guard();
+        let (dist, value, next) = self.heads.step(obs, state);
+        let action = if deterministic {
+            dist.mode()
+        } else {
+            dist.sample()
+        };
+        let step = PolicyStep {
+            log_prob: dist.log_prob(&action),
+            value,
+            action,
+        };
+        (step, next)
+    }
+
+    fn value_recurrent(&self, obs: &Tensor, state: &RnnState) -> Tensor {
+        if self.heads.core.is_none() {
+            return self.value(obs);
+        }
+        let _guard = tch::no_grad_guard();
+        self.heads.step(obs, state).1
     }
 }
 
@@ -205,6 +390,7 @@ impl Policy for ActorCritic {
 mod tests {
     use super::*;
     use crate::config::ModelConfig;
+    use tch::Kind;
 
     fn spaces() -> (Space, Space) {
         let obs = Space::Box {
@@ -242,6 +428,90 @@ mod tests {
         let max_entropy = 2f64.ln() + 1e-6;
         assert!(eval.entropy.max().double_value(&[]) <= max_entropy);
         assert!(eval.entropy.min().double_value(&[]) >= 0.0);
+    }
+
+    #[test]
+    fn gaussian_policy_has_a_learned_log_std_and_consistent_log_probs() {
+        let (obs_space, _) = spaces();
+        let act_space = Space::Box {
+            shape: vec![2],
+            low: vec![-1.0; 2],
+            high: vec![1.0; 2],
+        };
+        let config = ModelConfig {
+            init_log_std: -0.5,
+            ..ModelConfig::default()
+        };
+        let m = ActorCritic::new(&config, &obs_space, &act_space, Device::Cpu).unwrap();
+        let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert!(names.contains(&"pi.log_std".to_string()), "{names:?}");
+        let obs = Tensor::randn([8, 4], (Kind::Float, Device::Cpu));
+        let step = m.act(&obs, false);
+        assert_eq!(step.action.size(), vec![8, 2]);
+        let eval = m.evaluate(&obs, &step.action);
+        assert!(eval.log_prob.allclose(&step.log_prob, 1e-5, 1e-5, false));
+        // Entropy of a 2-d Gaussian with log-std -0.5: 2 x (-0.5 + 0.5 + ln(2 pi) / 2).
+        let want = (2.0 * std::f64::consts::PI).ln();
+        assert!((eval.entropy.double_value(&[0]) - want).abs() < 1e-5);
+        assert!(eval.log_prob.requires_grad());
+    }
+
+    /// The normalisation statistics are part of the weights: an actor importing them
+    /// normalises exactly as the learner does.
+    #[test]
+    fn observation_statistics_travel_with_the_weights() {
+        let (obs_space, act_space) = spaces();
+        let config = ModelConfig {
+            normalize_obs: true,
+            obs_clip: 5.0,
+            ..ModelConfig::default()
+        };
+        let learner = ActorCritic::new(&config, &obs_space, &act_space, Device::Cpu).unwrap();
+        let mut actor = ActorCritic::new(&config, &obs_space, &act_space, Device::Cpu).unwrap();
+        actor.import(&learner.export().unwrap()).unwrap();
+        let obs = Tensor::randn([64, 4], (Kind::Float, Device::Cpu)) * 4.0 + 2.0;
+        learner.observe(&obs);
+        assert!(!learner
+            .value(&obs)
+            .allclose(&actor.value(&obs), 1e-6, 1e-6, false));
+        let names: Vec<String> = learner
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert!(names.contains(&"obs_norm.mean".to_string()), "{names:?}");
+        actor.import(&learner.export().unwrap()).unwrap();
+        assert!(learner
+            .value(&obs)
+            .allclose(&actor.value(&obs), 1e-6, 1e-6, false));
+    }
+
+    /// With a shared trunk the hidden layers live once, under `trunk`, and both heads are
+    /// single linear layers; gradients of the value loss reach the trunk.
+    #[test]
+    fn shared_trunk_feeds_both_heads() {
+        let (obs_space, act_space) = spaces();
+        let config = ModelConfig {
+            shared_trunk: true,
+            ..ModelConfig::default()
+        };
+        let m = ActorCritic::new(&config, &obs_space, &act_space, Device::Cpu).unwrap();
+        let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert!(names.contains(&"trunk.l0.weight".to_string()), "{names:?}");
+        assert!(names.contains(&"trunk.out.weight".to_string()), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with("pi.l0")), "{names:?}");
+        let obs = Tensor::randn([8, 4], (Kind::Float, Device::Cpu));
+        let step = m.act(&obs, false);
+        let eval = m.evaluate(&obs, &step.action);
+        assert!(eval.log_prob.allclose(&step.log_prob, 1e-5, 1e-5, false));
+        eval.value.sum(Kind::Float).backward();
+        let trunk = m
+            .named_parameters()
+            .into_iter()
+            .find(|(n, _)| n == "trunk.l0.weight")
+            .unwrap()
+            .1;
+        assert!(trunk.grad().abs().sum(Kind::Float).double_value(&[]) > 0.0);
     }
 
     #[test]

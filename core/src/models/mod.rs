@@ -3,10 +3,18 @@
 //! checkpoints and weight messages keep loading across versions.
 
 mod actor_critic;
+mod atari;
+mod dist;
+mod lstm;
 mod mlp;
+mod obs_norm;
 
-pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep};
+pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep, Sequence};
+pub use atari::{AtariModel, AtariOutput, FrameShape};
+pub use dist::Dist;
+pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
+pub use obs_norm::ObsNorm;
 
 use crate::envs::Space;
 
@@ -37,4 +45,22 @@ pub trait Policy {
     fn act(&self, obs: &tch::Tensor, deterministic: bool) -> PolicyStep;
     /// Value estimates `[N]` for a batch of observations `[N, D]`.
     fn value(&self, obs: &tch::Tensor) -> tch::Tensor;
+    /// Width H of the recurrent state; 0 for a feed-forward policy.
+    fn state_size(&self) -> i64 {
+        0
+    }
+    /// [`Policy::act`] from a recurrent state `[N, H]`; also returns the next state.
+    fn act_recurrent(
+        &self,
+        obs: &tch::Tensor,
+        state: &RnnState,
+        deterministic: bool,
+    ) -> (PolicyStep, RnnState) {
+        (self.act(obs, deterministic), state.shallow_clone())
+    }
+    /// [`Policy::value`] from a recurrent state `[N, H]` (the state is not advanced).
+    fn value_recurrent(&self, obs: &tch::Tensor, state: &RnnState) -> tch::Tensor {
+        let _ = state;
+        self.value(obs)
+    }
 }

@@ -15,6 +15,8 @@ const BETA2: f64 = 0.999;
 /// Adam with its moments in flat tensors.
 #[derive(Debug)]
 pub struct Adam {
+    /// Prefix of the state names in checkpoints ("adam", or "adam.<prefix>" for a subset).
+    name: String,
     flat: Tensor,
     flat_grad: Tensor,
     exp_avg: Tensor,
@@ -26,7 +28,22 @@ pub struct Adam {
 impl Adam {
     /// Takes over the trainable variables of `vs` (sorted by name, so the layout is stable).
     pub fn new(vs: &VarStore, eps: f64) -> Adam {
-        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+        Adam::over(vs, eps, "")
+    }
+
+    /// Takes over the variables of `vs` whose path starts with `prefix` (e.g. `"vf."`), so
+    /// two optimisers can train disjoint parts of one network. Its checkpoint state is named
+    /// `adam.<prefix>...`; with an empty prefix, every variable and plain `adam....` names.
+    pub fn over(vs: &VarStore, eps: f64, prefix: &str) -> Adam {
+        let mut named: Vec<(String, Tensor)> = vs
+            .variables()
+            .into_iter()
+            .filter(|(n, t)| n.starts_with(prefix) && t.requires_grad())
+            .collect();
+        assert!(
+            !named.is_empty(),
+            "no variable under `{prefix}` to optimise"
+        );
         named.sort_by(|a, b| a.0.cmp(&b.0));
         let params: Vec<Tensor> = named.into_iter().map(|(_, t)| t).collect();
         let flat = {
@@ -51,7 +68,13 @@ impl Adam {
         }
         let exp_avg = flat.zeros_like();
         let exp_avg_sq = flat.zeros_like();
+        let name = if prefix.is_empty() {
+            "adam".to_string()
+        } else {
+            format!("adam.{}", prefix.trim_end_matches('.'))
+        };
         Adam {
+            name,
             flat,
             flat_grad,
             exp_avg,
@@ -94,10 +117,11 @@ impl Adam {
 
     /// The optimiser state as named tensors, for a checkpoint.
     pub fn state(&self) -> Vec<(String, Tensor)> {
+        let n = &self.name;
         vec![
-            ("adam.exp_avg".into(), self.exp_avg.shallow_clone()),
-            ("adam.exp_avg_sq".into(), self.exp_avg_sq.shallow_clone()),
-            ("adam.steps".into(), Tensor::from(self.steps as i64)),
+            (format!("{n}.exp_avg"), self.exp_avg.shallow_clone()),
+            (format!("{n}.exp_avg_sq"), self.exp_avg_sq.shallow_clone()),
+            (format!("{n}.steps"), Tensor::from(self.steps as i64)),
         ]
     }
 
@@ -111,11 +135,12 @@ impl Adam {
                 .ok_or(format!("missing `{name}`"))
         };
         let _guard = tch::no_grad_guard();
+        let n = self.name.clone();
         for (name, dst) in [
-            ("adam.exp_avg", &mut self.exp_avg),
-            ("adam.exp_avg_sq", &mut self.exp_avg_sq),
+            (format!("{n}.exp_avg"), &mut self.exp_avg),
+            (format!("{n}.exp_avg_sq"), &mut self.exp_avg_sq),
         ] {
-            let src = get(name)?;
+            let src = get(&name)?;
             if src.size() != dst.size() {
                 return Err(format!(
                     "`{name}` has shape {:?}, expected {:?}",
@@ -125,7 +150,7 @@ impl Adam {
             }
             dst.copy_(&src.to_kind(Kind::Float));
         }
-        self.steps = get("adam.steps")?.int64_value(&[]) as u64;
+        self.steps = get(&format!("{n}.steps"))?.int64_value(&[]) as u64;
         Ok(())
     }
 }

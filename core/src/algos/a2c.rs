@@ -1,0 +1,151 @@
+//! Advantage Actor-Critic (Mnih et al. 2016, arXiv:1602.01783, synchronous form; rlpyt's
+//! `A2C`).
+//!
+//! Per batch: returns by GAE (lambda = 1 gives n-step returns) from the behaviour values, then
+//! one gradient step on `L = -mean(log pi(a|s) A) + c_v mean((V(s) - R)^2) - c_e mean(H)`.
+//! With actors at most a version behind, the data is nearly on-policy; nothing corrects the
+//! lag (that is IMPALA's job).
+
+use tch::{Device, Kind, Tensor};
+
+use super::pg::{explained_variance, linear_schedule, load_counter, tensor, Samples};
+use super::returns::{gae, normalize_advantage};
+use super::{Algorithm, Metrics};
+use crate::config::A2cConfig;
+use crate::models::ActorCritic;
+use crate::optim::Adam;
+use crate::rollout::RolloutBatch;
+
+/// The actor-critic loss terms: policy gradient, value regression, entropy.
+pub fn a2c_loss(
+    log_prob: &Tensor,
+    advantage: &Tensor,
+    value: &Tensor,
+    returns: &Tensor,
+    entropy: &Tensor,
+) -> [Tensor; 3] {
+    let pg = -(log_prob * advantage).mean(Kind::Float);
+    let vf = (value - returns).square().mean(Kind::Float);
+    [pg, vf, entropy.mean(Kind::Float)]
+}
+
+/// A2C's learner state.
+#[derive(Debug)]
+pub struct A2c {
+    config: A2cConfig,
+    model: ActorCritic,
+    optim: Adam,
+    device: Device,
+    total_updates: u64,
+    updates: u64,
+}
+
+impl A2c {
+    /// A2C over `model`; the linear schedule spans `total_updates` updates.
+    pub fn new(config: &A2cConfig, model: ActorCritic, total_updates: u64) -> A2c {
+        let optim = Adam::new(model.var_store(), config.adam_eps);
+        let device = model.var_store().device();
+        A2c {
+            config: config.clone(),
+            model,
+            optim,
+            device,
+            total_updates,
+            updates: 0,
+        }
+    }
+}
+
+impl Algorithm for A2c {
+    fn update(&mut self, batch: &RolloutBatch) -> Metrics {
+        let c = &self.config;
+        let returns = gae(
+            &batch.step_data(),
+            c.discount as f32,
+            c.gae_lambda as f32,
+            c.bootstrap_truncation,
+        );
+        let advantage = if c.normalize_advantage {
+            normalize_advantage(&returns.advantage, None)
+        } else {
+            returns.advantage.clone()
+        };
+        let samples = Samples::new(batch, self.device);
+        let eval = self.model.evaluate(&samples.obs, &samples.action);
+        let [pg, vf, entropy] = a2c_loss(
+            &eval.log_prob,
+            &tensor(&advantage, self.device),
+            &eval.value,
+            &tensor(&returns.returns, self.device),
+            &eval.entropy,
+        );
+        let loss = &pg + &vf * c.value_loss_coeff - &entropy * c.entropy_loss_coeff;
+        let lr = linear_schedule(
+            c.learning_rate,
+            c.linear_lr_schedule,
+            self.updates,
+            self.total_updates,
+        );
+        self.optim.zero_grad();
+        loss.backward();
+        let grad_norm = self.optim.step(lr, c.clip_grad_norm);
+        self.updates += 1;
+        Metrics(vec![
+            ("policy_loss", pg.double_value(&[])),
+            ("value_loss", vf.double_value(&[])),
+            ("entropy", entropy.double_value(&[])),
+            ("grad_norm", grad_norm),
+            ("learning_rate", lr),
+            (
+                "explained_variance",
+                explained_variance(&batch.value, &returns.returns),
+            ),
+        ])
+    }
+
+    fn model(&self) -> &ActorCritic {
+        &self.model
+    }
+
+    fn model_mut(&mut self) -> &mut ActorCritic {
+        &mut self.model
+    }
+
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut state = self.optim.state();
+        state.push(("a2c.updates".into(), Tensor::from(self.updates as i64)));
+        state
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+        self.optim.load_state(state)?;
+        self.updates = load_counter(state, "a2c.updates")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // log-probs -1, -2 with advantages 1, -1: pg = -(-1 + 2) / 2 = -0.5;
+    // values 0, 1 against returns 1, 1: vf = (1 + 0) / 2 = 0.5.
+    #[test]
+    fn a2c_loss_by_hand() {
+        let f = |v: &[f32]| Tensor::from_slice(v);
+        let [pg, vf, h] = a2c_loss(
+            &f(&[-1.0, -2.0]),
+            &f(&[1.0, -1.0]),
+            &f(&[0.0, 1.0]),
+            &f(&[1.0, 1.0]),
+            &f(&[0.5, 0.7]),
+        );
+        assert!((pg.double_value(&[]) + 0.5).abs() < 1e-6);
+        assert!((vf.double_value(&[]) - 0.5).abs() < 1e-6);
+        assert!((h.double_value(&[]) - 0.6).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,191 @@
+//! IMPALA's V-trace actor-critic (Espeholt et al. 2018, arXiv:1802.01561).
+//!
+//! Actors act with whatever weights they last received and record the behaviour
+//! log-probabilities `log mu(a|s)`. The learner scores the same actions under its current
+//! policy `pi`, so `log rho = log pi - log mu` measures the lag, and V-trace
+//! ([`super::vtrace`]) corrects the value targets `v_s` and policy-gradient advantages for it.
+//! Per batch, `epochs` (1 in the paper) gradient steps on
+//! `L = -mean(log pi(a|s) A_pg) + c_v mean((V(s) - v_s)^2) - c_e mean(H)`.
+//!
+//! V-trace needs the learner's values: of every observation (from the forward pass), of the
+//! observation after the unroll (`bootstrap_obs`, re-valued here) and, at time-limit ends, of
+//! the final observation, for which the behaviour value the actor recorded stands in.
+
+use tch::{Device, Kind, Tensor};
+
+use super::pg::{explained_variance, linear_schedule, load_counter, tensor, Samples};
+use super::returns::{normalize_advantage, StepData};
+use super::vtrace::{vtrace, VtraceParams};
+use super::{Algorithm, Metrics};
+use crate::config::ImpalaConfig;
+use crate::models::ActorCritic;
+use crate::optim::Adam;
+use crate::rollout::RolloutBatch;
+
+/// IMPALA's learner state.
+#[derive(Debug)]
+pub struct Impala {
+    config: ImpalaConfig,
+    model: ActorCritic,
+    optim: Adam,
+    device: Device,
+    total_updates: u64,
+    updates: u64,
+}
+
+fn floats(t: &Tensor) -> Vec<f32> {
+    Vec::<f32>::try_from(&t.detach().to_device(Device::Cpu)).expect("a float vector")
+}
+
+impl Impala {
+    /// IMPALA over `model`; the linear schedule spans `total_updates` updates.
+    pub fn new(config: &ImpalaConfig, model: ActorCritic, total_updates: u64) -> Impala {
+        let optim = Adam::new(model.var_store(), config.adam_eps);
+        let device = model.var_store().device();
+        Impala {
+            config: config.clone(),
+            model,
+            optim,
+            device,
+            total_updates,
+            updates: 0,
+        }
+    }
+
+    fn params(&self) -> VtraceParams {
+        let c = &self.config;
+        VtraceParams {
+            discount: c.discount as f32,
+            lambda: c.vtrace_lambda as f32,
+            rho_bar: c.rho_bar as f32,
+            pg_rho_bar: c.pg_rho_bar as f32,
+            c_bar: c.c_bar as f32,
+            bootstrap_truncation: c.bootstrap_truncation,
+        }
+    }
+
+    /// V(bootstrap observations) under the current value function, `[B]`.
+    fn bootstrap_values(&self, batch: &RolloutBatch) -> Vec<f32> {
+        let _guard = tch::no_grad_guard();
+        let obs = tensor(&batch.bootstrap_obs, self.device).view([batch.b as i64, -1]);
+        floats(&self.model.heads().value(&obs))
+    }
+
+    /// One gradient step; returns the loss terms and the mean importance ratio.
+    fn step(&mut self, batch: &RolloutBatch, samples: &Samples, lr: f64) -> [f64; 6] {
+        let c = self.config.clone();
+        let eval = self.model.evaluate(&samples.obs, &samples.action);
+        let log_rho = floats(&(&eval.log_prob - &samples.behaviour_log_prob));
+        let values = floats(&eval.value);
+        let bootstrap = self.bootstrap_values(batch);
+        let data = StepData {
+            value: &values,
+            bootstrap_value: &bootstrap,
+            ..batch.step_data()
+        };
+        let targets = vtrace(&data, &log_rho, &self.params());
+        let advantage = if c.normalize_advantage {
+            normalize_advantage(&targets.pg_advantage, None)
+        } else {
+            targets.pg_advantage
+        };
+        let pg = -(&eval.log_prob * tensor(&advantage, self.device)).mean(Kind::Float);
+        let vf = (&eval.value - tensor(&targets.vs, self.device))
+            .square()
+            .mean(Kind::Float);
+        let entropy = eval.entropy.mean(Kind::Float);
+        let loss = &pg + &vf * c.value_loss_coeff - &entropy * c.entropy_loss_coeff;
+        self.optim.zero_grad();
+        loss.backward();
+        let grad_norm = self.optim.step(lr, c.clip_grad_norm);
+        let n = log_rho.len().max(1) as f64;
+        let mean_ratio = log_rho.iter().map(|l| (*l as f64).exp()).sum::<f64>() / n;
+        let ev = explained_variance(&values, &targets.vs);
+        [
+            pg.double_value(&[]),
+            vf.double_value(&[]),
+            entropy.double_value(&[]),
+            grad_norm,
+            mean_ratio,
+            ev,
+        ]
+    }
+}
+
+impl Algorithm for Impala {
+    fn update(&mut self, batch: &RolloutBatch) -> Metrics {
+        let c = &self.config;
+        let lr = linear_schedule(
+            c.learning_rate,
+            c.linear_lr_schedule,
+            self.updates,
+            self.total_updates,
+        );
+        let samples = Samples::new(batch, self.device);
+        let mut last = [0.0; 6];
+        for _ in 0..self.config.epochs {
+            last = self.step(batch, &samples, lr);
+        }
+        self.updates += 1;
+        let [pg, vf, entropy, grad_norm, mean_ratio, ev] = last;
+        Metrics(vec![
+            ("policy_loss", pg),
+            ("value_loss", vf),
+            ("entropy", entropy),
+            ("grad_norm", grad_norm),
+            ("learning_rate", lr),
+            ("importance_ratio", mean_ratio),
+            ("explained_variance", ev),
+        ])
+    }
+
+    fn model(&self) -> &ActorCritic {
+        &self.model
+    }
+
+    fn model_mut(&mut self) -> &mut ActorCritic {
+        &mut self.model
+    }
+
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut state = self.optim.state();
+        state.push(("impala.updates".into(), Tensor::from(self.updates as i64)));
+        state
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+        self.optim.load_state(state)?;
+        self.updates = load_counter(state, "impala.updates")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algos::testing::{cartpole_model, tiny_batch};
+
+    /// With behaviour log-probs equal to the learner's own, every ratio is 1.
+    #[test]
+    fn on_policy_batch_has_unit_ratios() {
+        let mut batch = tiny_batch();
+        let mut impala = Impala::new(&ImpalaConfig::default(), cartpole_model(5), 10);
+        let samples = Samples::new(&batch, Device::Cpu);
+        let own = {
+            let _guard = tch::no_grad_guard();
+            impala
+                .model()
+                .evaluate(&samples.obs, &samples.action)
+                .log_prob
+        };
+        batch.log_prob = floats(&own);
+        let metrics = impala.update(&batch);
+        let ratio = metrics.get("importance_ratio").unwrap();
+        assert!((ratio - 1.0).abs() < 1e-5, "{metrics:?}");
+        assert!(metrics.get("policy_loss").unwrap().is_finite());
+    }
+}

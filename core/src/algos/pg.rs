@@ -1,0 +1,198 @@
+//! What the policy-gradient algorithms share: a batch as tensors on the learner's device,
+//! garage's advantage and entropy options, schedules and diagnostics.
+
+use tch::{Device, Kind, Tensor};
+
+use crate::config::{EntropyMethod, PgOptions};
+use crate::rollout::RolloutBatch;
+
+/// A batch flattened to `N = T x B` rows on one device.
+#[derive(Debug)]
+pub struct Samples {
+    /// Observations `[N, D]`.
+    pub obs: Tensor,
+    /// Actions: i64 `[N]` or f32 `[N, A]`.
+    pub action: Tensor,
+    /// Behaviour log-probabilities `[N]`.
+    pub behaviour_log_prob: Tensor,
+    /// Behaviour values `[N]`.
+    pub behaviour_value: Tensor,
+}
+
+/// `v` as a float tensor on `device`.
+pub fn tensor(v: &[f32], device: Device) -> Tensor {
+    Tensor::from_slice(v).to_device(device)
+}
+
+impl Samples {
+    /// The batch's rows on `device`.
+    pub fn new(batch: &RolloutBatch, device: Device) -> Samples {
+        let n = (batch.t * batch.b) as i64;
+        Samples {
+            obs: tensor(&batch.obs, device).view([n, batch.obs_dim as i64]),
+            action: batch.action.to_tensor(device),
+            behaviour_log_prob: tensor(&batch.log_prob, device),
+            behaviour_value: tensor(&batch.value, device),
+        }
+    }
+}
+
+/// `base`, decayed linearly to 0 over `total` updates when `linear` (rlpyt's and SB3's
+/// `linear_lr_schedule`), after `done` updates.
+pub fn linear_schedule(base: f64, linear: bool, done: u64, total: u64) -> f64 {
+    if !linear {
+        return base;
+    }
+    let remaining = 1.0 - (done as f64 / total.max(1) as f64).min(1.0);
+    base * remaining
+}
+
+/// Garage's advantage post-processing: centre (mean 0, std 1), then optionally shift so every
+/// advantage is positive.
+pub fn process_advantages(advantage: &[f32], options: &PgOptions) -> Vec<f32> {
+    let mut out = if options.center_adv {
+        super::returns::normalize_advantage(advantage, None)
+    } else {
+        advantage.to_vec()
+    };
+    if options.positive_adv {
+        let min = out.iter().copied().fold(f32::INFINITY, f32::min);
+        for a in &mut out {
+            *a = *a - min + 1e-8;
+        }
+    }
+    out
+}
+
+/// The entropy as garage's options shape it: softplus and stop-gradient.
+pub fn entropy_term(entropy: &Tensor, options: &PgOptions) -> Tensor {
+    let h = if options.use_softplus_entropy {
+        entropy.softplus()
+    } else {
+        entropy.shallow_clone()
+    };
+    if options.stop_entropy_gradient {
+        h.detach()
+    } else {
+        h
+    }
+}
+
+/// Rewards with garage's maximum-entropy bonus `coeff x H(pi(.|s_t))` added when
+/// `entropy_method = "max"`; the rewards unchanged otherwise.
+pub fn max_entropy_rewards(reward: &[f32], entropy: &Tensor, options: &PgOptions) -> Vec<f32> {
+    if options.entropy_method != EntropyMethod::Max {
+        return reward.to_vec();
+    }
+    let h = Vec::<f32>::try_from(
+        &entropy_term(entropy, options)
+            .detach()
+            .to_device(Device::Cpu),
+    )
+    .expect("entropy is a float vector");
+    let coeff = options.policy_ent_coeff as f32;
+    reward.iter().zip(h).map(|(r, h)| r + coeff * h).collect()
+}
+
+/// The regularised-entropy objective term `coeff x mean H` (0 for the other methods).
+pub fn entropy_bonus(entropy: &Tensor, options: &PgOptions) -> Tensor {
+    match options.entropy_method {
+        EntropyMethod::Regularized => {
+            entropy_term(entropy, options).mean(Kind::Float) * options.policy_ent_coeff
+        }
+        _ => Tensor::zeros([], (Kind::Float, entropy.device())),
+    }
+}
+
+/// 1 - Var(R - V) / Var(R): how much of the return variance the values explain.
+pub fn explained_variance(values: &[f32], returns: &[f32]) -> f64 {
+    let n = returns.len() as f64;
+    let mean = |xs: &mut dyn Iterator<Item = f64>| xs.sum::<f64>() / n;
+    let var = |xs: Vec<f64>| {
+        let m = mean(&mut xs.iter().copied());
+        mean(&mut xs.iter().map(|x| (x - m) * (x - m)))
+    };
+    let var_returns = var(returns.iter().map(|&r| r as f64).collect());
+    let var_residual = var(returns
+        .iter()
+        .zip(values)
+        .map(|(&r, &v)| (r - v) as f64)
+        .collect());
+    if var_returns == 0.0 {
+        f64::NAN
+    } else {
+        1.0 - var_residual / var_returns
+    }
+}
+
+/// Reads a `<name>.updates` counter from a checkpoint state.
+pub fn load_counter(state: &[(String, Tensor)], name: &str) -> Result<u64, String> {
+    let found = state
+        .iter()
+        .find(|(n, _)| n == name)
+        .ok_or(format!("missing `{name}`"))?;
+    Ok(found.1.int64_value(&[]) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> PgOptions {
+        PgOptions {
+            center_adv: true,
+            positive_adv: false,
+            entropy_method: EntropyMethod::NoEntropy,
+            policy_ent_coeff: 0.0,
+            use_softplus_entropy: false,
+            stop_entropy_gradient: false,
+        }
+    }
+
+    #[test]
+    fn centred_then_positive_advantages() {
+        let mut o = options();
+        let centred = process_advantages(&[1.0, 2.0, 3.0], &o);
+        assert!((centred.iter().sum::<f32>()).abs() < 1e-6);
+        o.positive_adv = true;
+        let positive = process_advantages(&[1.0, 2.0, 3.0], &o);
+        assert!(positive.iter().all(|&a| a > 0.0));
+        assert!((positive[2] - positive[0] - (centred[2] - centred[0])).abs() < 1e-6);
+    }
+
+    #[test]
+    fn max_entropy_adds_the_bonus_to_rewards() {
+        let mut o = options();
+        let h = Tensor::from_slice(&[0.5f32, 1.0]);
+        assert_eq!(max_entropy_rewards(&[1.0, 1.0], &h, &o), vec![1.0, 1.0]);
+        o.entropy_method = EntropyMethod::Max;
+        o.policy_ent_coeff = 0.1;
+        let r = max_entropy_rewards(&[1.0, 1.0], &h, &o);
+        assert!(
+            (r[0] - 1.05).abs() < 1e-6 && (r[1] - 1.1).abs() < 1e-6,
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn stop_entropy_gradient_detaches() {
+        let mut o = options();
+        o.entropy_method = EntropyMethod::Regularized;
+        o.policy_ent_coeff = 1.0;
+        o.stop_entropy_gradient = true;
+        let h = Tensor::from_slice(&[0.5f32]).set_requires_grad(true);
+        assert!(!entropy_bonus(&h, &o).requires_grad());
+        o.stop_entropy_gradient = false;
+        o.use_softplus_entropy = true;
+        let bonus = entropy_bonus(&h, &o);
+        assert!(bonus.requires_grad());
+        assert!((bonus.double_value(&[]) - (1.0 + 0.5f64.exp()).ln()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn linear_schedule_reaches_zero() {
+        assert_eq!(linear_schedule(1.0, false, 5, 10), 1.0);
+        assert!((linear_schedule(1.0, true, 5, 10) - 0.5).abs() < 1e-12);
+        assert_eq!(linear_schedule(1.0, true, 20, 10), 0.0);
+    }
+}

@@ -1,0 +1,52 @@
+//! Fixtures for the algorithms' unit tests.
+
+use tch::Device;
+
+use crate::config::ModelConfig;
+use crate::envs::Space;
+use crate::models::ActorCritic;
+use crate::rollout::{Actions, RolloutBatch};
+
+/// A fresh CartPole-shaped (4 observations, 2 actions) actor-critic, seeded.
+pub(crate) fn cartpole_model(seed: i64) -> ActorCritic {
+    tch::manual_seed(seed);
+    let obs = Space::Box {
+        shape: vec![4],
+        low: vec![-1.0; 4],
+        high: vec![1.0; 4],
+    };
+    ActorCritic::new(
+        &ModelConfig::default(),
+        &obs,
+        &Space::Discrete { n: 2 },
+        Device::Cpu,
+    )
+    .expect("the model builds")
+}
+
+/// A deterministic `[T = 4, B = 2]` batch with one terminal step.
+pub(crate) fn tiny_batch() -> RolloutBatch {
+    let (t, b) = (4usize, 2usize);
+    let n = t * b;
+    RolloutBatch {
+        t,
+        b,
+        obs_dim: 4,
+        obs: (0..n * 4)
+            .map(|i| ((i * 7) % 11) as f32 / 10.0 - 0.5)
+            .collect(),
+        action: Actions::Discrete((0..n).map(|i| (i % 2) as i64).collect()),
+        reward: (0..n)
+            .map(|i| if i % 3 == 0 { 1.0 } else { -0.5 })
+            .collect(),
+        terminated: (0..n).map(|i| i == 5).collect(),
+        truncated: vec![false; n],
+        log_prob: vec![-0.7; n],
+        value: (0..n).map(|i| i as f32 / 10.0).collect(),
+        final_value: vec![0.0; n],
+        bootstrap_value: vec![0.3; b],
+        bootstrap_obs: vec![0.1; b * 4],
+        policy_version: vec![0],
+        init_state: None,
+    }
+}

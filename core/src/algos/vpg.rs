@@ -1,0 +1,186 @@
+//! Vanilla Policy Gradient / REINFORCE with a learned baseline (Williams 1992; garage's `VPG`
+//! and its options).
+//!
+//! Per batch:
+//! 1. with `entropy_method = "max"`, add `policy_ent_coeff x H(pi(.|s_t))` to every reward;
+//! 2. advantages by GAE(lambda) against the baseline (lambda = 1: the discounted return minus
+//!    V), then garage's `center_adv` / `positive_adv`;
+//! 3. `policy_epochs` Adam steps on the policy alone, minimising
+//!    `-mean(log pi(a|s) A) - [regularized] policy_ent_coeff x mean(H)` (softplus and
+//!    stop-gradient on H as configured);
+//! 4. `vf_epochs` Adam steps on the baseline alone, minimising `mean((V(s) - R)^2)`.
+
+use tch::{Device, Kind, Tensor};
+
+use super::pg::{
+    entropy_bonus, explained_variance, load_counter, max_entropy_rewards, process_advantages,
+    tensor, Samples,
+};
+use super::returns::{gae, StepData};
+use super::{Algorithm, Metrics};
+use crate::config::{PgOptions, VpgConfig};
+use crate::models::ActorCritic;
+use crate::optim::Adam;
+use crate::rollout::RolloutBatch;
+
+/// The REINFORCE surrogate: its gradient is the policy gradient `-E[grad log pi(a|s) A]`.
+pub fn reinforce_loss(log_prob: &Tensor, advantage: &Tensor) -> Tensor {
+    -(log_prob * advantage).mean(Kind::Float)
+}
+
+/// Fits the baseline: `epochs` full-batch Adam steps on `mean((V(s) - R)^2)`; the last loss.
+pub fn fit_baseline(
+    model: &ActorCritic,
+    optim: &mut Adam,
+    obs: &Tensor,
+    returns: &Tensor,
+    (epochs, lr, clip_grad_norm): (u32, f64, f64),
+) -> f64 {
+    let mut last = 0.0;
+    for _ in 0..epochs {
+        let loss = (model.heads().value(obs) - returns)
+            .square()
+            .mean(Kind::Float);
+        optim.zero_grad();
+        loss.backward();
+        optim.step(lr, clip_grad_norm);
+        last = loss.double_value(&[]);
+    }
+    last
+}
+
+/// Advantages and returns for garage's policy-gradient algorithms (VPG, TRPO): the
+/// max-entropy reward bonus, GAE, then centring / shifting.
+pub fn pg_returns(
+    model: &ActorCritic,
+    batch: &RolloutBatch,
+    obs: &Tensor,
+    (discount, lambda, bootstrap_truncation): (f64, f64, bool),
+    options: &PgOptions,
+) -> (Vec<f32>, Vec<f32>) {
+    let entropy = {
+        let _guard = tch::no_grad_guard();
+        model.heads().dist(obs).entropy()
+    };
+    let reward = max_entropy_rewards(&batch.reward, &entropy, options);
+    let data = StepData {
+        reward: &reward,
+        ..batch.step_data()
+    };
+    let r = gae(&data, discount as f32, lambda as f32, bootstrap_truncation);
+    (process_advantages(&r.advantage, options), r.returns)
+}
+
+/// VPG's learner state: separate Adams for the policy (`pi.*`) and the baseline (`vf.*`).
+#[derive(Debug)]
+pub struct Vpg {
+    config: VpgConfig,
+    model: ActorCritic,
+    policy_optim: Adam,
+    vf_optim: Adam,
+    device: Device,
+    updates: u64,
+}
+
+impl Vpg {
+    /// VPG over `model`.
+    pub fn new(config: &VpgConfig, model: ActorCritic) -> Vpg {
+        let policy_optim = Adam::over(model.var_store(), config.adam_eps, "pi.");
+        let vf_optim = Adam::over(model.var_store(), config.adam_eps, "vf.");
+        let device = model.var_store().device();
+        Vpg {
+            config: config.clone(),
+            model,
+            policy_optim,
+            vf_optim,
+            device,
+            updates: 0,
+        }
+    }
+}
+
+impl Algorithm for Vpg {
+    fn update(&mut self, batch: &RolloutBatch) -> Metrics {
+        let c = self.config.clone();
+        let options = c.options();
+        let samples = Samples::new(batch, self.device);
+        let (advantage, returns) = pg_returns(
+            &self.model,
+            batch,
+            &samples.obs,
+            (c.discount, c.gae_lambda, c.bootstrap_truncation),
+            &options,
+        );
+        let advantage_t = tensor(&advantage, self.device);
+        let mut policy_loss = 0.0;
+        let mut entropy = 0.0;
+        for _ in 0..c.policy_epochs {
+            let dist = self.model.heads().dist(&samples.obs);
+            let h = dist.entropy();
+            let loss = reinforce_loss(&dist.log_prob(&samples.action), &advantage_t)
+                - entropy_bonus(&h, &options);
+            self.policy_optim.zero_grad();
+            loss.backward();
+            self.policy_optim.step(c.learning_rate, c.clip_grad_norm);
+            policy_loss = loss.double_value(&[]);
+            entropy = h.mean(Kind::Float).double_value(&[]);
+        }
+        let value_loss = fit_baseline(
+            &self.model,
+            &mut self.vf_optim,
+            &samples.obs,
+            &tensor(&returns, self.device),
+            (c.vf_epochs, c.vf_learning_rate, c.clip_grad_norm),
+        );
+        self.updates += 1;
+        Metrics(vec![
+            ("policy_loss", policy_loss),
+            ("value_loss", value_loss),
+            ("entropy", entropy),
+            (
+                "explained_variance",
+                explained_variance(&batch.value, &returns),
+            ),
+        ])
+    }
+
+    fn model(&self) -> &ActorCritic {
+        &self.model
+    }
+
+    fn model_mut(&mut self) -> &mut ActorCritic {
+        &mut self.model
+    }
+
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut state = self.policy_optim.state();
+        state.extend(self.vf_optim.state());
+        state.push(("vpg.updates".into(), Tensor::from(self.updates as i64)));
+        state
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+        self.policy_optim.load_state(state)?;
+        self.vf_optim.load_state(state)?;
+        self.updates = load_counter(state, "vpg.updates")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The surrogate's gradient with respect to log pi is -A / N.
+    #[test]
+    fn reinforce_gradient_is_minus_advantage() {
+        let lp = Tensor::from_slice(&[-0.5f32, -1.0]).set_requires_grad(true);
+        reinforce_loss(&lp, &Tensor::from_slice(&[2.0f32, -4.0])).backward();
+        let g = Vec::<f32>::try_from(&lp.grad()).unwrap();
+        assert_eq!(g, vec![-1.0, 2.0]);
+    }
+}

@@ -1,0 +1,175 @@
+//! V-trace off-policy targets (Espeholt et al. 2018, IMPALA, arXiv:1802.01561, eq. 1).
+//!
+//! With importance ratios `r_t = pi(a_t|x_t) / mu(a_t|x_t)` of the learner policy `pi` against
+//! the behaviour policy `mu` that acted:
+//!
+//! - `rho_t = min(rho_bar, r_t)`, `c_t = lambda * min(c_bar, r_t)`;
+//! - `delta_t = rho_t (r_t + gamma V(x_{t+1}) - V(x_t))`;
+//! - `v_t - V(x_t) = delta_t + gamma c_t (v_{t+1} - V(x_{t+1}))`, with `v_T = V(x_T)`;
+//! - policy-gradient advantage
+//!   `min(pg_rho_bar, r_t) (r_t + gamma (lambda v_{t+1} + (1 - lambda) V(x_{t+1})) - V(x_t))`.
+//!
+//! This covers scalable_agent's `vtrace.py` (`c_bar = 1`, `lambda = 1`), rlax's `vtrace`
+//! (`c_t = lambda min(1, r_t)`, its q-estimate mixes `lambda`) and SEED RL's. Episode ends
+//! follow [`super::returns`]: after a terminal step the next value is 0; after a truncated one
+//! it is V(final observation) (or 0 when `bootstrap_truncation` is off); either way the trace
+//! stops there, since `x_{t+1}` belongs to the next episode.
+
+use super::returns::StepData;
+
+/// The V-trace coefficients.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VtraceParams {
+    /// Discount gamma.
+    pub discount: f32,
+    /// Trace decay lambda (1 in the paper).
+    pub lambda: f32,
+    /// Clip of the TD importance weight, rho-bar (sets the fixed point).
+    pub rho_bar: f32,
+    /// Clip of the policy-gradient importance weight.
+    pub pg_rho_bar: f32,
+    /// Clip of the trace coefficient, c-bar (contraction speed only).
+    pub c_bar: f32,
+    /// Bootstrap from V(final observation) at a time-limit end; else treat it as terminal.
+    pub bootstrap_truncation: bool,
+}
+
+impl Default for VtraceParams {
+    fn default() -> Self {
+        VtraceParams {
+            discount: 0.99,
+            lambda: 1.0,
+            rho_bar: 1.0,
+            pg_rho_bar: 1.0,
+            c_bar: 1.0,
+            bootstrap_truncation: true,
+        }
+    }
+}
+
+/// V-trace value targets and policy-gradient advantages, both `[T, B]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vtrace {
+    /// v_t, the value targets.
+    pub vs: Vec<f32>,
+    /// The (pg-rho-clipped) policy-gradient advantages.
+    pub pg_advantage: Vec<f32>,
+}
+
+/// V-trace over `data` (values from the learner's current value function) with
+/// `log_rho = log pi(a|x) - log mu(a|x)`, `[T, B]`.
+pub fn vtrace(data: &StepData<'_>, log_rho: &[f32], p: &VtraceParams) -> Vtrace {
+    let (t_len, b_len) = (data.t, data.b);
+    debug_assert_eq!(log_rho.len(), t_len * b_len);
+    let mut vs = vec![0.0f32; t_len * b_len];
+    let mut pg_advantage = vec![0.0f32; t_len * b_len];
+    for b in 0..b_len {
+        // v_{t+1} - V(x_{t+1}) of the step after the current one, within the episode.
+        let mut carry = 0.0f32;
+        for t in (0..t_len).rev() {
+            let i = t * b_len + b;
+            let next = next_step(data, p.bootstrap_truncation, t, b);
+            let ratio = log_rho[i].exp();
+            let rho = ratio.min(p.rho_bar);
+            let c = p.lambda * ratio.min(p.c_bar);
+            let value = data.value[i];
+            let delta = rho * (data.reward[i] + p.discount * next.value - value);
+            let carried = if next.continues { carry } else { 0.0 };
+            let correction = delta + p.discount * c * carried;
+            vs[i] = value + correction;
+            let next_vs = next.value + carried;
+            let q =
+                data.reward[i] + p.discount * (p.lambda * next_vs + (1.0 - p.lambda) * next.value);
+            pg_advantage[i] = ratio.min(p.pg_rho_bar) * (q - value);
+            carry = correction;
+        }
+    }
+    Vtrace { vs, pg_advantage }
+}
+
+/// V(x_{t+1}) as seen from step t, and whether the episode (and the trace) goes on to it.
+struct Next {
+    value: f32,
+    continues: bool,
+}
+
+fn next_step(data: &StepData<'_>, bootstrap_truncation: bool, t: usize, b: usize) -> Next {
+    let i = t * data.b + b;
+    if data.terminated[i] {
+        return Next {
+            value: 0.0,
+            continues: false,
+        };
+    }
+    if data.truncated[i] {
+        let value = if bootstrap_truncation {
+            data.final_value[i]
+        } else {
+            0.0
+        };
+        return Next {
+            value,
+            continues: false,
+        };
+    }
+    if t + 1 == data.t {
+        // v_T = V(x_T): no correction beyond the unroll.
+        return Next {
+            value: data.bootstrap_value[b],
+            continues: false,
+        };
+    }
+    Next {
+        value: data.value[i + data.b],
+        continues: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algos::returns::gae;
+
+    fn data<'a>(reward: &'a [f32], value: &'a [f32], term: &'a [bool]) -> StepData<'a> {
+        StepData {
+            t: reward.len(),
+            b: 1,
+            reward,
+            value,
+            terminated: term,
+            truncated: &[false; 4][..reward.len()],
+            final_value: &[0.0; 4][..reward.len()],
+            bootstrap_value: &[0.25],
+        }
+    }
+
+    /// On-policy (all ratios 1) with lambda = 1, v_s is the n-step bootstrapped return, i.e.
+    /// GAE(lambda = 1) returns, and the pg advantage is the one-step TD target minus V(x_s).
+    #[test]
+    fn on_policy_vtrace_is_the_n_step_return() {
+        let (r, v) = ([1.0, 0.5, -1.0, 2.0], [0.3, 0.1, 0.4, -0.2]);
+        let term = [false, false, true, false];
+        let d = data(&r, &v, &term);
+        let out = vtrace(&d, &[0.0; 4], &VtraceParams::default());
+        let want = gae(&d, 0.99, 1.0, true).returns;
+        for (a, b) in out.vs.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-5, "{:?} vs {want:?}", out.vs);
+        }
+        // t = 0: r + gamma v_1 - V(x_0)
+        let adv0 = 1.0 + 0.99 * out.vs[1] - 0.3;
+        assert!((out.pg_advantage[0] - adv0).abs() < 1e-5);
+        // t = 2 is terminal: r - V(x_2).
+        assert!((out.pg_advantage[2] - (-1.0 - 0.4)).abs() < 1e-6);
+    }
+
+    /// A ratio of 0 (the learner would never take the action) cuts the trace and zeroes that
+    /// step's TD correction: v_t = V(x_t).
+    #[test]
+    fn zero_ratio_keeps_the_value() {
+        let (r, v) = ([1.0, 1.0], [0.5, 0.5]);
+        let d = data(&r, &v, &[false, false]);
+        let out = vtrace(&d, &[f32::NEG_INFINITY, 0.0], &VtraceParams::default());
+        assert_eq!(out.vs[0], 0.5);
+        assert_eq!(out.pg_advantage[0], 0.0);
+    }
+}

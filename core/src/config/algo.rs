@@ -1,0 +1,587 @@
+//! The `[algo]` section: `name` picks the algorithm ("ppo" when absent, so older PPO presets
+//! keep loading unchanged) and the other keys are that algorithm's own config, each with its
+//! defaults; a key another algorithm owns is an unknown key.
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::ConfigError;
+
+/// Which algorithm trains, with its hyperparameters.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlgoConfig {
+    /// Proximal Policy Optimization.
+    Ppo(PpoConfig),
+    /// Advantage actor-critic.
+    A2c(A2cConfig),
+    /// Vanilla policy gradient (REINFORCE with a baseline), garage's options.
+    Vpg(VpgConfig),
+    /// Trust Region Policy Optimization.
+    Trpo(TrpoConfig),
+    /// IMPALA's V-trace actor-critic.
+    Impala(ImpalaConfig),
+}
+
+impl Default for AlgoConfig {
+    fn default() -> Self {
+        AlgoConfig::Ppo(PpoConfig::default())
+    }
+}
+
+/// The `name` values, in the order of [`AlgoConfig`]'s variants.
+pub const ALGO_NAMES: [&str; 5] = ["ppo", "a2c", "vpg", "trpo", "impala"];
+
+impl AlgoConfig {
+    /// The `name` this config is written with.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AlgoConfig::Ppo(_) => "ppo",
+            AlgoConfig::A2c(_) => "a2c",
+            AlgoConfig::Vpg(_) => "vpg",
+            AlgoConfig::Trpo(_) => "trpo",
+            AlgoConfig::Impala(_) => "impala",
+        }
+    }
+
+    /// Discount gamma, whichever algorithm.
+    pub fn discount(&self) -> f64 {
+        match self {
+            AlgoConfig::Ppo(c) => c.discount,
+            AlgoConfig::A2c(c) => c.discount,
+            AlgoConfig::Vpg(c) => c.discount,
+            AlgoConfig::Trpo(c) => c.discount,
+            AlgoConfig::Impala(c) => c.discount,
+        }
+    }
+
+    /// The PPO config, if PPO is the algorithm.
+    pub fn as_ppo(&self) -> Option<&PpoConfig> {
+        match self {
+            AlgoConfig::Ppo(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Checks ranges serde cannot; `batch` is the env steps of one training batch.
+    pub fn validate(&self, batch: u64) -> Result<(), ConfigError> {
+        check(
+            (0.0..=1.0).contains(&self.discount()),
+            "algo.discount",
+            "must be in [0, 1]",
+        )?;
+        match self {
+            AlgoConfig::Ppo(c) => c.validate(batch),
+            AlgoConfig::A2c(c) => {
+                check_lambda(c.gae_lambda)?;
+                check(c.learning_rate > 0.0, "algo.learning_rate", "must be > 0")
+            }
+            AlgoConfig::Vpg(c) => {
+                check_lambda(c.gae_lambda)?;
+                check(c.learning_rate > 0.0, "algo.learning_rate", "must be > 0")?;
+                c.options().validate()
+            }
+            AlgoConfig::Trpo(c) => c.validate(),
+            AlgoConfig::Impala(c) => c.validate(),
+        }
+    }
+}
+
+fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            key,
+            message: message.to_string(),
+        })
+    }
+}
+
+fn check_lambda(lambda: f64) -> Result<(), ConfigError> {
+    check(
+        (0.0..=1.0).contains(&lambda),
+        "algo.gae_lambda",
+        "must be in [0, 1]",
+    )
+}
+
+impl Serialize for AlgoConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let inner = match self {
+            AlgoConfig::Ppo(c) => toml::Table::try_from(c),
+            AlgoConfig::A2c(c) => toml::Table::try_from(c),
+            AlgoConfig::Vpg(c) => toml::Table::try_from(c),
+            AlgoConfig::Trpo(c) => toml::Table::try_from(c),
+            AlgoConfig::Impala(c) => toml::Table::try_from(c),
+        };
+        let mut table = inner.map_err(serde::ser::Error::custom)?;
+        table.insert("name".into(), toml::Value::String(self.name().into()));
+        table.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for AlgoConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(deserializer)?;
+        let name = match table.remove("name") {
+            None => "ppo".to_string(),
+            Some(toml::Value::String(name)) => name,
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "algo.name must be a string, got {other}"
+                )))
+            }
+        };
+        let rest = toml::Value::Table(table);
+        let err = |e: toml::de::Error| D::Error::custom(format!("[algo] ({name}): {e}"));
+        Ok(match name.as_str() {
+            "ppo" => AlgoConfig::Ppo(rest.try_into().map_err(err)?),
+            "a2c" => AlgoConfig::A2c(rest.try_into().map_err(err)?),
+            "vpg" => AlgoConfig::Vpg(rest.try_into().map_err(err)?),
+            "trpo" => AlgoConfig::Trpo(rest.try_into().map_err(err)?),
+            "impala" => AlgoConfig::Impala(rest.try_into().map_err(err)?),
+            other => {
+                return Err(D::Error::custom(format!(
+                    "unknown algo.name `{other}`; expected one of {ALGO_NAMES:?}"
+                )))
+            }
+        })
+    }
+}
+
+/// PPO hyperparameters (names follow rlpyt's `PPO`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PpoConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// GAE lambda; 1.0 gives discounted returns minus values.
+    pub gae_lambda: f64,
+    /// Adam learning rate at the start of training.
+    pub learning_rate: f64,
+    /// Decay the learning rate linearly to 0 over `stop.total_env_steps`.
+    pub linear_lr_schedule: bool,
+    /// PPO ratio clip epsilon at the start of training.
+    pub ratio_clip: f64,
+    /// Decay the ratio clip linearly to 0 over `stop.total_env_steps`.
+    pub linear_clip_schedule: bool,
+    /// Weight of the value loss (mean squared error against the GAE return).
+    pub value_loss_coeff: f64,
+    /// Clip the value loss like the ratio (pytorchrl, CleanRL `clip_vloss`): the larger of
+    /// `(V - R)^2` and `(V_old + clip(V - V_old, -e, e) - R)^2`, with `e` the ratio clip.
+    pub clip_value_loss: bool,
+    /// Weight of the entropy bonus.
+    pub entropy_loss_coeff: f64,
+    /// Global gradient-norm clip; 0 disables clipping.
+    pub clip_grad_norm: f64,
+    /// Passes over each batch.
+    pub epochs: u32,
+    /// Minibatches per epoch (the batch is shuffled, then split).
+    pub minibatches: u32,
+    /// Normalise advantages per minibatch (mean 0, std 1).
+    pub normalize_advantage: bool,
+    /// Adam epsilon.
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+}
+
+impl Default for PpoConfig {
+    fn default() -> Self {
+        PpoConfig {
+            discount: 0.99,
+            gae_lambda: 0.95,
+            learning_rate: 3e-4,
+            linear_lr_schedule: false,
+            ratio_clip: 0.2,
+            linear_clip_schedule: false,
+            value_loss_coeff: 0.5,
+            clip_value_loss: false,
+            entropy_loss_coeff: 0.0,
+            clip_grad_norm: 0.5,
+            epochs: 10,
+            minibatches: 4,
+            normalize_advantage: true,
+            adam_eps: 1e-5,
+            bootstrap_truncation: true,
+        }
+    }
+}
+
+impl PpoConfig {
+    fn validate(&self, batch: u64) -> Result<(), ConfigError> {
+        check_lambda(self.gae_lambda)?;
+        check(
+            self.learning_rate > 0.0,
+            "algo.learning_rate",
+            "must be > 0",
+        )?;
+        check(self.ratio_clip > 0.0, "algo.ratio_clip", "must be > 0")?;
+        check(self.epochs >= 1, "algo.epochs", "must be >= 1")?;
+        check(self.minibatches >= 1, "algo.minibatches", "must be >= 1")?;
+        check(
+            self.clip_grad_norm >= 0.0,
+            "algo.clip_grad_norm",
+            "must be >= 0",
+        )?;
+        check(
+            batch.is_multiple_of(self.minibatches as u64),
+            "algo.minibatches",
+            &format!("must divide the batch of {batch} env steps"),
+        )
+    }
+}
+
+/// A2C hyperparameters (rlpyt's `A2C`; SB3's defaults where rlpyt has none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct A2cConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// GAE lambda; 1.0 (the default) gives n-step discounted returns.
+    pub gae_lambda: f64,
+    /// Adam learning rate at the start of training.
+    pub learning_rate: f64,
+    /// Decay the learning rate linearly to 0 over `stop.total_env_steps`.
+    pub linear_lr_schedule: bool,
+    /// Weight of the value loss (mean squared error against the return).
+    pub value_loss_coeff: f64,
+    /// Weight of the entropy bonus.
+    pub entropy_loss_coeff: f64,
+    /// Global gradient-norm clip; 0 disables clipping.
+    pub clip_grad_norm: f64,
+    /// Normalise advantages over the batch (mean 0, std 1).
+    pub normalize_advantage: bool,
+    /// Adam epsilon.
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+}
+
+impl Default for A2cConfig {
+    fn default() -> Self {
+        A2cConfig {
+            discount: 0.99,
+            gae_lambda: 1.0,
+            learning_rate: 7e-4,
+            linear_lr_schedule: false,
+            value_loss_coeff: 0.5,
+            entropy_loss_coeff: 0.01,
+            clip_grad_norm: 0.5,
+            normalize_advantage: false,
+            adam_eps: 1e-5,
+            bootstrap_truncation: true,
+        }
+    }
+}
+
+/// How the policy entropy enters the objective (garage's `entropy_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntropyMethod {
+    /// No entropy term (`policy_ent_coeff` must be 0).
+    NoEntropy,
+    /// Maximum-entropy RL: `policy_ent_coeff x H` is added to every reward (needs
+    /// `center_adv = false` and `stop_entropy_gradient = true`, as garage checks).
+    Max,
+    /// An entropy bonus `policy_ent_coeff x mean H` in the objective.
+    Regularized,
+}
+
+/// Garage's advantage and entropy options, shared by VPG and TRPO (their configs carry the
+/// same keys; [`VpgConfig::options`] and [`TrpoConfig::options`] gather them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PgOptions {
+    /// Normalise advantages to mean 0, std 1.
+    pub center_adv: bool,
+    /// Shift advantages to be positive (after centring).
+    pub positive_adv: bool,
+    /// How entropy enters the objective: "no_entropy", "max" or "regularized".
+    pub entropy_method: EntropyMethod,
+    /// Entropy coefficient.
+    pub policy_ent_coeff: f64,
+    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
+    pub use_softplus_entropy: bool,
+    /// Take no gradient through the entropy term.
+    pub stop_entropy_gradient: bool,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            center_adv: true,
+            positive_adv: false,
+            entropy_method: EntropyMethod::NoEntropy,
+            policy_ent_coeff: 0.0,
+            use_softplus_entropy: false,
+            stop_entropy_gradient: false,
+        }
+    }
+}
+
+impl PgOptions {
+    /// Garage's consistency checks.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.entropy_method {
+            EntropyMethod::Max => {
+                check(
+                    !self.center_adv,
+                    "algo.center_adv",
+                    "must be false with entropy_method = \"max\"",
+                )?;
+                check(
+                    self.stop_entropy_gradient,
+                    "algo.stop_entropy_gradient",
+                    "must be true with entropy_method = \"max\"",
+                )
+            }
+            EntropyMethod::NoEntropy => check(
+                self.policy_ent_coeff == 0.0,
+                "algo.policy_ent_coeff",
+                "must be 0 with entropy_method = \"no_entropy\"",
+            ),
+            EntropyMethod::Regularized => Ok(()),
+        }
+    }
+}
+
+/// VPG / REINFORCE hyperparameters (garage's `VPG`): the policy takes one Adam step per
+/// batch on `-mean(log pi(a|s) A)`; the value baseline is fitted by its own Adam.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VpgConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// GAE lambda for the advantages (1.0: discounted return minus the baseline).
+    pub gae_lambda: f64,
+    /// Policy Adam learning rate.
+    pub learning_rate: f64,
+    /// Policy gradient steps per batch (garage's policy optimizer epochs).
+    pub policy_epochs: u32,
+    /// Value-function Adam learning rate.
+    pub vf_learning_rate: f64,
+    /// Value-function gradient steps per batch.
+    pub vf_epochs: u32,
+    /// Global gradient-norm clip for each optimizer; 0 disables clipping.
+    pub clip_grad_norm: f64,
+    /// Adam epsilon.
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+    /// Normalise advantages to mean 0, std 1.
+    pub center_adv: bool,
+    /// Shift advantages to be positive (after centring).
+    pub positive_adv: bool,
+    /// How entropy enters the objective: "no_entropy", "max" or "regularized".
+    pub entropy_method: EntropyMethod,
+    /// Entropy coefficient.
+    pub policy_ent_coeff: f64,
+    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
+    pub use_softplus_entropy: bool,
+    /// Take no gradient through the entropy term.
+    pub stop_entropy_gradient: bool,
+}
+
+impl Default for VpgConfig {
+    fn default() -> Self {
+        VpgConfig {
+            discount: 0.99,
+            gae_lambda: 1.0,
+            learning_rate: 1e-2,
+            policy_epochs: 1,
+            vf_learning_rate: 1e-2,
+            vf_epochs: 5,
+            clip_grad_norm: 0.0,
+            adam_eps: 1e-8,
+            bootstrap_truncation: true,
+            center_adv: true,
+            positive_adv: false,
+            entropy_method: EntropyMethod::NoEntropy,
+            policy_ent_coeff: 0.0,
+            use_softplus_entropy: false,
+            stop_entropy_gradient: false,
+        }
+    }
+}
+
+impl VpgConfig {
+    /// The advantage and entropy options.
+    pub fn options(&self) -> PgOptions {
+        PgOptions {
+            center_adv: self.center_adv,
+            positive_adv: self.positive_adv,
+            entropy_method: self.entropy_method,
+            policy_ent_coeff: self.policy_ent_coeff,
+            use_softplus_entropy: self.use_softplus_entropy,
+            stop_entropy_gradient: self.stop_entropy_gradient,
+        }
+    }
+}
+
+/// TRPO hyperparameters (Schulman et al. 2015; garage's `TRPO` and its
+/// `ConjugateGradientOptimizer`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrpoConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// GAE lambda.
+    pub gae_lambda: f64,
+    /// KL(old || new) limit per update (garage's `max_constraint_value`).
+    pub max_kl: f64,
+    /// Conjugate-gradient iterations for the natural gradient.
+    pub cg_iters: u32,
+    /// Damping added to the Fisher-vector product (garage's `hvp_reg_coeff`).
+    pub cg_damping: f64,
+    /// Step shrink factor of the backtracking line search.
+    pub backtrack_ratio: f64,
+    /// Most line-search shrinks before the update is rejected.
+    pub max_backtracks: u32,
+    /// Value-function Adam learning rate.
+    pub vf_learning_rate: f64,
+    /// Value-function gradient steps per batch.
+    pub vf_epochs: u32,
+    /// Adam epsilon (value function).
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+    /// Normalise advantages to mean 0, std 1.
+    pub center_adv: bool,
+    /// Shift advantages to be positive (after centring).
+    pub positive_adv: bool,
+    /// How entropy enters the objective: "no_entropy", "max" or "regularized".
+    pub entropy_method: EntropyMethod,
+    /// Entropy coefficient.
+    pub policy_ent_coeff: f64,
+    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
+    pub use_softplus_entropy: bool,
+    /// Take no gradient through the entropy term.
+    pub stop_entropy_gradient: bool,
+}
+
+impl Default for TrpoConfig {
+    fn default() -> Self {
+        TrpoConfig {
+            discount: 0.99,
+            gae_lambda: 0.98,
+            max_kl: 0.01,
+            cg_iters: 10,
+            cg_damping: 1e-5,
+            backtrack_ratio: 0.8,
+            max_backtracks: 15,
+            vf_learning_rate: 3e-3,
+            vf_epochs: 5,
+            adam_eps: 1e-8,
+            bootstrap_truncation: true,
+            center_adv: true,
+            positive_adv: false,
+            entropy_method: EntropyMethod::NoEntropy,
+            policy_ent_coeff: 0.0,
+            use_softplus_entropy: false,
+            stop_entropy_gradient: false,
+        }
+    }
+}
+
+impl TrpoConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_lambda(self.gae_lambda)?;
+        check(self.max_kl > 0.0, "algo.max_kl", "must be > 0")?;
+        check(self.cg_iters >= 1, "algo.cg_iters", "must be >= 1")?;
+        check(
+            self.backtrack_ratio > 0.0 && self.backtrack_ratio < 1.0,
+            "algo.backtrack_ratio",
+            "must be in (0, 1)",
+        )?;
+        self.options().validate()
+    }
+}
+
+impl TrpoConfig {
+    /// The advantage and entropy options.
+    pub fn options(&self) -> PgOptions {
+        PgOptions {
+            center_adv: self.center_adv,
+            positive_adv: self.positive_adv,
+            entropy_method: self.entropy_method,
+            policy_ent_coeff: self.policy_ent_coeff,
+            use_softplus_entropy: self.use_softplus_entropy,
+            stop_entropy_gradient: self.stop_entropy_gradient,
+        }
+    }
+}
+
+/// IMPALA hyperparameters (Espeholt et al. 2018): V-trace targets against the behaviour
+/// log-probabilities the actors recorded, one gradient step per batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImpalaConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// V-trace lambda (1 in the paper).
+    pub vtrace_lambda: f64,
+    /// Clip of the TD importance weight, rho-bar.
+    pub rho_bar: f64,
+    /// Clip of the policy-gradient importance weight.
+    pub pg_rho_bar: f64,
+    /// Clip of the trace coefficient, c-bar.
+    pub c_bar: f64,
+    /// Adam learning rate at the start of training.
+    pub learning_rate: f64,
+    /// Decay the learning rate linearly to 0 over `stop.total_env_steps`.
+    pub linear_lr_schedule: bool,
+    /// Weight of the value loss (mean squared error against v_s).
+    pub value_loss_coeff: f64,
+    /// Weight of the entropy bonus.
+    pub entropy_loss_coeff: f64,
+    /// Global gradient-norm clip; 0 disables clipping.
+    pub clip_grad_norm: f64,
+    /// Normalise the policy-gradient advantages over the batch.
+    pub normalize_advantage: bool,
+    /// Gradient steps per batch (1 in the paper).
+    pub epochs: u32,
+    /// Adam epsilon.
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+}
+
+impl Default for ImpalaConfig {
+    fn default() -> Self {
+        ImpalaConfig {
+            discount: 0.99,
+            vtrace_lambda: 1.0,
+            rho_bar: 1.0,
+            pg_rho_bar: 1.0,
+            c_bar: 1.0,
+            learning_rate: 6e-4,
+            linear_lr_schedule: false,
+            value_loss_coeff: 0.5,
+            entropy_loss_coeff: 0.01,
+            clip_grad_norm: 40.0,
+            normalize_advantage: false,
+            epochs: 1,
+            adam_eps: 1e-5,
+            bootstrap_truncation: true,
+        }
+    }
+}
+
+impl ImpalaConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            (0.0..=1.0).contains(&self.vtrace_lambda),
+            "algo.vtrace_lambda",
+            "must be in [0, 1]",
+        )?;
+        for (ok, key) in [
+            (self.rho_bar > 0.0, "algo.rho_bar"),
+            (self.pg_rho_bar > 0.0, "algo.pg_rho_bar"),
+            (self.c_bar > 0.0, "algo.c_bar"),
+            (self.learning_rate > 0.0, "algo.learning_rate"),
+        ] {
+            check(ok, key, "must be > 0")?;
+        }
+        check(self.epochs >= 1, "algo.epochs", "must be >= 1")
+    }
+}

@@ -1,0 +1,189 @@
+//! Every on-policy algorithm learns CartPole-v1 through the real binaries: `fleetrl train
+//! --config cartpole-<algo>` starts a replay server, a learner and two actors on loopback and
+//! must stop with a 20-episode deterministic evaluation of at least 475. A policy-lag scenario
+//! runs IMPALA with actors that act on weights several versions old.
+//!
+//! The runs take a few seconds each on a 2-core machine (see the closing table in the README);
+//! the budgets are several times the steps any seed we tried needed. The tests in this file
+//! run one at a time so that they do not compete for the CPU.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn train(name: &str, preset: &str, overrides: &[&str]) -> anyhow::Result<serde_json::Value> {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = std::env::temp_dir().join(format!("fleetrl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bin = fleetrl_core::launch::bin_dir()?.join("fleetrl");
+    let mut cmd = Command::new(bin);
+    cmd.current_dir(&root).args(["train", "--config", preset]);
+    for o in overrides {
+        cmd.args(["--set", o]);
+    }
+    let run = cmd.arg("--out").arg(&out).output()?;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "fleetrl train {preset} failed: {stderr}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
+    eprintln!(
+        "{preset}: {} env steps, {:.1} s, eval {}, mean policy lag {}",
+        summary["total_env_steps"],
+        summary["wall_seconds"].as_f64().unwrap_or(f64::NAN),
+        summary["final_eval_return"],
+        summary["mean_policy_lag"]
+    );
+    std::fs::remove_dir_all(&out)?;
+    Ok(summary)
+}
+
+fn assert_solved(summary: &serde_json::Value, algo: &str) {
+    assert_eq!(summary["algo"], algo, "{summary:#}");
+    assert_eq!(summary["solved"], true, "CartPole not solved: {summary:#}");
+    let final_return = summary["final_eval_return"]
+        .as_f64()
+        .expect("final_eval_return");
+    assert!(final_return >= 475.0, "{summary:#}");
+}
+
+/// Seeds 1-3 solved within 80k steps; the budget is 300k.
+#[test]
+fn a2c_solves_cartpole() -> anyhow::Result<()> {
+    let summary = train(
+        "a2c",
+        "cartpole-a2c",
+        &["seed=1", "stop.total_env_steps=300000"],
+    )?;
+    assert_solved(&summary, "a2c");
+    Ok(())
+}
+
+/// Seeds 1-3 solved within 55k steps; the budget is 300k.
+#[test]
+fn vpg_solves_cartpole() -> anyhow::Result<()> {
+    let summary = train(
+        "vpg",
+        "cartpole-vpg",
+        &["seed=1", "stop.total_env_steps=300000"],
+    )?;
+    assert_solved(&summary, "vpg");
+    Ok(())
+}
+
+/// Seeds 1-3 solved within 45k steps; the budget is 300k.
+#[test]
+fn trpo_solves_cartpole() -> anyhow::Result<()> {
+    let summary = train(
+        "trpo",
+        "cartpole-trpo",
+        &["seed=1", "stop.total_env_steps=300000"],
+    )?;
+    assert_solved(&summary, "trpo");
+    Ok(())
+}
+
+/// Asynchronous and lagged, IMPALA is the noisiest: seed 1 solved within 36k-245k steps over
+/// seven runs (1-8 s), and one run under load took more than 300k; the budget is 600k.
+#[test]
+fn impala_solves_cartpole() -> anyhow::Result<()> {
+    let summary = train(
+        "impala",
+        "cartpole-impala",
+        &["seed=1", "stop.total_env_steps=600000"],
+    )?;
+    assert_solved(&summary, "impala");
+    Ok(())
+}
+
+/// A Gaussian policy (learned state-independent log-std) learns the native continuous
+/// PointMass-v0 task with PPO: from about -17 at the start to -2.5 or better (the optimum is
+/// about -1.4; the untrained policy scores about -17), with observations normalised by
+/// running statistics that travel to the actors with the weights. Seeds 1-3 got there within
+/// 18k steps;
+/// the budget is 150k.
+#[test]
+fn gaussian_ppo_learns_pointmass() -> anyhow::Result<()> {
+    let summary = train(
+        "pointmass",
+        "pointmass-ppo",
+        &["seed=1", "stop.total_env_steps=150000"],
+    )?;
+    assert_eq!(summary["env"], "PointMass-v0");
+    assert_eq!(summary["solved"], true, "PointMass not solved: {summary:#}");
+    let final_return = summary["final_eval_return"]
+        .as_f64()
+        .expect("final_eval_return");
+    assert!(final_return >= -2.5, "{summary:#}");
+    Ok(())
+}
+
+/// Actors act with weights at least 3 versions older than the newest they received, so every
+/// rollout lags the learner by 4 or more versions when trained on; V-trace still learns, and
+/// the run reports the lag. Seeds 1-3 solved within 95k steps at a mean lag of 6.8-7.3; the
+/// budget is 600k.
+#[test]
+fn vtrace_learns_with_actors_lagging_several_versions() -> anyhow::Result<()> {
+    let summary = train(
+        "impala-lag",
+        "cartpole-impala",
+        &[
+            "seed=1",
+            "stop.total_env_steps=600000",
+            "actors.lag_versions=3",
+            "actors.max_policy_lag=10",
+        ],
+    )?;
+    assert_solved(&summary, "impala");
+    let lag = summary["mean_policy_lag"]
+        .as_f64()
+        .expect("mean_policy_lag");
+    assert!(
+        lag >= 4.0,
+        "actors were meant to lag by 4+ versions: {summary:#}"
+    );
+    Ok(())
+}
+
+/// CartPole with the velocities hidden (CartPoleNoVel-v1) is a POMDP: PPO with an LSTM policy
+/// (state carried across rollouts, reset at episode ends, trained over whole sequences)
+/// solves it. Seed 1 needed 42k steps (about 40 s; the LSTM update is the bottleneck); the
+/// budget is 300k.
+#[test]
+fn lstm_ppo_solves_cartpole_without_velocities() -> anyhow::Result<()> {
+    let summary = train(
+        "novel-lstm",
+        "cartpolenovel-ppo-lstm",
+        &["seed=1", "stop.total_env_steps=300000"],
+    )?;
+    assert_eq!(summary["env"], "CartPoleNoVel-v1");
+    assert_solved(&summary, "ppo");
+    Ok(())
+}
+
+/// The same task defeats a feed-forward policy: with positions only it cannot tell which way
+/// the pole moves, and PPO stalls far below the target (about 40-46 over 100k steps).
+#[test]
+fn feed_forward_ppo_cannot_solve_cartpole_without_velocities() -> anyhow::Result<()> {
+    let summary = train(
+        "novel-ff",
+        "cartpolenovel-ppo-lstm",
+        &[
+            "seed=1",
+            "stop.total_env_steps=100000",
+            "model.lstm_size=0",
+            "algo.minibatches=1",
+        ],
+    )?;
+    assert_eq!(summary["solved"], false, "{summary:#}");
+    let final_return = summary["final_eval_return"]
+        .as_f64()
+        .expect("final_eval_return");
+    assert!(final_return < 200.0, "{summary:#}");
+    Ok(())
+}
