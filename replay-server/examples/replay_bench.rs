@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p fleet-replay-server --example replay_bench -- \
-//!     [--seconds 5] [--items cartpole,atari] [--writers 1,8,64] [--samplers 1,8]
+//!     [--seconds 5] [--warmup 1] [--items cartpole,atari] [--writers 1,8,64] [--samplers 1,8]
 //! ```
 //!
 //! Items and tables are the same as `bench/reverb_replay.py`'s: `cartpole` is obs f32[4],
@@ -13,7 +13,8 @@
 //! max_size 1,000,000 / 20,000.
 //!
 //! insert: each writer owns one insert stream and sends requests of up to `--chunk` items
-//! (default 64 for cartpole, 1 for atari) with up to `--window` requests unacknowledged.
+//! (default 64 for cartpole, 1 for atari) with up to `--window` requests unacknowledged
+//! (default 8 for cartpole, 64 for atari: 512 and 64 items; Reverb's side keeps 100).
 //! Latency is per request, from send to ack, which is also the latency of every item in it.
 //! sample: each sampler owns one sample stream of 256-item batches; latency is the time the
 //! client waits for the next batch. The table is pre-filled to max_size first.
@@ -40,6 +41,7 @@ struct Kind {
     name: &'static str,
     max_size: u64,
     default_chunk: usize,
+    default_window: usize,
 }
 
 const KINDS: [Kind; 2] = [
@@ -47,11 +49,13 @@ const KINDS: [Kind; 2] = [
         name: "cartpole",
         max_size: 1_000_000,
         default_chunk: 64,
+        default_window: 8,
     },
     Kind {
         name: "atari",
         max_size: 20_000,
         default_chunk: 1,
+        default_window: 64,
     },
 ];
 
@@ -102,21 +106,23 @@ fn stacked(kind: &str, n: usize) -> (TensorMap, usize) {
 
 struct Args {
     seconds: f64,
+    warmup: f64,
     items: Vec<String>,
     writers: Vec<usize>,
     samplers: Vec<usize>,
     chunk: Option<usize>,
-    window: usize,
+    window: Option<usize>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         seconds: 5.0,
+        warmup: 1.0,
         items: vec!["cartpole".into(), "atari".into()],
         writers: vec![1, 8, 64],
         samplers: vec![1, 8],
         chunk: None,
-        window: 8,
+        window: None,
     };
     let list = |v: &str| -> anyhow::Result<Vec<usize>> {
         v.split(',')
@@ -128,11 +134,12 @@ fn parse_args() -> anyhow::Result<Args> {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--seconds" => args.seconds = value.parse()?,
+            "--warmup" => args.warmup = value.parse()?,
             "--items" => args.items = value.split(',').map(String::from).collect(),
             "--writers" => args.writers = list(&value)?,
             "--samplers" => args.samplers = list(&value)?,
             "--chunk" => args.chunk = Some(value.parse()?),
-            "--window" => args.window = value.parse()?,
+            "--window" => args.window = Some(value.parse()?),
             other => anyhow::bail!("unknown flag {other}; see the doc comment of replay_bench.rs"),
         }
     }
@@ -224,7 +231,7 @@ async fn insert_case(
     writers: usize,
     chunk: usize,
     window: usize,
-    seconds: f64,
+    (warmup, seconds): (f64, f64),
 ) -> anyhow::Result<()> {
     client(addr)
         .await?
@@ -238,6 +245,14 @@ async fn insert_case(
         items: Some(items),
         priorities: vec![],
     });
+    // Unmeasured warm-up (connections, allocator, the table's first fill), as Reverb's side does.
+    let until = Instant::now() + Duration::from_secs_f64(warmup);
+    let warming: Vec<_> = (0..writers)
+        .map(|_| tokio::spawn(writer(addr.into(), request.clone(), chunk, window, until)))
+        .collect();
+    for task in warming {
+        task.await??;
+    }
     let start = Instant::now();
     let until = start + Duration::from_secs_f64(seconds);
     let tasks: Vec<_> = (0..writers)
@@ -283,8 +298,20 @@ async fn sampler(addr: String, table: String, until: Instant) -> anyhow::Result<
     Ok((items, latencies))
 }
 
-async fn sample_case(addr: &str, kind: &Kind, samplers: usize, seconds: f64) -> anyhow::Result<()> {
+async fn sample_case(
+    addr: &str,
+    kind: &Kind,
+    samplers: usize,
+    (warmup, seconds): (f64, f64),
+) -> anyhow::Result<()> {
     let (_, payload) = stacked(kind.name, 1);
+    let until = Instant::now() + Duration::from_secs_f64(warmup);
+    let warming: Vec<_> = (0..samplers)
+        .map(|_| tokio::spawn(sampler(addr.into(), kind.name.into(), until)))
+        .collect();
+    for task in warming {
+        task.await??;
+    }
     let start = Instant::now();
     let until = start + Duration::from_secs_f64(seconds);
     let tasks: Vec<_> = (0..samplers)
@@ -372,12 +399,21 @@ async fn main() -> anyhow::Result<()> {
         .filter(|k| args.items.iter().any(|i| i == k.name))
     {
         let chunk = args.chunk.unwrap_or(kind.default_chunk);
+        let window = args.window.unwrap_or(kind.default_window);
         for &writers in &args.writers {
-            insert_case(&addr, kind, writers, chunk, args.window, args.seconds).await?;
+            insert_case(
+                &addr,
+                kind,
+                writers,
+                chunk,
+                window,
+                (args.warmup, args.seconds),
+            )
+            .await?;
         }
         prefill(&addr, kind).await?;
         for &samplers in &args.samplers {
-            sample_case(&addr, kind, samplers, args.seconds).await?;
+            sample_case(&addr, kind, samplers, (args.warmup, args.seconds)).await?;
         }
         client(&addr)
             .await?
