@@ -3,12 +3,14 @@
 
 mod cartpole;
 mod mask_velocity;
+mod pendulum;
 mod point_mass;
 mod time_limit;
 mod vec_env;
 
 pub use cartpole::CartPole;
 pub use mask_velocity::MaskObservation;
+pub use pendulum::Pendulum;
 pub use point_mass::PointMass;
 pub use time_limit::TimeLimit;
 pub use vec_env::{Episode, VecEnv, VecStep};
@@ -34,7 +36,12 @@ pub enum EnvError {
 }
 
 /// Ids [`make`] knows.
-pub const KNOWN_ENVS: &[&str] = &["CartPole-v1", "CartPoleNoVel-v1", "PointMass-v0"];
+pub const KNOWN_ENVS: &[&str] = &[
+    "CartPole-v1",
+    "CartPoleNoVel-v1",
+    "PointMass-v0",
+    "Pendulum-v1",
+];
 
 /// An observation or action space.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,6 +120,7 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
             500,
         ))),
         "PointMass-v0" => Ok(Box::new(TimeLimit::new(PointMass::new(), 50))),
+        "Pendulum-v1" => Ok(Box::new(TimeLimit::new(Pendulum::new(), 200))),
         other => Err(EnvError::UnknownEnv(other.to_string())),
     }
 }
@@ -208,5 +216,18 @@ fn invalid_actions(space: &Space) -> Vec<Action> {
             Action::Discrete(0),
             Action::Continuous(vec![0.0; space.flat_dim() + 1]),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_env_is_made_and_keeps_the_contract() {
+        for id in KNOWN_ENVS {
+            let mut env = make(id).unwrap_or_else(|e| panic!("{id}: {e}"));
+            check_env_contract(env.as_mut());
+        }
     }
 }
