@@ -1,6 +1,7 @@
 //! Environments: the [`Env`] trait every environment implements (native or hosted), the
 //! registry [`make`], wrappers, and [`VecEnv`], a vector of envs with auto-reset.
 
+mod acrobot;
 mod cartpole;
 mod mask_velocity;
 mod pendulum;
@@ -8,6 +9,7 @@ mod point_mass;
 mod time_limit;
 mod vec_env;
 
+pub use acrobot::Acrobot;
 pub use cartpole::CartPole;
 pub use mask_velocity::MaskObservation;
 pub use pendulum::Pendulum;
@@ -41,6 +43,7 @@ pub const KNOWN_ENVS: &[&str] = &[
     "CartPoleNoVel-v1",
     "PointMass-v0",
     "Pendulum-v1",
+    "Acrobot-v1",
 ];
 
 /// An observation or action space.
@@ -121,6 +124,7 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
         ))),
         "PointMass-v0" => Ok(Box::new(TimeLimit::new(PointMass::new(), 50))),
         "Pendulum-v1" => Ok(Box::new(TimeLimit::new(Pendulum::new(), 200))),
+        "Acrobot-v1" => Ok(Box::new(TimeLimit::new(Acrobot::new(), 500))),
         other => Err(EnvError::UnknownEnv(other.to_string())),
     }
 }
