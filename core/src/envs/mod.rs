@@ -4,6 +4,7 @@
 mod acrobot;
 mod cartpole;
 mod mask_velocity;
+mod mountain_car;
 mod pendulum;
 mod point_mass;
 mod time_limit;
@@ -12,6 +13,7 @@ mod vec_env;
 pub use acrobot::Acrobot;
 pub use cartpole::CartPole;
 pub use mask_velocity::MaskObservation;
+pub use mountain_car::MountainCar;
 pub use pendulum::Pendulum;
 pub use point_mass::PointMass;
 pub use time_limit::TimeLimit;
@@ -44,6 +46,7 @@ pub const KNOWN_ENVS: &[&str] = &[
     "PointMass-v0",
     "Pendulum-v1",
     "Acrobot-v1",
+    "MountainCar-v0",
 ];
 
 /// An observation or action space.
@@ -125,6 +128,7 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
         "PointMass-v0" => Ok(Box::new(TimeLimit::new(PointMass::new(), 50))),
         "Pendulum-v1" => Ok(Box::new(TimeLimit::new(Pendulum::new(), 200))),
         "Acrobot-v1" => Ok(Box::new(TimeLimit::new(Acrobot::new(), 500))),
+        "MountainCar-v0" => Ok(Box::new(TimeLimit::new(MountainCar::new(), 200))),
         other => Err(EnvError::UnknownEnv(other.to_string())),
     }
 }
