@@ -5,6 +5,7 @@ mod acrobot;
 mod cartpole;
 mod mask_velocity;
 mod mountain_car;
+mod mountain_car_continuous;
 mod pendulum;
 mod point_mass;
 mod time_limit;
@@ -14,6 +15,7 @@ pub use acrobot::Acrobot;
 pub use cartpole::CartPole;
 pub use mask_velocity::MaskObservation;
 pub use mountain_car::MountainCar;
+pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
 pub use point_mass::PointMass;
 pub use time_limit::TimeLimit;
@@ -47,6 +49,7 @@ pub const KNOWN_ENVS: &[&str] = &[
     "Pendulum-v1",
     "Acrobot-v1",
     "MountainCar-v0",
+    "MountainCarContinuous-v0",
 ];
 
 /// An observation or action space.
@@ -129,6 +132,9 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
         "Pendulum-v1" => Ok(Box::new(TimeLimit::new(Pendulum::new(), 200))),
         "Acrobot-v1" => Ok(Box::new(TimeLimit::new(Acrobot::new(), 500))),
         "MountainCar-v0" => Ok(Box::new(TimeLimit::new(MountainCar::new(), 200))),
+        "MountainCarContinuous-v0" => {
+            Ok(Box::new(TimeLimit::new(MountainCarContinuous::new(), 999)))
+        }
         other => Err(EnvError::UnknownEnv(other.to_string())),
     }
 }
