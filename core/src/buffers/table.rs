@@ -174,13 +174,10 @@ impl Table {
                 item: stored.item.clone(),
             })
             .collect();
-        drop(state);
-        items.sort_unstable_by_key(|item| item.key);
-        let state = self.lock();
-        // Counters are read after the items: a concurrent insert between the two reads only
-        // makes the counters run ahead, which the limiter treats as already-sampled slack.
+        // Items, counters and the next key come from one lock, so they agree with each other.
         let (counters, next_key) = (state.counters, state.next_key);
         drop(state);
+        items.sort_unstable_by_key(|item| item.key);
         TableSnapshot {
             spec: self.spec.clone(),
             counters,

@@ -270,7 +270,7 @@ async fn shard_loop(mut shard: ShardLoop) {
         let ended = session(&mut shard, &mut window, patience).await;
         // Whatever this shard never acknowledged goes to the others.
         shard.up.store(false, Ordering::SeqCst);
-        let unacked: usize = window.iter().map(Vec::len).sum();
+        let unacked = in_window(&window);
         for item in window.into_iter().flatten() {
             let _ = shard.requeue.send(item);
         }
