@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use fleetrl_core::checkpoint;
+use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
 use fleetrl_core::eval::{eval_seed, evaluate, EvalResult};
 use fleetrl_core::models::ActorCritic;
@@ -16,8 +17,17 @@ pub(crate) fn evaluate_checkpoint(
     episodes: usize,
     seed: Option<u64>,
 ) -> anyhow::Result<(EvalResult, u64)> {
+    let (model, config) = load_policy(path)?;
+    let seed = seed.unwrap_or_else(|| eval_seed(&config));
+    Ok((
+        evaluate(&model, &config.env.id, episodes, seed, true)?,
+        seed,
+    ))
+}
+
+/// The policy saved in checkpoint `path`, on the CPU, and the run config it was trained with.
+pub(crate) fn load_policy(path: &Path) -> anyhow::Result<(ActorCritic, RunConfig)> {
     let ckpt = checkpoint::load(path)?;
-    let seed = seed.unwrap_or_else(|| eval_seed(&ckpt.config));
     let env = envs::make(&ckpt.config.env.id)?;
     let mut model = ActorCritic::new(
         &ckpt.config.model,
@@ -28,10 +38,7 @@ pub(crate) fn evaluate_checkpoint(
     model
         .load_named(&ckpt.model)
         .with_context(|| format!("loading the policy from {}", path.display()))?;
-    Ok((
-        evaluate(&model, &ckpt.config.env.id, episodes, seed, true)?,
-        seed,
-    ))
+    Ok((model, ckpt.config))
 }
 
 /// The `eval` subcommand: prints the mean return and writes `<checkpoint>/eval.json`.

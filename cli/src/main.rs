@@ -4,6 +4,7 @@
 mod eval_cmd;
 mod health_cmd;
 mod progress;
+mod record_cmd;
 mod summary;
 mod train;
 
@@ -50,6 +51,28 @@ enum Command {
         /// Seed of the first episode's env (default: the run's evaluation seed, as in training).
         #[arg(long)]
         seed: Option<u64>,
+    },
+    /// Record demonstrations: play a checkpoint's policy and write each episode as a demo file
+    /// (format: fleetrl-demo v1, see the README).
+    Record {
+        /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN) whose policy plays.
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// Directory the demo files go to (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Episodes to play.
+        #[arg(long, default_value_t = 1)]
+        episodes: usize,
+        /// Env seed of the first episode (episode i uses seed + i).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Sample actions from the policy instead of taking its most likely action.
+        #[arg(long)]
+        stochastic: bool,
+        /// Keep only episodes whose return is at least this.
+        #[arg(long)]
+        min_return: Option<f64>,
     },
     /// Check a role's `grpc.health.v1.Health`: exit 0 if it reports SERVING (container health checks).
     Health {
@@ -102,6 +125,22 @@ async fn main() -> anyhow::Result<()> {
             seed,
         } => {
             tokio::task::spawn_blocking(move || eval_cmd::run(&checkpoint, episodes, seed)).await?
+        }
+        Command::Record {
+            checkpoint,
+            out,
+            episodes,
+            seed,
+            stochastic,
+            min_return,
+        } => {
+            let args = record_cmd::RecordArgs {
+                episodes,
+                seed,
+                stochastic,
+                min_return,
+            };
+            tokio::task::spawn_blocking(move || record_cmd::run(&checkpoint, &out, &args)).await?
         }
         Command::Health {
             addr,

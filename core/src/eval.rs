@@ -4,7 +4,8 @@ use tch::Tensor;
 
 use crate::acting::clipped;
 use crate::config::RunConfig;
-use crate::envs::{self, Action, Env, EnvError};
+use crate::demo::{Demo, DemoSource, Recorder};
+use crate::envs::{self, Action, Env, EnvError, Space};
 use crate::models::{Policy, RnnState};
 use crate::rollout::Actions;
 
@@ -96,4 +97,50 @@ pub fn evaluate(
         running = still;
     }
     Ok(EvalResult { returns })
+}
+
+/// Plays one episode of `env_id` from `seed` with `policy` and records it as a demo (with the
+/// policy's value predictions). Blocks; call off the async runtime.
+pub fn record_episode(
+    policy: &dyn Policy,
+    env_id: &str,
+    seed: u64,
+    deterministic: bool,
+    source: DemoSource,
+) -> Result<Demo, EnvError> {
+    let mut env = envs::make(env_id)?;
+    let obs_space = env.observation_space();
+    let action_space = env.action_space();
+    let obs_shape = match &obs_space {
+        Space::Box { shape, .. } => shape.iter().map(|&d| d as usize).collect(),
+        Space::Discrete { .. } => vec![1],
+    };
+    let mut obs = env.reset(Some(seed));
+    let mut recorder = Recorder::new(env_id, source, obs_shape, &action_space, &obs);
+    let mut state = (policy.state_size() > 0)
+        .then(|| RnnState::zeros(1, policy.state_size(), tch::Device::Cpu));
+    loop {
+        let batch = Tensor::from_slice(&obs).view([1, obs.len() as i64]);
+        let step = match &state {
+            None => policy.act(&batch, deterministic),
+            Some(s) => {
+                let (step, next) = policy.act_recurrent(&batch, s, deterministic);
+                state = Some(next);
+                step
+            }
+        };
+        let value = f32::try_from(&step.value.view([-1]).get(0)).ok();
+        let action = match Actions::from_tensor(&step.action)
+            .expect("policy actions are a vector or a matrix")
+        {
+            Actions::Discrete(a) => Action::Discrete(a[0]),
+            Actions::Continuous { values, .. } => clipped(&action_space, &values, 1).remove(0),
+        };
+        let out = env.step(&action)?;
+        recorder.push(&action, out.reward, &out.obs, value);
+        obs = out.obs;
+        if out.terminated || out.truncated {
+            return Ok(recorder.finish(out.terminated));
+        }
+    }
 }

@@ -13,6 +13,7 @@ pub mod algos;
 pub mod buffers;
 pub mod checkpoint;
 pub mod config;
+pub mod demo;
 pub mod envs;
 pub mod eval;
 pub mod launch;

@@ -1,0 +1,65 @@
+//! `fleetrl record`: play a checkpoint's policy and write each episode as a demo file.
+
+use std::path::Path;
+
+use anyhow::Context;
+use fleetrl_core::demo::{self, DemoSource};
+use fleetrl_core::eval::record_episode;
+
+use crate::eval_cmd::load_policy;
+
+/// What to record and where.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordArgs {
+    /// Episodes to record.
+    pub(crate) episodes: usize,
+    /// Env seed of the first episode; episode `i` uses `seed + i`.
+    pub(crate) seed: u64,
+    /// Sample actions instead of taking the policy's mode.
+    pub(crate) stochastic: bool,
+    /// Keep only episodes whose return reaches this.
+    pub(crate) min_return: Option<f64>,
+}
+
+/// Records `args.episodes` episodes with the policy in `checkpoint` into `out`
+/// (`episode-SSSSSSSS.demo.safetensors`, S the env seed); prints one line per episode.
+pub(crate) fn run(checkpoint: &Path, out: &Path, args: &RecordArgs) -> anyhow::Result<()> {
+    let (policy, config) = load_policy(checkpoint)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut kept = 0;
+    for i in 0..args.episodes {
+        let seed = args.seed + i as u64;
+        let episode = record_episode(
+            &policy,
+            &config.env.id,
+            seed,
+            !args.stochastic,
+            DemoSource::Checkpoint,
+        )?;
+        let total = episode.total_reward();
+        if args.min_return.is_some_and(|min| total < min) {
+            println!(
+                "seed {seed}: return {total:.2}, {} steps: below --min-return, skipped",
+                episode.len()
+            );
+            continue;
+        }
+        let path = out.join(format!("episode-{seed:08}{}", demo::EXTENSION));
+        demo::write(&episode, &path)?;
+        kept += 1;
+        println!(
+            "seed {seed}: return {total:.2}, {} steps -> {}",
+            episode.len(),
+            path.display()
+        );
+    }
+    println!(
+        "wrote {kept} demo(s) of {} to {}",
+        config.env.id,
+        out.display()
+    );
+    if kept == 0 {
+        anyhow::bail!("no episode reached --min-return; nothing was written");
+    }
+    Ok(())
+}
