@@ -114,6 +114,7 @@ impl Runner {
         loop {
             if let Some(w) = self.weights.borrow_and_update().clone() {
                 model.import(w.params.as_ref().context("weights without params")?)?;
+                self.metrics.record_weights_applied(w.published_unix_nanos);
                 return Ok(w.version);
             }
             if *self.stop.borrow() {
@@ -165,6 +166,7 @@ impl Runner {
             return Ok(version);
         }
         model.import(w.params.as_ref().context("weights without params")?)?;
+        self.metrics.record_weights_applied(w.published_unix_nanos);
         Ok(w.version)
     }
 }
