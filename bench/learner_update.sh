@@ -4,14 +4,15 @@
 # with the same update in PyTorch eager (the project venv's torch), in the same run.
 #   bash bench/learner_update.sh                      # CPU: 1 and 2 CPU replicas vs PyTorch CPU
 #   DEVICE=cuda bash bench/learner_update.sh          # GPU machine: cuda:0, and cuda:0+cuda:1 if present
-#   ITERS=5 BATCH=2048 bash bench/learner_update.sh
-# Prints a markdown table of seconds per update and updates/s.
+#   ITERS=5 BATCH=2048 ROUNDS=3 bash bench/learner_update.sh
+# The systems take turns for ROUNDS rounds (a shared machine's load then hits all of them);
+# prints a markdown table of the median and best seconds per update and updates/s.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 [ -x .venv/bin/python ] || bash scripts/setup.sh >&2
 cargo build --release -p fleet-learner --example learner_update >&2
-iters="${ITERS:-3}"; batch="${BATCH:-2048}"; device="${DEVICE:-cpu}"
+iters="${ITERS:-3}"; batch="${BATCH:-2048}"; device="${DEVICE:-cpu}"; rounds="${ROUNDS:-3}"
 bin=target/release/examples/learner_update
 py=.venv/bin/python
 out=$(mktemp -d)
@@ -24,22 +25,27 @@ else
   configs=("cpu" "cpu,cpu")
   py_device=cpu
 fi
-echo "[bench] PyTorch eager ($py_device)..." >&2
-"$py" bench/learner_update.py --device "$py_device" --batch "$batch" --iters "$iters" >"$out/pytorch.json"
-for c in "${configs[@]}"; do
-  echo "[bench] fleetrl --devices $c..." >&2
-  "$bin" --devices "$c" --batch "$batch" --iters "$iters" >"$out/fleetrl-$c.json"
+for round in $(seq "$rounds"); do
+  echo "[bench] round $round: PyTorch eager ($py_device)..." >&2
+  "$py" bench/learner_update.py --device "$py_device" --batch "$batch" --iters "$iters" >"$out/pytorch-$round.json"
+  for c in "${configs[@]}"; do
+    echo "[bench] round $round: fleetrl --devices $c..." >&2
+    "$bin" --devices "$c" --batch "$batch" --iters "$iters" >"$out/fleetrl-$c-$round.json"
+  done
 done
 "$py" - "$out" <<'PY'
 import glob, json, sys
-rows = [json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + "/*.json"))]
-base = next(r for r in rows if r["system"] == "pytorch-eager")["seconds_per_update"]
-print("| system | devices | batch | s / update | updates / s | vs PyTorch time |")
-print("|---|---|---|---|---|---|")
-for r in rows:
-    s = r["seconds_per_update"]
-    print(f"| {r['system']} | {' + '.join(r['devices'])} | {r['batch']} | {s:.3f} | "
-          f"{r['updates_per_second']:.3f} | {s / base:.2f}x |")
+from statistics import median
+runs = {}
+for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
+    r = json.load(open(f))
+    runs.setdefault((r["system"], " + ".join(r["devices"]), r["batch"]), []).append(r["seconds_per_update"])
+base = median(next(v for k, v in runs.items() if k[0] == "pytorch-eager"))
+print("| system | devices | batch | rounds | median s / update | best s / update | updates / s (median) | vs PyTorch (median time) |")
+print("|---|---|---|---|---|---|---|---|")
+for (system, devices, batch), v in sorted(runs.items()):
+    m = median(v)
+    print(f"| {system} | {devices} | {batch} | {len(v)} | {m:.3f} | {min(v):.3f} | {1 / m:.3f} | {m / base:.2f}x |")
 PY
 echo
 echo "raw outputs: $out"

@@ -207,6 +207,7 @@ async fn broadcast_case(
         "seconds_median": times[times.len() / 2],
         "seconds_all": all,
         "aggregate_mb_per_s": bytes as f64 / all / 1e6,
+        "f32_equivalent_mb_per_s": (params * 4 * subscribers) as f64 / all / 1e6,
     }))
 }
 
@@ -311,7 +312,11 @@ async fn main() -> anyhow::Result<()> {
     for &p in &params {
         for &dtype in &dtypes {
             for &s in &subscribers {
-                println!("{}", broadcast_case(p, s, dtype).await?);
+                // The physical limit right before each case: the machine's load varies.
+                let tcp = tcp_case((p * 4 * s).min(tcp_bytes), 1).await?;
+                let mut case = broadcast_case(p, s, dtype).await?;
+                case["tcp_mb_per_s"] = tcp["aggregate_mb_per_s"].clone();
+                println!("{case}");
             }
         }
     }
