@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fleetrl_core::envs::Episode;
 use fleetrl_core::telemetry::metrics::{Counter, Gauge, Registry};
@@ -25,6 +25,8 @@ pub(crate) struct ActorMetrics {
     weights_apply_latency: Gauge,
     weights_apply_latency_sum: Counter,
     weights_applied: Counter,
+    /// Seconds the env loop paused for the last swap (copying weights into the model).
+    weights_swap: Gauge,
     policy_version: Gauge,
     policy_lag: Gauge,
     /// Recent returns, and the start of the current steps/s window with its step count.
@@ -71,6 +73,10 @@ impl ActorMetrics {
                 "Sum of weights_apply_latency_seconds over every swap.",
             ),
             weights_applied: r.counter("weights_applied_total", "Weight versions swapped in."),
+            weights_swap: r.gauge(
+                "weights_swap_seconds",
+                "Seconds the env loop paused for the last weight swap (reassembly happens off it).",
+            ),
             policy_lag: r.gauge(
                 "policy_lag",
                 "Versions between the newest published policy and the one that acted in the last rollout.",
@@ -79,8 +85,10 @@ impl ActorMetrics {
         }
     }
 
-    /// Records a swap to weights the learner published at `published_unix_nanos`.
-    pub(crate) fn record_weights_applied(&self, published_unix_nanos: i64) {
+    /// Records a swap to weights the learner published at `published_unix_nanos`, which
+    /// paused the env loop for `swap`.
+    pub(crate) fn record_weights_applied(&self, published_unix_nanos: i64, swap: Duration) {
+        self.weights_swap.set(swap.as_secs_f64());
         let latency = fleetrl_core::broadcast::seconds_since(published_unix_nanos);
         self.weights_apply_latency.set(latency);
         self.weights_apply_latency_sum.add(latency);

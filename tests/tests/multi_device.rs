@@ -74,11 +74,13 @@ async fn two_cpu_replicas_with_f16_chunked_weights_learn_cartpole() -> anyhow::R
     Ok(())
 }
 
-#[test]
-fn several_learner_processes_are_refused_as_not_yet_supported() -> anyhow::Result<()> {
+/// Starts `fleet-learner` on `preset` with `sets` (no replay server: it must fail before
+/// needing one); its stderr.
+fn refused_learner(preset: &str, sets: &[&str]) -> anyhow::Result<String> {
     let learner = fleetrl_core::launch::bin_dir()?.join("fleet-learner");
-    let config = fleetrl_tests::compose::repo_root().join("configs/cartpole-ppo.toml");
-    let run = Command::new(learner)
+    let config = fleetrl_tests::compose::repo_root().join(format!("configs/{preset}.toml"));
+    let mut command = Command::new(learner);
+    command
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -86,13 +88,40 @@ fn several_learner_processes_are_refused_as_not_yet_supported() -> anyhow::Resul
             "127.0.0.1:9",
             "--config",
         ])
-        .arg(config)
-        .args(["--set", "learner.world_size=2", "--set", "learner.rank=1"])
-        .output()?;
-    let stderr = String::from_utf8_lossy(&run.stderr);
+        .arg(config);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let run = command.output()?;
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
     assert!(!run.status.success(), "{stderr}");
+    Ok(stderr)
+}
+
+#[test]
+fn several_learner_processes_are_refused_as_not_yet_supported() -> anyhow::Result<()> {
+    let stderr = refused_learner("cartpole-ppo", &["learner.world_size=2", "learner.rank=1"])?;
     assert!(
         stderr.contains("learner.world_size") && stderr.contains("not yet supported"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+#[test]
+fn devices_the_learner_cannot_use_are_refused_by_name() -> anyhow::Result<()> {
+    let stderr = refused_learner("cartpole-vpg", &[r#"learner.devices=["cpu", "cpu"]"#])?;
+    assert!(
+        stderr.contains("\"vpg\" updates on one device only"),
+        "{stderr}"
+    );
+    // No machine has 64 GPUs: refused as unavailable (no CUDA) or as missing (a GPU machine).
+    let stderr = refused_learner(
+        "cartpole-ppo",
+        &[r#"learner.devices=["cuda:0", "cuda:63"]"#],
+    )?;
+    assert!(
+        stderr.contains("CUDA is not available") || stderr.contains("Cuda(63) does not exist"),
         "{stderr}"
     );
     Ok(())
