@@ -113,7 +113,10 @@ impl Runner {
     fn wait_for_weights(&mut self, model: &mut ActorCritic) -> anyhow::Result<i64> {
         loop {
             if let Some(w) = self.weights.borrow_and_update().clone() {
+                let swap = std::time::Instant::now();
                 model.import(w.params.as_ref().context("weights without params")?)?;
+                self.metrics
+                    .record_weights_applied(w.published_unix_nanos, swap.elapsed());
                 return Ok(w.version);
             }
             if *self.stop.borrow() {
@@ -164,7 +167,10 @@ impl Runner {
         if w.version <= version {
             return Ok(version);
         }
+        let swap = std::time::Instant::now();
         model.import(w.params.as_ref().context("weights without params")?)?;
+        self.metrics
+            .record_weights_applied(w.published_unix_nanos, swap.elapsed());
         Ok(w.version)
     }
 }

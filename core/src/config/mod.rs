@@ -4,6 +4,7 @@
 //! `configs/`), then `--set dotted.key=value` overrides. Unknown keys are errors everywhere.
 
 mod algo;
+mod devices;
 mod overrides;
 
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ pub use algo::{
     A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, PgOptions, PpoConfig, TrpoConfig,
     VpgConfig, ALGO_NAMES,
 };
+pub use devices::{parse_device, BroadcastDtype, DeviceList};
 pub use overrides::apply_override;
 
 /// The config file format this build reads.
@@ -246,10 +248,21 @@ impl Default for ReplayConfig {
 pub struct LearnerConfig {
     /// Rollouts per training batch (the batch is this x rollout_length x envs_per_actor steps).
     pub batch_rollouts: u32,
-    /// Device for the update: "cpu", "cuda" or "cuda:N".
+    /// Device for the update: "cpu", "cuda" or "cuda:N" (with `devices` set: left as is, or
+    /// the first of `devices`).
     pub device: String,
+    /// Data-parallel devices, e.g. ["cuda:0", "cuda:1"] or ["cpu", "cpu"], or "auto" (all
+    /// GPUs, else cpu); the first holds the optimiser. Empty: `device` alone. PPO only.
+    pub devices: DeviceList,
+    /// This learner's index among `world_size` learner processes (rlpyt's `rank`).
+    pub rank: u32,
+    /// Learner processes training one policy together (rlpyt's `world_size`); only 1 yet.
+    pub world_size: u32,
+    /// Element type of the weights streamed to actors: "f32", or "f16" (half the bytes).
+    pub broadcast_dtype: BroadcastDtype,
     /// Threads each minibatch is split over (data parallel over one set of parameters; the
-    /// update is identical, only faster where cores are free).
+    /// update is identical, only faster where cores are free). With several `devices`, one
+    /// thread per device instead.
     pub update_threads: u32,
     /// Torch intra-op threads per update thread (1 is fastest for small networks).
     pub torch_threads: u32,
@@ -266,6 +279,10 @@ impl Default for LearnerConfig {
         LearnerConfig {
             batch_rollouts: 2,
             device: "cpu".into(),
+            devices: DeviceList::default(),
+            rank: 0,
+            world_size: 1,
+            broadcast_dtype: BroadcastDtype::default(),
             update_threads: 2,
             torch_threads: 1,
             checkpoint_interval: 0,
@@ -410,6 +427,7 @@ impl RunConfig {
             "learner.torch_threads",
             "must be >= 1",
         )?;
+        self.learner.check_devices(self.algo.name())?;
         check(self.replay.max_size >= 1, "replay.max_size", "must be >= 1")?;
         check(self.eval.episodes >= 1, "eval.episodes", "must be >= 1")?;
         check(
