@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::Context;
 use fleetrl_core::checkpoint;
 use fleetrl_core::envs;
-use fleetrl_core::eval::{eval_seed, evaluate, EvalResult};
+use fleetrl_core::eval::{eval_seed, evaluate_env, EvalResult};
 use fleetrl_core::models::ActorCritic;
 
 /// Plays `episodes` deterministic episodes with the policy in checkpoint `path`.
@@ -18,7 +18,7 @@ pub(crate) fn evaluate_checkpoint(
 ) -> anyhow::Result<(EvalResult, u64)> {
     let ckpt = checkpoint::load(path)?;
     let seed = seed.unwrap_or_else(|| eval_seed(&ckpt.config));
-    let env = envs::make(&ckpt.config.env.id)?;
+    let env = envs::make_configured(&ckpt.config.env)?;
     let mut model = ActorCritic::new(
         &ckpt.config.model,
         &env.observation_space(),
@@ -29,7 +29,7 @@ pub(crate) fn evaluate_checkpoint(
         .load_named(&ckpt.model)
         .with_context(|| format!("loading the policy from {}", path.display()))?;
     Ok((
-        evaluate(&model, &ckpt.config.env.id, episodes, seed, true)?,
+        evaluate_env(&model, &ckpt.config.env, episodes, seed, true)?,
         seed,
     ))
 }

@@ -3,7 +3,7 @@
 use tch::Tensor;
 
 use crate::acting::clipped;
-use crate::config::RunConfig;
+use crate::config::{EnvConfig, RunConfig};
 use crate::envs::{self, Action, Env, EnvError};
 use crate::models::{Policy, RnnState};
 use crate::rollout::Actions;
@@ -44,8 +44,24 @@ pub fn evaluate(
     seed: u64,
     deterministic: bool,
 ) -> Result<EvalResult, EnvError> {
+    let env = EnvConfig {
+        id: env_id.to_string(),
+        ..EnvConfig::default()
+    };
+    evaluate_env(policy, &env, episodes, seed, deterministic)
+}
+
+/// [`evaluate`] on envs as `[env]` configures them (wrappers included). Returns are scores:
+/// rewards before reward scaling or clipping, over whole games (all lives of an Atari game).
+pub fn evaluate_env(
+    policy: &dyn Policy,
+    env_config: &EnvConfig,
+    episodes: usize,
+    seed: u64,
+    deterministic: bool,
+) -> Result<EvalResult, EnvError> {
     let mut envs: Vec<Box<dyn Env>> = (0..episodes)
-        .map(|_| envs::make(env_id))
+        .map(|_| envs::make_configured(env_config))
         .collect::<Result<_, _>>()?;
     let obs_dim = envs.first().map_or(0, |e| e.observation_space().flat_dim());
     let mut obs: Vec<Vec<f32>> = Vec::with_capacity(episodes);
@@ -87,9 +103,13 @@ pub fn evaluate(
         let mut still = Vec::with_capacity(running.len());
         for (&i, a) in running.iter().zip(&actions) {
             let step = envs[i].step(a)?;
-            returns[i] += step.reward as f64;
+            returns[i] += f64::from(envs[i].score_reward().unwrap_or(step.reward));
             obs[i] = step.obs;
             if !(step.terminated || step.truncated) {
+                still.push(i);
+            } else if !envs[i].game_over() {
+                // A life lost under episodic life: the game goes on.
+                obs[i] = envs[i].reset(None);
                 still.push(i);
             }
         }

@@ -46,7 +46,7 @@ pub(crate) fn build_algorithm(
         );
     }
     tch::manual_seed(config.seed as i64);
-    let env = envs::make(&config.env.id)?;
+    let env = envs::make_configured(&config.env)?;
     let model = ActorCritic::new(
         &config.model,
         &env.observation_space(),
