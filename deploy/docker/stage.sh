@@ -55,8 +55,9 @@ for b in "${bins[@]}"; do
     seen[$path]=1
     real="$(readlink -f "$path")"
     case "$real" in
-      "$(dirname "$libtorch")"/*)
-        # libtorch and the nvidia wheels' libraries: beside the binaries, under their soname.
+      "$(dirname "$libtorch")"/*|*/libpython3*)
+        # libtorch, the nvidia wheels' libraries and libpython (linked for gym: envs, loaded
+        # always, initialised only when a gymnasium env is made): beside the binaries.
         install -m 0755 "$real" "$out/opt/fleetrl/lib/$name" ;;
       *)
         if [[ $system_libs == 1 ]]; then

@@ -4,7 +4,9 @@
 //! `gym:` id with no wrapper is hosted as one gymnasium vector env stepped per batch; with
 //! wrappers, as one gymnasium env per row so the Rust wrappers see each env.
 
-use super::{make, AtariPreprocessing, Env, EnvError, FrameStack, RewardTransform, VecEnv};
+#[cfg(feature = "python")]
+use super::AtariPreprocessing;
+use super::{make, Env, EnvError, FrameStack, RewardTransform, VecEnv};
 use crate::config::EnvConfig;
 
 /// Frames an Atari run stacks when `frame_stack` is not set.
@@ -51,6 +53,7 @@ pub fn make_vec(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError> {
     VecEnv::new(envs)
 }
 
+#[cfg(feature = "python")]
 fn has_wrappers(config: &EnvConfig) -> bool {
     config.atari || config.frame_stack > 1 || config.reward_scale != 1.0 || config.reward_clip > 0.0
 }
