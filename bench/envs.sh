@@ -11,17 +11,18 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 seconds="${1:-3}"
 cargo build --quiet --release -p fleetrl-core --features python --example env_steps
+# EnvPool (and the gymnasium it pins) goes into its own venv, so the project venv's gymnasium
+# 1.4 (what fleetrl hosts, and what the gymnasium rows step) stays as it is.
 bench_venv="$root/target/bench-envpool-venv"
-if [[ ! -x "$bench_venv/bin/python" ]]; then
-  .venv/bin/python -m venv --system-site-packages "$bench_venv"
-fi
-# EnvPool ships wheels for some Pythons only: try once, keep going without it.
+[[ -x "$bench_venv/bin/python" ]] || .venv/bin/python -m venv "$bench_venv"
+envpool=1
 "$bench_venv/bin/python" -c 'import envpool' 2>/dev/null ||
   "$bench_venv/bin/python" -m pip install --quiet --disable-pip-version-check envpool >/dev/null 2>&1 ||
-  echo "[envs.sh] envpool does not install here; its rows are skipped" >&2
+  { envpool=0; echo "[envs.sh] envpool does not install here; its rows are skipped" >&2; }
 results="$(mktemp)"
 ./target/release/examples/env_steps "$seconds" >>"$results"
-"$bench_venv/bin/python" bench/envs_python.py "$seconds" >>"$results"
+.venv/bin/python bench/envs_python.py "$seconds" gymnasium >>"$results"
+[[ $envpool == 0 ]] || "$bench_venv/bin/python" bench/envs_python.py "$seconds" envpool >>"$results"
 printf '| system | env | envs | steps/s |\n|---|---|---:|---:|\n'
 sort -t$'\t' -k2,2 -k3,3n "$results" | awk -F'\t' '{ printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4 }'
 rm -f "$results"

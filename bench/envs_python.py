@@ -3,7 +3,7 @@ Hopper-v5 stepped from a Python loop, with gymnasium (one env, and a SyncVectorE
 64 with its built-in auto-reset) and EnvPool where it is installed. Actions are the same
 fixed cycle as core/examples/env_steps.rs. Prints tab-separated lines: system, env, envs, steps/s.
 
-usage: python bench/envs_python.py [SECONDS]
+usage: python bench/envs_python.py [SECONDS] [gymnasium|envpool]
 """
 
 import sys
@@ -63,22 +63,23 @@ def envpool_rate(env_id, m, seconds):
 
 def main():
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
+    which = sys.argv[2] if len(sys.argv) > 2 else "gymnasium"
     cases = [("CartPole-v1", 64), ("Pendulum-v1", 64), ("Hopper-v5", 16)]
-    for env_id, m in cases:
-        print(f"gymnasium\t{env_id}\t1\t{single(env_id, seconds):.0f}", flush=True)
-        print(f"gymnasium SyncVectorEnv\t{env_id}\t{m}\t{vector(env_id, m, seconds):.0f}", flush=True)
-        if env_id == "CartPole-v1" or env_id == "Hopper-v5":
-            print(f"gymnasium SyncVectorEnv\t{env_id}\t16\t{vector(env_id, 16, seconds):.0f}", flush=True) if m != 16 else None
-    try:
-        import envpool  # noqa: F401
-    except ImportError:
-        print("envpool\t(not installed)\t-\t-", flush=True)
+    if which == "gymnasium":
+        for env_id, m in cases:
+            print(f"gymnasium\t{env_id}\t1\t{single(env_id, seconds):.0f}", flush=True)
+            for n in sorted({16, m}):
+                print(f"gymnasium SyncVectorEnv\t{env_id}\t{n}\t{vector(env_id, n, seconds):.0f}", flush=True)
         return
+    import envpool  # noqa: F401
+
     for env_id, m in cases:
-        try:
-            print(f"envpool\t{env_id}\t{m}\t{envpool_rate(env_id, m, seconds):.0f}", flush=True)
-        except Exception as e:  # an env id EnvPool does not ship
-            print(f"envpool\t{env_id}\t{m}\t({type(e).__name__})", flush=True)
+        for n in sorted({16, m}):
+            try:
+                rate = f"{envpool_rate(env_id, n, seconds):.0f}"
+            except Exception as e:  # an env id EnvPool does not ship
+                rate = f"({type(e).__name__}: not in EnvPool)"
+            print(f"envpool\t{env_id}\t{n}\t{rate}", flush=True)
 
 
 if __name__ == "__main__":

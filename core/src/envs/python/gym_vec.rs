@@ -15,9 +15,10 @@ pub struct GymVecEnv {
     num_envs: usize,
     observation_space: Space,
     action_space: Space,
-    /// Reused buffers: the actions as bytes, and a flag row read back.
+    /// Reused buffers: the actions as bytes, and the flag and reward rows read back.
     action_bytes: Vec<u8>,
     flags: Vec<u8>,
+    rewards: Vec<f64>,
 }
 
 impl GymVecEnv {
@@ -45,6 +46,7 @@ impl GymVecEnv {
                 action_space,
                 action_bytes: Vec::new(),
                 flags: vec![0; num_envs],
+                rewards: vec![0.0; num_envs],
             })
         })
     }
@@ -102,7 +104,10 @@ impl BatchEnv for GymVecEnv {
             let result = env.call_method1("step", (bytes,))?;
             let result = result.cast::<PyTuple>()?;
             read_f32(py, &result.get_item(0)?, &mut out.obs)?;
-            read_f32(py, &result.get_item(1)?, &mut out.reward)?;
+            PyBuffer::<f64>::get(&result.get_item(1)?)?.copy_to_slice(py, &mut self.rewards)?;
+            for (o, r) in out.reward.iter_mut().zip(&self.rewards) {
+                *o = *r as f32;
+            }
             read_flags(
                 py,
                 &result.get_item(2)?,

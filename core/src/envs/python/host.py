@@ -72,7 +72,8 @@ class Single:
     def step_discrete(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action + self.start)
         self.lives = info.get("lives")
-        return flat(obs), float(reward), bool(terminated), bool(truncated)
+        # Rust reads Python and numpy scalars alike.
+        return flat(obs), reward, terminated, truncated
 
     def step_continuous(self, action):
         obs, reward, terminated, truncated, info = self.env.step(
@@ -119,7 +120,9 @@ class Vector:
     def step(self, actions):
         """actions: bytes of int64 (discrete) or float32 (box) values, row-major."""
         if self.act_space[0] == "discrete":
-            a = np.frombuffer(actions, dtype=np.int64) + self.start
+            a = np.frombuffer(actions, dtype=np.int64)
+            if self.start:
+                a = a + self.start
         else:
             a = np.frombuffer(actions, dtype=np.float32).reshape(self.n, -1)
             a = a.astype(self.act_dtype, copy=False)
@@ -131,13 +134,10 @@ class Vector:
                 final = np.zeros((self.n, self.dim), dtype=np.float32)
                 for i in np.flatnonzero(mask):
                     final[i] = flat(info["final_obs"][i]).ravel()
-        return (
-            flat(obs),
-            np.ascontiguousarray(reward, dtype=np.float32),
-            np.ascontiguousarray(terminated, dtype=np.uint8),
-            np.ascontiguousarray(truncated, dtype=np.uint8),
-            final,
-        )
+        # float64 rewards and bool flags are read as they are (a uint8 view copies nothing).
+        if reward.dtype != np.float64:
+            reward = reward.astype(np.float64)
+        return (flat(obs), reward, terminated.view(np.uint8), truncated.view(np.uint8), final)
 
     def close(self):
         self.env.close()
