@@ -34,24 +34,8 @@ def single(env_id, seconds):
     return steps / (time.perf_counter() - start)
 
 
-def vector(env_id, m, seconds):
-    env = gym.make_vec(env_id, num_envs=m, vectorization_mode="sync")
-    env.reset(seed=0)
-    actions = [cycle(env.single_action_space, m, k) for k in range(8)]
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for a in actions:
-            env.step(a)
-        steps += 8 * m
-    return steps / (time.perf_counter() - start)
-
-
-def envpool_rate(env_id, m, seconds):
-    import envpool
-
-    env = envpool.make_gymnasium(env_id, num_envs=m)
-    env.reset()
-    space = env.action_space
+def batched(env, m, space, seconds):
+    """Steps a vector env (its own auto-reset) with the fixed action cycle for `seconds`."""
     actions = [cycle(space, m, k) for k in range(8)]
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -59,6 +43,20 @@ def envpool_rate(env_id, m, seconds):
             env.step(a)
         steps += 8 * m
     return steps / (time.perf_counter() - start)
+
+
+def vector(env_id, m, seconds):
+    env = gym.make_vec(env_id, num_envs=m, vectorization_mode="sync")
+    env.reset(seed=0)
+    return batched(env, m, env.single_action_space, seconds)
+
+
+def envpool_rate(env_id, m, seconds):
+    import envpool
+
+    env = envpool.make_gymnasium(env_id, num_envs=m)
+    env.reset()
+    return batched(env, m, env.action_space, seconds)
 
 
 def main():

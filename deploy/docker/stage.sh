@@ -55,10 +55,13 @@ for b in "${bins[@]}"; do
     seen[$path]=1
     real="$(readlink -f "$path")"
     case "$real" in
-      "$(dirname "$libtorch")"/*|*/libpython3*)
-        # libtorch, the nvidia wheels' libraries and libpython (linked for gym: envs, loaded
-        # always, initialised only when a gymnasium env is made): beside the binaries.
+      "$(dirname "$libtorch")"/*)
+        # libtorch and the nvidia wheels' libraries: beside the binaries, under their soname.
         install -m 0755 "$real" "$out/opt/fleetrl/lib/$name" ;;
+      */libpython3*)
+        # libpython (linked for gym: envs; loaded always, initialised only when a gymnasium
+        # env is made): beside the binaries. Later binaries resolve it there already.
+        [[ "$real" -ef "$out/opt/fleetrl/lib/$name" ]] || install -m 0755 "$real" "$out/opt/fleetrl/lib/$name" ;;
       *)
         if [[ $system_libs == 1 ]]; then
           mkdir -p "$out$(dirname "$path")"

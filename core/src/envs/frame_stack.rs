@@ -68,13 +68,7 @@ impl<E: Env> Env for FrameStack<E> {
         self.env.score_reward()
     }
 
-    fn game_over(&self) -> bool {
-        self.env.game_over()
-    }
-
-    fn lives(&self) -> Option<u32> {
-        self.env.lives()
-    }
+    forward_game_info!(env);
 }
 
 #[cfg(test)]

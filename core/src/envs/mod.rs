@@ -1,6 +1,19 @@
 //! Environments: the [`Env`] trait every environment implements (native or hosted), the
 //! registry [`make`], wrappers, and [`VecEnv`], a vector of envs with auto-reset.
 
+/// Forwards [`Env::game_over`] and [`Env::lives`] to the wrapped env in field `$inner`.
+macro_rules! forward_game_info {
+    ($inner:ident) => {
+        fn game_over(&self) -> bool {
+            self.$inner.game_over()
+        }
+
+        fn lives(&self) -> Option<u32> {
+            self.$inner.lives()
+        }
+    };
+}
+
 mod acrobot;
 mod atari;
 mod batch;

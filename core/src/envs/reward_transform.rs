@@ -51,13 +51,7 @@ impl<E: Env> Env for RewardTransform<E> {
         self.score
     }
 
-    fn game_over(&self) -> bool {
-        self.env.game_over()
-    }
-
-    fn lives(&self) -> Option<u32> {
-        self.env.lives()
-    }
+    forward_game_info!(env);
 }
 
 #[cfg(test)]

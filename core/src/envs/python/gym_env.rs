@@ -4,7 +4,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::{host, kwargs_dict, parse_space, py_error};
+use super::{make_host_env, py_error};
 use crate::envs::{Action, Env, EnvError, Space, Step};
 
 /// One gymnasium env (`gymnasium.make(id, **kwargs)`), observations as flat f32.
@@ -19,16 +19,7 @@ impl GymEnv {
     /// Makes gymnasium env `id` (no `gym:` prefix) with `kwargs`; starts Python on first use.
     pub fn new(id: &str, kwargs: &toml::Table) -> Result<GymEnv, EnvError> {
         Python::attach(|py| {
-            let host = host(py)?;
-            let made = (|| {
-                let env = host
-                    .getattr("Single")?
-                    .call1((id, kwargs_dict(py, kwargs)?))?;
-                let obs = parse_space(&env.getattr("obs_space")?)?;
-                let act = parse_space(&env.getattr("act_space")?)?;
-                Ok::<_, PyErr>((env.unbind(), obs, act))
-            })();
-            let (env, observation_space, action_space) = made.map_err(|e| py_error(py, id, e))?;
+            let (env, observation_space, action_space) = make_host_env(py, id, None, kwargs)?;
             Ok(GymEnv {
                 id: id.to_string(),
                 env,

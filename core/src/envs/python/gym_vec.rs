@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use super::gym_env::read_f32;
-use super::{host, kwargs_dict, parse_space, py_error};
+use super::{make_host_env, py_error};
 use crate::envs::{BatchActions, BatchEnv, EnvError, Space, VecStep};
 
 /// M copies of a gymnasium env in one `SyncVectorEnv` with same-step auto-reset.
@@ -28,16 +28,8 @@ impl GymVecEnv {
             return Err(EnvError::VecMismatch("no envs given".to_string()));
         }
         Python::attach(|py| {
-            let host = host(py)?;
-            let made = (|| {
-                let env =
-                    host.getattr("Vector")?
-                        .call1((id, num_envs, kwargs_dict(py, kwargs)?))?;
-                let obs = parse_space(&env.getattr("obs_space")?)?;
-                let act = parse_space(&env.getattr("act_space")?)?;
-                Ok::<_, PyErr>((env.unbind(), obs, act))
-            })();
-            let (env, observation_space, action_space) = made.map_err(|e| py_error(py, id, e))?;
+            let (env, observation_space, action_space) =
+                make_host_env(py, id, Some(num_envs), kwargs)?;
             Ok(GymVecEnv {
                 id: id.to_string(),
                 env,

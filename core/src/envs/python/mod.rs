@@ -162,6 +162,27 @@ fn parse_space(desc: &Bound<'_, PyAny>) -> PyResult<Space> {
     })
 }
 
+/// Makes host.py's `Single` env, or its `Vector` of `num_envs`, and reads its spaces.
+fn make_host_env(
+    py: Python<'_>,
+    id: &str,
+    num_envs: Option<usize>,
+    kwargs: &toml::Table,
+) -> Result<(Py<PyAny>, Space, Space), EnvError> {
+    let host = host(py)?;
+    let made = (|| {
+        let kwargs = kwargs_dict(py, kwargs)?;
+        let env = match num_envs {
+            None => host.getattr("Single")?.call1((id, kwargs))?,
+            Some(n) => host.getattr("Vector")?.call1((id, n, kwargs))?,
+        };
+        let obs = parse_space(&env.getattr("obs_space")?)?;
+        let act = parse_space(&env.getattr("act_space")?)?;
+        Ok::<_, PyErr>((env.unbind(), obs, act))
+    })();
+    made.map_err(|e| py_error(py, id, e))
+}
+
 /// Strips [`GYM_PREFIX`] from `id`, if it has it.
 pub fn gym_id(id: &str) -> Option<&str> {
     id.strip_prefix(GYM_PREFIX)
