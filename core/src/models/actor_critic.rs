@@ -429,6 +429,39 @@ mod tests {
     use crate::config::ModelConfig;
     use tch::Kind;
 
+    /// Stacked 84x84 frames go through the Nature CNN: its parameters exist, a batch of flat
+    /// frames acts, and the frames change the outputs (the encoder is on the path).
+    #[test]
+    fn image_observations_use_the_conv_encoder() {
+        let obs_space = Space::Box {
+            shape: vec![4, 84, 84],
+            low: vec![0.0; 4 * 84 * 84],
+            high: vec![255.0; 4 * 84 * 84],
+        };
+        let config = ModelConfig {
+            hidden_sizes: vec![],
+            ..ModelConfig::default()
+        };
+        let model =
+            ActorCritic::new(&config, &obs_space, &Space::Discrete { n: 6 }, Device::Cpu).unwrap();
+        let names: Vec<String> = model.named_parameters().into_iter().map(|p| p.0).collect();
+        assert!(
+            names.iter().any(|n| n == "encoder.conv0.weight"),
+            "{names:?}"
+        );
+        let dark = Tensor::zeros([3, 4 * 84 * 84], (Kind::Float, Device::Cpu));
+        let step = model.act(&dark, false);
+        assert_eq!(step.action.size(), [3]);
+        let bright = model.value(&(dark + 255.0));
+        assert!(
+            (bright - model.value(&Tensor::zeros([3, 4 * 84 * 84], (Kind::Float, Device::Cpu))))
+                .abs()
+                .max()
+                .double_value(&[])
+                > 0.0
+        );
+    }
+
     fn spaces() -> (Space, Space) {
         let obs = Space::Box {
             shape: vec![4],
