@@ -207,7 +207,7 @@ impl Env for Box<dyn Env> {
 }
 
 /// [`Env::step`] for an env that implements [`Env::step_into`]: steps into a new vector.
-fn step_via_into<E: Env>(env: &mut E, action: &Action) -> Result<Step, EnvError> {
+pub(crate) fn step_via_into<E: Env>(env: &mut E, action: &Action) -> Result<Step, EnvError> {
     let mut obs = vec![0.0; env.observation_space().flat_dim()];
     let mut step = env.step_into(action, &mut obs)?;
     step.obs = obs;

@@ -1,6 +1,7 @@
 //! [`GymEnv`]: one gymnasium env behind the [`Env`] trait, entered once per reset or step.
 
 use pyo3::buffer::PyBuffer;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -75,27 +76,30 @@ impl Env for GymEnv {
     }
 
     fn step(&mut self, action: &Action) -> Result<Step, EnvError> {
+        crate::envs::step_via_into(self, action)
+    }
+
+    /// Reads the observation straight into `obs`: no allocation on the Rust side.
+    fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
         if !self.contains(action) {
             return Err(EnvError::InvalidAction {
                 action: action.clone(),
                 space: self.action_space.clone(),
             });
         }
-        let mut obs = vec![0.0; self.observation_space.flat_dim()];
         Python::attach(|py| {
             let env = self.env.bind(py);
-            let result = match action {
-                Action::Discrete(a) => env.call_method1("step_discrete", (*a,)),
-                Action::Continuous(v) => env.call_method1("step_continuous", (v.clone(),)),
-            }
-            .map_err(|e| py_error(py, &self.id, e))?;
-            let result = result
-                .cast::<PyTuple>()
-                .map_err(|e| EnvError::Python(e.to_string()))?;
             let mut read = || -> PyResult<Step> {
-                read_f32(py, &result.get_item(0)?, &mut obs)?;
+                let result = match action {
+                    Action::Discrete(a) => env.call_method1(intern!(py, "step_discrete"), (*a,)),
+                    Action::Continuous(v) => {
+                        env.call_method1(intern!(py, "step_continuous"), (v.as_slice(),))
+                    }
+                }?;
+                let result = result.cast_into::<PyTuple>()?;
+                read_f32(py, &result.get_item(0)?, obs)?;
                 Ok(Step {
-                    obs: std::mem::take(&mut obs),
+                    obs: Vec::new(),
                     reward: result.get_item(1)?.extract()?,
                     terminated: result.get_item(2)?.extract()?,
                     truncated: result.get_item(3)?.extract()?,

@@ -93,7 +93,7 @@ impl BatchEnv for GymVecEnv {
         Python::attach(|py| {
             let bytes = PyBytes::new(py, &self.action_bytes);
             let env = self.env.bind(py).clone();
-            let result = env.call_method1("step", (bytes,))?;
+            let result = env.call_method1(pyo3::intern!(py, "step"), (bytes,))?;
             let result = result.cast::<PyTuple>()?;
             read_f32(py, &result.get_item(0)?, &mut out.obs)?;
             PyBuffer::<f64>::get(&result.get_item(1)?)?.copy_to_slice(py, &mut self.rewards)?;
