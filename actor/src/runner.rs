@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use fleetrl_core::acting::Acting;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs::{Episode, VecEnv};
+use fleetrl_core::envs::Episode;
 use fleetrl_core::models::ActorCritic;
 use fleetrl_core::rollout::RolloutBuilder;
 use fleetrl_proto::v1::Weights;
@@ -47,7 +47,7 @@ impl Runner {
             actors.rollout_length as usize,
             actors.envs_per_actor as usize,
         );
-        let envs = VecEnv::make(&self.config.env.id, m)?;
+        let envs = fleetrl_core::envs::make_vec(&self.config.env, m)?;
         let obs_dim = envs.obs_dim();
         let mut model = ActorCritic::new(
             &self.config.model,

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use fleetrl_core::demo::{self, DemoSource};
-use fleetrl_core::eval::record_episode;
+use fleetrl_core::eval::record_episode_env;
 
 use crate::eval_cmd::load_policy;
 
@@ -29,9 +29,9 @@ pub(crate) fn run(checkpoint: &Path, out: &Path, args: &RecordArgs) -> anyhow::R
     let mut kept = 0;
     for i in 0..args.episodes {
         let seed = args.seed + i as u64;
-        let episode = record_episode(
+        let episode = record_episode_env(
             &policy,
-            &config.env.id,
+            &config.env,
             seed,
             !args.stochastic,
             DemoSource::Checkpoint,

@@ -41,7 +41,7 @@ pub(crate) fn build_algorithm(
     }
     tracing::info!(?devices, "learner devices");
     tch::manual_seed(config.seed as i64);
-    let env = envs::make(&config.env.id)?;
+    let env = envs::make_configured(&config.env)?;
     let (obs_space, action_space) = (env.observation_space(), env.action_space());
     let model = ActorCritic::new(&config.model, &obs_space, &action_space, devices[0])?;
     let make = |device| {

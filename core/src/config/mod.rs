@@ -103,14 +103,30 @@ impl Default for RunConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnvConfig {
-    /// Registered env id, e.g. "CartPole-v1".
+    /// Registered env id, e.g. "CartPole-v1"; `gym:ID` makes gymnasium's ID (e.g. "gym:Hopper-v5").
     pub id: String,
+    /// Keyword arguments for `gymnasium.make` (gym: ids only), e.g. `{ frameskip = 1 }`.
+    pub kwargs: toml::Table,
+    /// Multiplies every reward the learner sees (1 = unchanged); scores stay unscaled.
+    pub reward_scale: f32,
+    /// Clips rewards the learner sees to [-c, c] after scaling (0 = off); scores stay unclipped.
+    pub reward_clip: f32,
+    /// Standard Atari preprocessing (gym:ALE/ ids made with frameskip = 1): no-op reset, frame skip
+    /// 4 with max-pool, 84x84 grayscale, episodic life, fire reset; implies frame_stack = 4.
+    pub atari: bool,
+    /// Stacks the last k observations (0 or 1 = off; 4 when atari is on).
+    pub frame_stack: u32,
 }
 
 impl Default for EnvConfig {
     fn default() -> Self {
         EnvConfig {
             id: "CartPole-v1".into(),
+            kwargs: toml::Table::new(),
+            reward_scale: 1.0,
+            reward_clip: 0.0,
+            atari: false,
+            frame_stack: 0,
         }
     }
 }
