@@ -4,6 +4,7 @@
 //! `configs/`), then `--set dotted.key=value` overrides. Unknown keys are errors everywhere.
 
 mod algo;
+mod offpolicy;
 mod overrides;
 
 use std::path::{Path, PathBuf};
@@ -13,6 +14,10 @@ use serde::{Deserialize, Serialize};
 pub use algo::{
     A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, PgOptions, PpoConfig, TrpoConfig,
     VpgConfig, ALGO_NAMES,
+};
+pub use offpolicy::{
+    BcConfig, BcLoss, CapsOptions, DqnConfig, Exploration, NoiseKind, ReplayOptions, SacConfig,
+    TargetUpdate, Td3Config,
 };
 pub use overrides::apply_override;
 
@@ -160,6 +165,11 @@ pub struct ModelConfig {
     pub normalize_obs: bool,
     /// Clip normalised observations to +-this.
     pub obs_clip: f64,
+    /// Off-policy models: hidden widths of the observation feature extractor each network
+    /// applies before its common layers (empty: none; pytorchrl's `obs_feature_extractor`).
+    pub obs_features: Vec<i64>,
+    /// Off-policy critics: hidden widths of the action feature extractor (empty: none).
+    pub act_features: Vec<i64>,
 }
 
 impl Default for ModelConfig {
@@ -173,6 +183,8 @@ impl Default for ModelConfig {
             lstm_size: 0,
             normalize_obs: false,
             obs_clip: 10.0,
+            obs_features: Vec::new(),
+            act_features: Vec::new(),
         }
     }
 }
