@@ -31,7 +31,7 @@ pub struct ReplayOptions {
     /// Transitions in the table before the first sample (SB3's `learning_starts`).
     pub min_size: u64,
     /// Slack of the rate limiter in sampled transitions (0: the larger of two batches and
-    /// `min_size * samples_per_insert`).
+    /// 100 inserts' worth, `100 * samples_per_insert`).
     pub error_buffer: f64,
     /// Prioritized experience replay (Schaul et al. 2016): sample by TD error.
     pub prioritized: bool,
@@ -69,9 +69,7 @@ impl ReplayOptions {
             return self.error_buffer;
         }
         let two_batches = 2.0 * self.batch_size as f64;
-        two_batches
-            .max(self.min_size as f64 * self.samples_per_insert)
-            .max(2.0 * self.samples_per_insert.max(1.0))
+        two_batches.max(100.0 * self.samples_per_insert.max(1.0))
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
