@@ -74,8 +74,8 @@ fn actor_side(algo: &AlgoConfig) -> ActorSide {
                 ..Exploration::default()
             };
             ActorSide {
-                inserts: c.expert_checkpoint.is_some(),
-                expert: c.expert_checkpoint.clone(),
+                inserts: c.expert().is_some(),
+                expert: c.expert().map(String::from),
                 ..side(&explore, 1, c.discount)
             }
         }

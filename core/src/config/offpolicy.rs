@@ -417,9 +417,10 @@ pub struct BcConfig {
     pub learning_rate: f64,
     /// `log_prob` or `mse`.
     pub loss: BcLoss,
-    /// Directory of demo files (`fleetrl record`) to learn from.
+    /// Directory of demo files (`fleetrl record`) to learn from (empty: none).
     pub demos: Option<String>,
-    /// An expert checkpoint the actors play (its actions are the labels) instead of demos.
+    /// An expert checkpoint the actors play (its actions are the labels) instead of demos
+    /// (empty: none).
     pub expert_checkpoint: Option<String>,
     /// Updates between weight publications to the actors.
     pub publish_interval: u64,
@@ -494,6 +495,16 @@ impl Td3Config {
 }
 
 impl BcConfig {
+    /// The demo directory, if one is set (an empty string is none).
+    pub fn demo_dir(&self) -> Option<&str> {
+        self.demos.as_deref().filter(|d| !d.is_empty())
+    }
+
+    /// The expert checkpoint, if one is set (an empty string is none).
+    pub fn expert(&self) -> Option<&str> {
+        self.expert_checkpoint.as_deref().filter(|d| !d.is_empty())
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         check(
             self.learning_rate > 0.0,
@@ -501,7 +512,7 @@ impl BcConfig {
             "must be > 0",
         )?;
         check(
-            self.demos.is_some() != self.expert_checkpoint.is_some(),
+            self.demo_dir().is_some() != self.expert().is_some(),
             "algo.demos",
             "set exactly one of algo.demos (a directory of demo files) and algo.expert_checkpoint",
         )?;

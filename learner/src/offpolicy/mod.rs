@@ -60,7 +60,7 @@ pub(crate) async fn run(config: RunConfig, at: Endpoints) -> anyhow::Result<()> 
         .clone();
     let mut table = transition::table_spec(&config, &replay)?;
     let demo_items = match &config.algo {
-        AlgoConfig::Bc(c) => match &c.demos {
+        AlgoConfig::Bc(c) => match c.demo_dir() {
             Some(dir) => Some(demos::items(&config, dir)?),
             None => None,
         },
