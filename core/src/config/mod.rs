@@ -71,7 +71,8 @@ pub struct RunConfig {
     pub env: EnvConfig,
     /// The policy network.
     pub model: ModelConfig,
-    /// The algorithm (`name`: ppo, a2c, vpg, trpo or impala) and its hyperparameters.
+    /// The algorithm (`name`: ppo, a2c, vpg, trpo, impala, dqn, sac, td3, ddpg or bc) and its
+    /// hyperparameters.
     pub algo: AlgoConfig,
     /// The actors.
     pub actors: ActorsConfig,
@@ -444,6 +445,11 @@ impl RunConfig {
             "model.lstm_size",
             "recurrent models are trained by algo.name = \"ppo\" only",
         )?;
+        check(
+            !self.algo.is_off_policy() || !(self.model.normalize_obs || self.model.shared_trunk),
+            "model.normalize_obs",
+            "off-policy models support neither observation normalisation nor a shared trunk yet",
+        )?;
         if let (true, Some(ppo)) = (self.model.lstm_size > 0, self.algo.as_ppo()) {
             let columns = self.learner.batch_rollouts * self.actors.envs_per_actor;
             check(
@@ -524,6 +530,27 @@ mod tests {
         let text = "[algo]\nname = \"vpg\"\nentropy_method = \"max\"\npolicy_ent_coeff = 0.1\n";
         let err = RunConfig::from_toml(text, "test").unwrap_err();
         assert!(err.to_string().contains("algo.center_adv"), "{err}");
+    }
+
+    #[test]
+    fn off_policy_sections_parse_and_ddpg_gets_its_defaults() {
+        let text = "[algo]\nname = \"ddpg\"\n[algo.replay]\nbatch_size = 32\n";
+        let c = RunConfig::from_toml(text, "test").unwrap();
+        let AlgoConfig::Ddpg(d) = &c.algo else {
+            panic!("{:?}", c.algo)
+        };
+        assert_eq!((d.num_critics, d.policy_delay, d.target_noise), (1, 1, 0.0));
+        assert_eq!(d.replay.batch_size, 32);
+        assert!(c.algo.is_off_policy());
+        assert_eq!(RunConfig::from_toml(&c.to_toml(), "test").unwrap(), c);
+        let err = RunConfig::from_toml("[algo]\nname = \"sac\"\n[algo.replay]\nn_stp = 3\n", "t")
+            .unwrap_err();
+        assert!(err.to_string().contains("n_stp"), "{err}");
+        let err = RunConfig::from_toml("[algo]\nname = \"bc\"\n", "t").unwrap_err();
+        assert!(err.to_string().contains("algo.demos"), "{err}");
+        let err = RunConfig::from_toml("[model]\nlstm_size = 8\n[algo]\nname = \"dqn\"\n", "t")
+            .unwrap_err();
+        assert!(err.to_string().contains("model.lstm_size"), "{err}");
     }
 
     #[test]

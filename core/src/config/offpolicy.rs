@@ -156,7 +156,7 @@ impl Default for Exploration {
 impl Exploration {
     /// Epsilon after `steps` env steps of this actor.
     pub fn epsilon(&self, steps: u64) -> f64 {
-        if self.epsilon_decay_steps == 0 {
+        if steps >= self.epsilon_decay_steps {
             return self.epsilon_end;
         }
         let frac = (steps as f64 / self.epsilon_decay_steps as f64).min(1.0);
