@@ -44,7 +44,7 @@ echo "### fleetrl with SB3's exact hyperparameters (throughput, no evaluation be
 echo "| run | seed | solved | env steps to target | wall s to target | env steps | wall s | env steps/s | final eval |"
 echo "|---|---|---|---|---|---|---|---|---|"
 sb3_dqn=(model.hidden_sizes=[256,256] algo.learning_rate=2.3e-3 algo.replay.n_step=1
-  algo.target.period=5 algo.publish_interval=1 eval.interval_env_steps=1000000
+  algo.target.period=5 algo.publish_interval=1 algo.double_q=false eval.interval_env_steps=1000000
   stop.total_env_steps=50000 stop.target_return=1000)
 sb3_sac=(model.hidden_sizes=[256,256] algo.replay.min_size=100 algo.explore.random_steps=0
   eval.interval_env_steps=1000000 stop.total_env_steps=20000 stop.target_return=0)

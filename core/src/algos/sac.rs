@@ -224,6 +224,48 @@ mod tests {
     }
 
     #[test]
+    fn caps_terms_are_weighted_mean_squared_action_differences() {
+        use crate::config::ModelConfig;
+        use crate::envs::Space;
+        use crate::models::PolicyKind;
+        let b = |n: usize| Space::Box {
+            shape: vec![n as i64],
+            low: vec![-1.0; n],
+            high: vec![1.0; n],
+        };
+        let model = OffPolicyModel::new(
+            &ModelConfig::default(),
+            PolicyKind::SquashedGaussian,
+            2,
+            &b(3),
+            &b(2),
+            tch::Device::Cpu,
+        )
+        .unwrap();
+        let obs = Tensor::randn([4, 3], (Kind::Float, tch::Device::Cpu));
+        let next = Tensor::randn([4, 3], (Kind::Float, tch::Device::Cpu));
+        let off = CapsOptions::default();
+        assert_eq!(caps_loss(&model, &obs, &next, &off).double_value(&[]), 0.0);
+        let temporal = CapsOptions {
+            temporal_weight: 2.0,
+            ..CapsOptions::default()
+        };
+        let got = caps_loss(&model, &obs, &next, &temporal).double_value(&[]);
+        let diff = model.mean_action(&obs) - model.mean_action(&next);
+        let expected = 2.0
+            * diff
+                .square()
+                .sum_dim_intlist(-1, false, Kind::Float)
+                .mean(Kind::Float)
+                .double_value(&[]);
+        assert!((got - expected).abs() < 1e-6, "{got} vs {expected}");
+        assert_eq!(
+            caps_loss(&model, &obs, &obs, &temporal).double_value(&[]),
+            0.0
+        );
+    }
+
+    #[test]
     fn alpha_grows_when_entropy_is_below_target() {
         let log_alpha = Tensor::zeros([], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
         // log pi = 1 means entropy -1, below a target of 0: the gradient step must raise alpha.

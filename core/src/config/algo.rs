@@ -125,7 +125,7 @@ impl AlgoConfig {
     }
 }
 
-fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
+pub(super) fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
     if ok {
         Ok(())
     } else {

@@ -443,7 +443,8 @@ impl RunConfig {
         check(
             self.model.lstm_size == 0 || self.algo.name() == "ppo",
             "model.lstm_size",
-            "recurrent models are trained by algo.name = \"ppo\" only",
+            "recurrent models are trained by algo.name = \"ppo\" only (recurrent off-policy \
+             models, R2D2-style stored sequences with burn-in, are not implemented yet)",
         )?;
         check(
             !self.algo.is_off_policy() || !(self.model.normalize_obs || self.model.shared_trunk),

@@ -4,17 +4,17 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::algo::check;
 use super::ConfigError;
 
-fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
-            key,
-            message: message.to_string(),
-        })
-    }
+/// The checks SAC and TD3 share: positive learning rates, at least one critic.
+fn check_actor_critic(policy_lr: f64, qf_lr: f64, num_critics: u32) -> Result<(), ConfigError> {
+    check(
+        policy_lr > 0.0 && qf_lr > 0.0,
+        "algo.policy_lr",
+        "learning rates must be > 0",
+    )?;
+    check(num_critics >= 1, "algo.num_critics", "must be >= 1")
 }
 
 /// The replay table of transitions and how the learner samples it.
@@ -462,17 +462,12 @@ impl DqnConfig {
 
 impl SacConfig {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        check(
-            self.policy_lr > 0.0 && self.qf_lr > 0.0,
-            "algo.policy_lr",
-            "learning rates must be > 0",
-        )?;
+        check_actor_critic(self.policy_lr, self.qf_lr, self.num_critics)?;
         check(
             self.initial_alpha > 0.0,
             "algo.initial_alpha",
             "must be > 0",
         )?;
-        check(self.num_critics >= 1, "algo.num_critics", "must be >= 1")?;
         self.target.validate()?;
         self.replay.validate()?;
         self.explore.validate()
@@ -481,12 +476,7 @@ impl SacConfig {
 
 impl Td3Config {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        check(
-            self.policy_lr > 0.0 && self.qf_lr > 0.0,
-            "algo.policy_lr",
-            "learning rates must be > 0",
-        )?;
-        check(self.num_critics >= 1, "algo.num_critics", "must be >= 1")?;
+        check_actor_critic(self.policy_lr, self.qf_lr, self.num_critics)?;
         check(self.policy_delay >= 1, "algo.policy_delay", "must be >= 1")?;
         self.target.validate()?;
         self.replay.validate()?;
