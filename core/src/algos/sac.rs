@@ -54,11 +54,11 @@ pub fn caps_loss(
             .mean(Kind::Float)
     };
     if caps.temporal_weight > 0.0 {
-        loss = loss + sq(&mu, &model.mean_action(next_obs)) * caps.temporal_weight;
+        loss += sq(&mu, &model.mean_action(next_obs)) * caps.temporal_weight;
     }
     if caps.spatial_weight > 0.0 {
         let near = obs + obs.randn_like() * caps.spatial_std;
-        loss = loss + sq(&mu, &model.mean_action(&near)) * caps.spatial_weight;
+        loss += sq(&mu, &model.mean_action(&near)) * caps.spatial_weight;
     }
     loss
 }

@@ -340,9 +340,11 @@ mod tests {
     #[test]
     fn continuous_actions_stay_in_the_box_and_log_probs_are_finite() {
         let (obs_space, act_space) = pendulum_spaces();
-        let mut config = ModelConfig::default();
-        config.obs_features = vec![16];
-        config.act_features = vec![8];
+        let config = ModelConfig {
+            obs_features: vec![16],
+            act_features: vec![8],
+            ..ModelConfig::default()
+        };
         let model = OffPolicyModel::new(
             &config,
             PolicyKind::SquashedGaussian,
