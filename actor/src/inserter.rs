@@ -15,6 +15,8 @@ pub(crate) struct Inserter {
     pub(crate) shards: Vec<String>,
     pub(crate) table: String,
     pub(crate) max_in_flight: usize,
+    /// Items stacked into one insert request (1 for rollouts; many for transitions).
+    pub(crate) max_items_per_request: usize,
     pub(crate) metrics: Arc<ActorMetrics>,
 }
 
@@ -25,6 +27,7 @@ impl Inserter {
     pub(crate) async fn run(self, mut rollouts: mpsc::Receiver<TensorMap>) -> anyhow::Result<()> {
         let mut options = WriterOptions::new(&self.table);
         options.max_in_flight = self.max_in_flight.max(1);
+        options.max_items_per_request = self.max_items_per_request.max(1);
         let (writer, task) = Writer::spawn(self.shards, options);
         let publish = |writer: &Writer| {
             self.metrics.rollouts_sent.set_total(writer.acked() as f64);

@@ -7,6 +7,7 @@ mod identity;
 mod inserter;
 mod learner_link;
 mod metrics;
+mod offpolicy;
 mod runner;
 
 use std::sync::{Arc, Mutex};
@@ -98,26 +99,46 @@ async fn main() -> anyhow::Result<()> {
         interval,
     ));
 
-    let (rollouts_tx, rollouts_rx) = mpsc::channel(1);
+    // Off-policy actors insert single transitions: batch them per request and keep
+    // TRANSITIONS_PER_REQUEST times as many in flight.
+    let per_request = match config.algo.is_off_policy() {
+        true => offpolicy::TRANSITIONS_PER_REQUEST,
+        false => 1,
+    };
+    let (rollouts_tx, rollouts_rx) = mpsc::channel(per_request);
     let inserter = inserter::Inserter {
         shards: replay_client::parse_shards(&args.replay)?,
         table: spec.table.clone(),
-        max_in_flight: config.actors.max_in_flight as usize,
+        max_in_flight: config.actors.max_in_flight as usize * per_request,
+        max_items_per_request: per_request,
         metrics: metrics.clone(),
     };
     let mut inserting = tokio::spawn(inserter.run(rollouts_rx));
     let (stop, stop_rx) = watch::channel(false);
-    let runner = runner::Runner {
-        actor_id: args.actor_id,
-        config,
-        weights: weights_rx,
-        rollouts: rollouts_tx,
-        progress,
-        stop: stop_rx,
-        metrics,
-        held: Default::default(),
+    let mut acting = if config.algo.is_off_policy() {
+        let runner = offpolicy::OffPolicyRunner {
+            actor_id: args.actor_id,
+            config,
+            weights: weights_rx,
+            items: rollouts_tx,
+            progress,
+            stop: stop_rx,
+            metrics,
+        };
+        tokio::task::spawn_blocking(move || runner.run())
+    } else {
+        let runner = runner::Runner {
+            actor_id: args.actor_id,
+            config,
+            weights: weights_rx,
+            rollouts: rollouts_tx,
+            progress,
+            stop: stop_rx,
+            metrics,
+            held: Default::default(),
+        };
+        tokio::task::spawn_blocking(move || runner.run())
     };
-    let mut acting = tokio::task::spawn_blocking(move || runner.run());
 
     tokio::select! {
         _ = net::shutdown_signal() => tracing::info!("shutting down"),

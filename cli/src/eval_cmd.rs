@@ -3,11 +3,9 @@
 use std::path::Path;
 
 use anyhow::Context;
-use fleetrl_core::checkpoint;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs;
 use fleetrl_core::eval::{eval_seed, evaluate_env, EvalResult};
-use fleetrl_core::models::ActorCritic;
+use fleetrl_core::models::Policy;
 
 /// Plays `episodes` deterministic episodes with the policy in checkpoint `path`.
 /// Blocks (tch and env work): call from a blocking thread.
@@ -20,25 +18,15 @@ pub(crate) fn evaluate_checkpoint(
     let (model, config) = load_policy(path)?;
     let seed = seed.unwrap_or_else(|| eval_seed(&config));
     Ok((
-        evaluate_env(&model, &config.env, episodes, seed, true)?,
+        evaluate_env(model.as_ref(), &config.env, episodes, seed, true)?,
         seed,
     ))
 }
 
-/// The policy saved in checkpoint `path`, on the CPU, and the run config it was trained with.
-pub(crate) fn load_policy(path: &Path) -> anyhow::Result<(ActorCritic, RunConfig)> {
-    let ckpt = checkpoint::load(path)?;
-    let env = envs::make_configured(&ckpt.config.env)?;
-    let mut model = ActorCritic::new(
-        &ckpt.config.model,
-        &env.observation_space(),
-        &env.action_space(),
-        tch::Device::Cpu,
-    )?;
-    model
-        .load_named(&ckpt.model)
-        .with_context(|| format!("loading the policy from {}", path.display()))?;
-    Ok((model, ckpt.config))
+/// The policy saved in checkpoint `path` (any algorithm), on the CPU, and the run config it
+/// was trained with.
+pub(crate) fn load_policy(path: &Path) -> anyhow::Result<(Box<dyn Policy>, RunConfig)> {
+    Ok(fleetrl_core::policy_loader::load_policy(path)?)
 }
 
 /// The `eval` subcommand: prints the mean return and writes `<checkpoint>/eval.json`.

@@ -30,7 +30,7 @@ pub(crate) fn run(checkpoint: &Path, out: &Path, args: &RecordArgs) -> anyhow::R
     for i in 0..args.episodes {
         let seed = args.seed + i as u64;
         let episode = record_episode_env(
-            &policy,
+            policy.as_ref(),
             &config.env,
             seed,
             !args.stochastic,

@@ -19,6 +19,11 @@ fn main() {
         .split_first()
         .expect("usage: serial <preset> [key=value]...");
     let config = RunConfig::load(preset, overrides).expect("the preset loads");
+    assert!(
+        !config.algo.is_off_policy(),
+        "the serial example runs on-policy presets; train {} with `fleetrl train`",
+        config.algo.name()
+    );
     tch::set_num_threads(1);
     tch::manual_seed(config.seed as i64);
     let m = (config.actors.count * config.actors.envs_per_actor) as usize;

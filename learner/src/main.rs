@@ -2,6 +2,7 @@
 //! publishes every new version of the weights, checkpoints, and serves its status.
 
 mod metrics;
+mod offpolicy;
 mod prefetch;
 mod service;
 mod stats;
@@ -67,6 +68,16 @@ async fn main() -> anyhow::Result<()> {
     );
     tch::set_num_threads(config.learner.torch_threads as i32);
     tch::set_num_interop_threads(1);
+    if config.algo.is_off_policy() {
+        let at = offpolicy::Endpoints {
+            listen: args.listen,
+            replay: args.replay,
+            run_dir: args.run_dir,
+            resume: args.resume,
+            metrics_listen: args.metrics_listen,
+        };
+        return offpolicy::run(config, at).await;
+    }
     let checkpoint_dir = args.run_dir.join("checkpoints");
     let Restored { algo, stats } =
         build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;

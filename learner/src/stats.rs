@@ -76,6 +76,11 @@ impl Stats {
         self.policy_lag_sum.1 += 1;
     }
 
+    /// Env steps the actors reported so far (the off-policy learner's progress measure).
+    pub(crate) fn env_steps_reported(&self) -> u64 {
+        self.env_steps_reported
+    }
+
     /// Mean of the recent returns, NaN before the first episode.
     pub(crate) fn recent_return(&self) -> f64 {
         if self.recent.is_empty() {

@@ -76,7 +76,13 @@ async fn main() -> anyhow::Result<()> {
     if let Some(config) = &args.config {
         let run = RunConfig::load(config, &args.set)
             .with_context(|| format!("loading run config `{config}`"))?;
-        tables.push(fleetrl_core::rollout::table_spec(&run).context("building the rollout table")?);
+        // Off-policy learners create their transition table with EnsureTable (its limiter
+        // depends on the algorithm and, for BC, on the demos).
+        if !run.algo.is_off_policy() {
+            tables.push(
+                fleetrl_core::rollout::table_spec(&run).context("building the rollout table")?,
+            );
+        }
     }
     if let Some(path) = &args.tables {
         let text = std::fs::read_to_string(path)

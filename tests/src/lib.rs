@@ -43,6 +43,7 @@ struct Actor {
 /// Builds a [`Sandbox`].
 pub struct SandboxBuilder {
     name: String,
+    preset: String,
     actors: u32,
     overrides: Vec<String>,
 }
@@ -52,6 +53,7 @@ impl Sandbox {
     pub fn builder(name: &str) -> SandboxBuilder {
         SandboxBuilder {
             name: name.to_string(),
+            preset: "cartpole-ppo".to_string(),
             actors: 2,
             overrides: Vec::new(),
         }
@@ -170,6 +172,12 @@ impl SandboxBuilder {
         self
     }
 
+    /// The preset under `configs/` to start from (default `cartpole-ppo`).
+    pub fn preset(mut self, name: &str) -> Self {
+        self.preset = name.to_string();
+        self
+    }
+
     /// A config override, `dotted.key=value`.
     pub fn set(mut self, assignment: &str) -> Self {
         self.overrides.push(assignment.to_string());
@@ -184,7 +192,10 @@ impl SandboxBuilder {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let config = fleetrl_core::config::RunConfig::load(
-            &root.join("configs/cartpole-ppo.toml").display().to_string(),
+            &root
+                .join(format!("configs/{}.toml", self.preset))
+                .display()
+                .to_string(),
             &self.overrides,
         )?;
         let config_path = dir.join("config.toml");

@@ -2,12 +2,17 @@
 //! is pure (slices or tensors in, tensors out) and unit-tested without an environment.
 
 pub mod a2c;
+pub mod bc;
 pub mod data_parallel;
+pub mod dqn;
 pub mod impala;
+pub mod offpolicy;
 pub mod pg;
 pub mod ppo;
 pub mod replicas;
 pub mod returns;
+pub mod sac;
+pub mod td3;
 pub mod trpo;
 pub mod vpg;
 pub mod vtrace;
@@ -27,6 +32,8 @@ use crate::rollout::RolloutBatch;
 
 /// The algorithm `config.algo` names, training `model`. Linear schedules span the run's step
 /// budget; PPO splits its minibatches over `learner.update_threads` threads.
+///
+/// Panics for an off-policy algorithm: the learner builds those with [`offpolicy::build`].
 pub fn build(config: &RunConfig, model: ActorCritic) -> Box<dyn Algorithm> {
     let total = config.total_updates();
     match &config.algo {
@@ -37,6 +44,10 @@ pub fn build(config: &RunConfig, model: ActorCritic) -> Box<dyn Algorithm> {
         AlgoConfig::Vpg(c) => Box::new(Vpg::new(c, model)),
         AlgoConfig::Trpo(c) => Box::new(Trpo::new(c, model)),
         AlgoConfig::Impala(c) => Box::new(Impala::new(c, model, total)),
+        other => panic!(
+            "{} is off-policy: build it with algos::offpolicy::build",
+            other.name()
+        ),
     }
 }
 

@@ -5,6 +5,7 @@
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::offpolicy::{BcConfig, DqnConfig, SacConfig, Td3Config, DDPG_DEFAULTS};
 use super::ConfigError;
 
 /// Which algorithm trains, with its hyperparameters.
@@ -20,6 +21,16 @@ pub enum AlgoConfig {
     Trpo(TrpoConfig),
     /// IMPALA's V-trace actor-critic.
     Impala(ImpalaConfig),
+    /// Deep Q-learning (off-policy, replay).
+    Dqn(DqnConfig),
+    /// Soft actor-critic (off-policy, replay).
+    Sac(SacConfig),
+    /// Twin delayed DDPG (off-policy, replay).
+    Td3(Td3Config),
+    /// Deep deterministic policy gradient: TD3's config with DDPG's defaults.
+    Ddpg(Td3Config),
+    /// Behaviour cloning from demos or an expert checkpoint.
+    Bc(BcConfig),
 }
 
 impl Default for AlgoConfig {
@@ -29,7 +40,9 @@ impl Default for AlgoConfig {
 }
 
 /// The `name` values, in the order of [`AlgoConfig`]'s variants.
-pub const ALGO_NAMES: [&str; 5] = ["ppo", "a2c", "vpg", "trpo", "impala"];
+pub const ALGO_NAMES: [&str; 10] = [
+    "ppo", "a2c", "vpg", "trpo", "impala", "dqn", "sac", "td3", "ddpg", "bc",
+];
 
 impl AlgoConfig {
     /// The `name` this config is written with.
@@ -40,6 +53,11 @@ impl AlgoConfig {
             AlgoConfig::Vpg(_) => "vpg",
             AlgoConfig::Trpo(_) => "trpo",
             AlgoConfig::Impala(_) => "impala",
+            AlgoConfig::Dqn(_) => "dqn",
+            AlgoConfig::Sac(_) => "sac",
+            AlgoConfig::Td3(_) => "td3",
+            AlgoConfig::Ddpg(_) => "ddpg",
+            AlgoConfig::Bc(_) => "bc",
         }
     }
 
@@ -51,7 +69,24 @@ impl AlgoConfig {
             AlgoConfig::Vpg(c) => c.discount,
             AlgoConfig::Trpo(c) => c.discount,
             AlgoConfig::Impala(c) => c.discount,
+            AlgoConfig::Dqn(c) => c.discount,
+            AlgoConfig::Sac(c) => c.discount,
+            AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => c.discount,
+            AlgoConfig::Bc(c) => c.discount,
         }
+    }
+
+    /// Whether the algorithm learns from a replay table of transitions (the off-policy
+    /// actor and learner loops) rather than from on-policy rollouts.
+    pub fn is_off_policy(&self) -> bool {
+        matches!(
+            self,
+            AlgoConfig::Dqn(_)
+                | AlgoConfig::Sac(_)
+                | AlgoConfig::Td3(_)
+                | AlgoConfig::Ddpg(_)
+                | AlgoConfig::Bc(_)
+        )
     }
 
     /// The PPO config, if PPO is the algorithm.
@@ -82,11 +117,15 @@ impl AlgoConfig {
             }
             AlgoConfig::Trpo(c) => c.validate(),
             AlgoConfig::Impala(c) => c.validate(),
+            AlgoConfig::Dqn(c) => c.validate(),
+            AlgoConfig::Sac(c) => c.validate(),
+            AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => c.validate(),
+            AlgoConfig::Bc(c) => c.validate(),
         }
     }
 }
 
-fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
+pub(super) fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
     if ok {
         Ok(())
     } else {
@@ -113,6 +152,10 @@ impl Serialize for AlgoConfig {
             AlgoConfig::Vpg(c) => toml::Table::try_from(c),
             AlgoConfig::Trpo(c) => toml::Table::try_from(c),
             AlgoConfig::Impala(c) => toml::Table::try_from(c),
+            AlgoConfig::Dqn(c) => toml::Table::try_from(c),
+            AlgoConfig::Sac(c) => toml::Table::try_from(c),
+            AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => toml::Table::try_from(c),
+            AlgoConfig::Bc(c) => toml::Table::try_from(c),
         };
         let mut table = inner.map_err(serde::ser::Error::custom)?;
         table.insert("name".into(), toml::Value::String(self.name().into()));
@@ -132,6 +175,15 @@ impl<'de> Deserialize<'de> for AlgoConfig {
                 )))
             }
         };
+        if name == "ddpg" {
+            for (key, value) in DDPG_DEFAULTS {
+                let value = match key {
+                    "target_noise" => toml::Value::Float(value as f64),
+                    _ => toml::Value::Integer(value),
+                };
+                table.entry(key).or_insert(value);
+            }
+        }
         let rest = toml::Value::Table(table);
         let err = |e: toml::de::Error| D::Error::custom(format!("[algo] ({name}): {e}"));
         Ok(match name.as_str() {
@@ -140,6 +192,11 @@ impl<'de> Deserialize<'de> for AlgoConfig {
             "vpg" => AlgoConfig::Vpg(rest.try_into().map_err(err)?),
             "trpo" => AlgoConfig::Trpo(rest.try_into().map_err(err)?),
             "impala" => AlgoConfig::Impala(rest.try_into().map_err(err)?),
+            "dqn" => AlgoConfig::Dqn(rest.try_into().map_err(err)?),
+            "sac" => AlgoConfig::Sac(rest.try_into().map_err(err)?),
+            "td3" => AlgoConfig::Td3(rest.try_into().map_err(err)?),
+            "ddpg" => AlgoConfig::Ddpg(rest.try_into().map_err(err)?),
+            "bc" => AlgoConfig::Bc(rest.try_into().map_err(err)?),
             other => {
                 return Err(D::Error::custom(format!(
                     "unknown algo.name `{other}`; expected one of {ALGO_NAMES:?}"

@@ -5,6 +5,7 @@
 
 mod algo;
 mod devices;
+mod offpolicy;
 mod overrides;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +17,10 @@ pub use algo::{
     VpgConfig, ALGO_NAMES,
 };
 pub use devices::{parse_device, BroadcastDtype, DeviceList};
+pub use offpolicy::{
+    BcConfig, BcLoss, CapsOptions, DqnConfig, Exploration, NoiseKind, ReplayOptions, SacConfig,
+    TargetUpdate, Td3Config,
+};
 pub use overrides::apply_override;
 
 /// The config file format this build reads.
@@ -68,7 +73,8 @@ pub struct RunConfig {
     pub env: EnvConfig,
     /// The policy network.
     pub model: ModelConfig,
-    /// The algorithm (`name`: ppo, a2c, vpg, trpo or impala) and its hyperparameters.
+    /// The algorithm (`name`: ppo, a2c, vpg, trpo, impala, dqn, sac, td3, ddpg or bc) and its
+    /// hyperparameters.
     pub algo: AlgoConfig,
     /// The actors.
     pub actors: ActorsConfig,
@@ -178,6 +184,11 @@ pub struct ModelConfig {
     pub normalize_obs: bool,
     /// Clip normalised observations to +-this.
     pub obs_clip: f64,
+    /// Off-policy models: hidden widths of the observation feature extractor each network
+    /// applies before its common layers (empty: none; pytorchrl's `obs_feature_extractor`).
+    pub obs_features: Vec<i64>,
+    /// Off-policy critics: hidden widths of the action feature extractor (empty: none).
+    pub act_features: Vec<i64>,
 }
 
 impl Default for ModelConfig {
@@ -191,6 +202,8 @@ impl Default for ModelConfig {
             lstm_size: 0,
             normalize_obs: false,
             obs_clip: 10.0,
+            obs_features: Vec::new(),
+            act_features: Vec::new(),
         }
     }
 }
@@ -464,7 +477,13 @@ impl RunConfig {
         check(
             self.model.lstm_size == 0 || self.algo.name() == "ppo",
             "model.lstm_size",
-            "recurrent models are trained by algo.name = \"ppo\" only",
+            "recurrent models are trained by algo.name = \"ppo\" only (recurrent off-policy \
+             models, R2D2-style stored sequences with burn-in, are not implemented yet)",
+        )?;
+        check(
+            !self.algo.is_off_policy() || !(self.model.normalize_obs || self.model.shared_trunk),
+            "model.normalize_obs",
+            "off-policy models support neither observation normalisation nor a shared trunk yet",
         )?;
         if let (true, Some(ppo)) = (self.model.lstm_size > 0, self.algo.as_ppo()) {
             let columns = self.learner.batch_rollouts * self.actors.envs_per_actor;
@@ -546,6 +565,27 @@ mod tests {
         let text = "[algo]\nname = \"vpg\"\nentropy_method = \"max\"\npolicy_ent_coeff = 0.1\n";
         let err = RunConfig::from_toml(text, "test").unwrap_err();
         assert!(err.to_string().contains("algo.center_adv"), "{err}");
+    }
+
+    #[test]
+    fn off_policy_sections_parse_and_ddpg_gets_its_defaults() {
+        let text = "[algo]\nname = \"ddpg\"\n[algo.replay]\nbatch_size = 32\n";
+        let c = RunConfig::from_toml(text, "test").unwrap();
+        let AlgoConfig::Ddpg(d) = &c.algo else {
+            panic!("{:?}", c.algo)
+        };
+        assert_eq!((d.num_critics, d.policy_delay, d.target_noise), (1, 1, 0.0));
+        assert_eq!(d.replay.batch_size, 32);
+        assert!(c.algo.is_off_policy());
+        assert_eq!(RunConfig::from_toml(&c.to_toml(), "test").unwrap(), c);
+        let err = RunConfig::from_toml("[algo]\nname = \"sac\"\n[algo.replay]\nn_stp = 3\n", "t")
+            .unwrap_err();
+        assert!(err.to_string().contains("n_stp"), "{err}");
+        let err = RunConfig::from_toml("[algo]\nname = \"bc\"\n", "t").unwrap_err();
+        assert!(err.to_string().contains("algo.demos"), "{err}");
+        let err = RunConfig::from_toml("[model]\nlstm_size = 8\n[algo]\nname = \"dqn\"\n", "t")
+            .unwrap_err();
+        assert!(err.to_string().contains("model.lstm_size"), "{err}");
     }
 
     #[test]

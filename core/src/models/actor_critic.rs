@@ -2,14 +2,12 @@
 //! PPO: a categorical head for discrete actions, a diagonal Gaussian with a learned
 //! state-independent log-std (`pi.log_std`, rlpyt's MuJoCo model) for continuous ones.
 
-use std::collections::HashMap;
-
-use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
+use fleetrl_proto::TensorMap;
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
 use super::atari::NatureCnn;
-use super::{Dist, FrameShape, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState};
+use super::{weights, Dist, FrameShape, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState};
 use crate::config::{Activation, ModelConfig};
 use crate::envs::Space;
 
@@ -320,48 +318,22 @@ impl ActorCritic {
 
     /// Every parameter as a proto tensor, by path.
     pub fn export(&self) -> Result<TensorMap, ModelError> {
-        let mut map = HashMap::new();
-        for (name, var) in self.vs.variables() {
-            map.insert(name, ProtoTensor::try_from(&var)?);
-        }
-        Ok(TensorMap { tensors: map })
+        weights::export(&self.vs)
     }
 
     /// Copies weights in from a proto map; every parameter must be present with its shape.
     pub fn import(&mut self, weights: &TensorMap) -> Result<(), ModelError> {
-        let mut named = Vec::with_capacity(weights.tensors.len());
-        for (name, proto) in &weights.tensors {
-            named.push((name.clone(), Tensor::try_from(proto)?));
-        }
-        self.load_named(&named)
+        weights::import(&self.vs, weights)
     }
 
     /// Every parameter, by path (for checkpoints).
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut named: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
-        named
+        weights::named(&self.vs)
     }
 
     /// Copies named weights in; every parameter must be present with its exact shape.
     pub fn load_named(&mut self, weights: &[(String, Tensor)]) -> Result<(), ModelError> {
-        let _guard = tch::no_grad_guard();
-        for (name, mut var) in self.vs.variables() {
-            let src = weights
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, t)| t)
-                .ok_or_else(|| ModelError::WeightsMismatch(format!("missing `{name}`")))?;
-            if src.size() != var.size() {
-                return Err(ModelError::WeightsMismatch(format!(
-                    "`{name}` has shape {:?}, model expects {:?}",
-                    src.size(),
-                    var.size()
-                )));
-            }
-            var.copy_(src);
-        }
-        Ok(())
+        weights::load_named(&self.vs, weights)
     }
 }
 

@@ -8,6 +8,8 @@ mod dist;
 mod lstm;
 mod mlp;
 mod obs_norm;
+mod offpolicy;
+pub mod weights;
 
 pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep, Sequence};
 pub use atari::{AtariModel, AtariOutput, FrameShape};
@@ -15,6 +17,7 @@ pub use dist::Dist;
 pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
 pub use obs_norm::ObsNorm;
+pub use offpolicy::{OffPolicyModel, PolicyKind};
 
 use crate::envs::Space;
 

@@ -1,0 +1,152 @@
+//! Behaviour cloning (garage's `BC`; Pomerleau 1991, Bain & Sammut 1995): fit the policy to
+//! an expert's actions, from demo files or from an expert checkpoint the actors play.
+//!
+//! Losses: `log_prob` is the negative log-likelihood of the expert action (a categorical over
+//! the network's logits for discrete actions; for continuous actions the deterministic policy
+//! is read as a unit-variance Gaussian, whose NLL is half the squared error plus a constant);
+//! `mse` is the squared error between the policy's action probabilities and the expert's
+//! one-hot action (discrete) or between the policy's action and the expert's (continuous).
+
+use tch::{Kind, Tensor};
+
+use super::offpolicy::{state_scalar, OffPolicyAlgorithm, Update};
+use super::Metrics;
+use crate::config::{BcConfig, BcLoss};
+use crate::models::{OffPolicyModel, PolicyKind};
+use crate::optim::Adam;
+use crate::transition::TransitionBatch;
+
+/// The BC loss of `model` on expert `action`s at `obs`, averaged over rows.
+pub fn bc_loss(model: &OffPolicyModel, obs: &Tensor, action: &Tensor, loss: BcLoss) -> Tensor {
+    if model.kind() == PolicyKind::QValues {
+        let logits = model.q_values(obs);
+        let log_probs = logits.log_softmax(-1, Kind::Float);
+        return match loss {
+            BcLoss::LogProb => -log_probs
+                .gather(1, &action.unsqueeze(1), false)
+                .mean(Kind::Float),
+            BcLoss::Mse => {
+                let n = logits.size()[1];
+                let one_hot = action.one_hot(n).to_kind(Kind::Float);
+                (log_probs.exp() - one_hot)
+                    .square()
+                    .sum_dim_intlist(-1, false, Kind::Float)
+                    .mean(Kind::Float)
+            }
+        };
+    }
+    let predicted = model.to_env_scale(&model.mean_action(obs));
+    let sq = (predicted - action)
+        .square()
+        .sum_dim_intlist(-1, false, Kind::Float)
+        .mean(Kind::Float);
+    match loss {
+        BcLoss::LogProb => sq * 0.5,
+        BcLoss::Mse => sq,
+    }
+}
+
+/// BC's learner state.
+#[derive(Debug)]
+pub struct Bc {
+    config: BcConfig,
+    model: OffPolicyModel,
+    optim: Adam,
+    updates: u64,
+}
+
+impl Bc {
+    /// BC over `model`.
+    pub fn new(config: &BcConfig, model: OffPolicyModel) -> Bc {
+        let optim = Adam::new(model.var_store(), 1e-8);
+        Bc {
+            config: config.clone(),
+            model,
+            optim,
+            updates: 0,
+        }
+    }
+}
+
+impl OffPolicyAlgorithm for Bc {
+    fn update(&mut self, batch: &TransitionBatch) -> Update {
+        let loss = bc_loss(&self.model, &batch.obs, &batch.action, self.config.loss);
+        self.optim.zero_grad();
+        loss.backward();
+        self.optim.step(self.config.learning_rate, 0.0);
+        self.updates += 1;
+        Update {
+            metrics: Metrics(vec![("bc_loss", loss.double_value(&[]))]),
+            td_errors: None,
+        }
+    }
+
+    fn model(&self) -> &OffPolicyModel {
+        &self.model
+    }
+
+    fn model_mut(&mut self) -> &mut OffPolicyModel {
+        &mut self.model
+    }
+
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut state = self.optim.state();
+        state.push(("updates".into(), Tensor::from(self.updates as i64)));
+        state
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+        self.optim.load_state(state)?;
+        self.updates = state_scalar(state, "updates")? as u64;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelConfig;
+    use crate::envs::Space;
+
+    #[test]
+    fn log_prob_loss_is_the_cross_entropy_and_training_fits_the_expert() {
+        let obs_space = Space::Box {
+            shape: vec![2],
+            low: vec![-1.0; 2],
+            high: vec![1.0; 2],
+        };
+        let model = OffPolicyModel::new(
+            &ModelConfig::default(),
+            PolicyKind::QValues,
+            1,
+            &obs_space,
+            &Space::Discrete { n: 2 },
+            tch::Device::Cpu,
+        )
+        .unwrap();
+        let obs = Tensor::from_slice(&[1.0f32, 0.0, -1.0, 0.0]).view([2, 2]);
+        let action = Tensor::from_slice(&[1i64, 0]);
+        let logits = model.q_values(&obs);
+        let expected = logits.cross_entropy_for_logits(&action).double_value(&[]);
+        let got = bc_loss(&model, &obs, &action, BcLoss::LogProb).double_value(&[]);
+        assert!((got - expected).abs() < 1e-6);
+        let mut bc = Bc::new(&BcConfig::default(), model);
+        let batch = TransitionBatch {
+            obs: obs.shallow_clone(),
+            action: action.shallow_clone(),
+            reward: Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)),
+            discount: Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)),
+            next_obs: obs.shallow_clone(),
+            weights: Tensor::ones([2], (Kind::Float, tch::Device::Cpu)),
+        };
+        for _ in 0..200 {
+            bc.update(&batch);
+        }
+        let greedy = bc.model().q_values(&obs).argmax(1, false);
+        assert_eq!(Vec::<i64>::try_from(&greedy).unwrap(), vec![1, 0]);
+    }
+}

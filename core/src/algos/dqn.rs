@@ -1,0 +1,162 @@
+//! Deep Q-Networks (Mnih et al. 2015, Nature 518) with double Q-learning (van Hasselt et al.
+//! 2016, arXiv:1509.06461), n-step targets (computed on the actors) and prioritized replay
+//! (Schaul et al. 2016, arXiv:1511.05952): the importance weights scale each row's loss and
+//! the |TD errors| go back to the table as new priorities.
+//!
+//! Per batch: `y = R_n + gamma_n Q_target(s', a*)` with `a* = argmax_a Q(s', a)` (double Q)
+//! or `argmax_a Q_target(s', a)`; loss `mean(w * huber(Q(s, a) - y))`; one Adam step with a
+//! global gradient-norm clip; the target network follows every `target.period` updates by
+//! Polyak averaging with `target.tau` (1: a hard copy).
+
+use tch::{Kind, Tensor};
+
+use super::offpolicy::{load_target, mean, state_scalar, target_state, OffPolicyAlgorithm, Update};
+use super::Metrics;
+use crate::config::DqnConfig;
+use crate::models::OffPolicyModel;
+use crate::optim::Adam;
+use crate::transition::TransitionBatch;
+
+/// The TD target `reward + discount * Q_target(next, a*)`, `[B]`. `next_online` are the online
+/// network's Q values at `next_obs` (used to pick `a*` when `double_q`), `next_target` the
+/// target network's, both `[B, n]`.
+pub fn td_target(
+    reward: &Tensor,
+    discount: &Tensor,
+    next_online: &Tensor,
+    next_target: &Tensor,
+    double_q: bool,
+) -> Tensor {
+    let picker = if double_q { next_online } else { next_target };
+    let best = picker.argmax(1, true);
+    let value = next_target.gather(1, &best, false).squeeze_dim(1);
+    reward + discount * value
+}
+
+/// Per-row loss on the TD error `delta`: Huber (delta 1, as SB3's smooth L1) or squared.
+pub fn td_loss(delta: &Tensor, huber: bool) -> Tensor {
+    if !huber {
+        return delta.square() * 0.5;
+    }
+    let abs = delta.abs();
+    let quadratic = abs.clamp_max(1.0);
+    &quadratic * &quadratic * 0.5 + (abs - &quadratic)
+}
+
+/// DQN's learner state.
+#[derive(Debug)]
+pub struct Dqn {
+    config: DqnConfig,
+    model: OffPolicyModel,
+    target: OffPolicyModel,
+    optim: Adam,
+    updates: u64,
+}
+
+impl Dqn {
+    /// DQN over `model`, with `target` (same shape) as its target network.
+    pub fn new(config: &DqnConfig, model: OffPolicyModel, mut target: OffPolicyModel) -> Dqn {
+        target.copy_from(&model, 1.0);
+        let optim = Adam::new(model.var_store(), 1e-8);
+        Dqn {
+            config: config.clone(),
+            model,
+            target,
+            optim,
+            updates: 0,
+        }
+    }
+}
+
+impl OffPolicyAlgorithm for Dqn {
+    fn update(&mut self, batch: &TransitionBatch) -> Update {
+        let c = &self.config;
+        let y = tch::no_grad(|| {
+            let next_online = self.model.q_values(&batch.next_obs);
+            let next_target = self.target.q_values(&batch.next_obs);
+            td_target(
+                &batch.reward,
+                &batch.discount,
+                &next_online,
+                &next_target,
+                c.double_q,
+            )
+        });
+        let q = self
+            .model
+            .q_values(&batch.obs)
+            .gather(1, &batch.action.unsqueeze(1), false)
+            .squeeze_dim(1);
+        let delta = &q - &y;
+        let loss = (td_loss(&delta, c.huber) * &batch.weights).mean(Kind::Float);
+        self.optim.zero_grad();
+        loss.backward();
+        let grad_norm = self.optim.step(c.learning_rate, c.clip_grad_norm);
+        self.updates += 1;
+        if self.updates.is_multiple_of(c.target.period) {
+            self.target.copy_from(&self.model, c.target.tau);
+        }
+        let td =
+            Vec::<f64>::try_from(&delta.detach().abs().to_kind(Kind::Double)).unwrap_or_default();
+        Update {
+            metrics: Metrics(vec![
+                ("q_loss", loss.double_value(&[])),
+                ("q_mean", mean(&q.detach())),
+                ("grad_norm", grad_norm),
+            ]),
+            td_errors: Some(td),
+        }
+    }
+
+    fn model(&self) -> &OffPolicyModel {
+        &self.model
+    }
+
+    fn model_mut(&mut self) -> &mut OffPolicyModel {
+        &mut self.model
+    }
+
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut state = self.optim.state();
+        state.extend(target_state(&self.target));
+        state.push(("updates".into(), Tensor::from(self.updates as i64)));
+        state
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+        self.optim.load_state(state)?;
+        load_target(&mut self.target, state)?;
+        self.updates = state_scalar(state, "updates")? as u64;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn double_q_values_the_online_argmax_with_the_target_network() {
+        let reward = Tensor::from_slice(&[1.0f32, 0.0]);
+        let discount = Tensor::from_slice(&[0.5f32, 0.0]);
+        let online = Tensor::from_slice(&[1.0f32, 3.0, 5.0, 0.0]).view([2, 2]);
+        let target = Tensor::from_slice(&[10.0f32, 2.0, 7.0, 9.0]).view([2, 2]);
+        let double = td_target(&reward, &discount, &online, &target, true);
+        assert_eq!(Vec::<f32>::try_from(&double).unwrap(), vec![2.0, 0.0]);
+        let plain = td_target(&reward, &discount, &online, &target, false);
+        assert_eq!(Vec::<f32>::try_from(&plain).unwrap(), vec![6.0, 0.0]);
+    }
+
+    #[test]
+    fn huber_is_quadratic_inside_one_and_linear_outside() {
+        let delta = Tensor::from_slice(&[0.5f32, -3.0]);
+        let loss = Vec::<f32>::try_from(&td_loss(&delta, true)).unwrap();
+        assert_eq!(loss, vec![0.125, 2.5]);
+        let sq = Vec::<f32>::try_from(&td_loss(&delta, false)).unwrap();
+        assert_eq!(sq, vec![0.125, 4.5]);
+    }
+}

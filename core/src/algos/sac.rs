@@ -1,0 +1,276 @@
+//! Soft Actor-Critic (Haarnoja et al. 2018, arXiv:1801.01290 and arXiv:1812.05905) with
+//! automatic temperature tuning towards a target entropy, or a fixed temperature, and CAPS
+//! smoothness regularisation (Mysore et al. 2021, arXiv:2012.06644) as garage offers it.
+//!
+//! Per batch: `a' ~ pi(s')`, `y = R_n + gamma_n (min_k Q_target_k(s', a') - alpha log pi(a'|s'))`;
+//! critic loss `sum_k mean(w (Q_k(s, a) - y)^2)`; policy loss
+//! `mean(alpha log pi(a~|s) - min_k Q_k(s, a~))` with `a~ ~ pi(s)` reparameterised, plus
+//! `lambda_T ||mu(s) - mu(s')||^2 + lambda_S ||mu(s) - mu(s + N(0, sigma))||^2` (CAPS);
+//! temperature loss `-mean(log alpha (log pi(a~|s) + H_target))`; Polyak targets.
+
+use tch::{nn, Kind, Tensor};
+
+use super::offpolicy::{load_target, mean, state_scalar, target_state, OffPolicyAlgorithm, Update};
+use super::td3::critic_loss;
+use super::Metrics;
+use crate::config::{CapsOptions, SacConfig};
+use crate::models::OffPolicyModel;
+use crate::optim::Adam;
+use crate::transition::TransitionBatch;
+
+/// The soft TD target `reward + discount * (min_q - alpha * log_prob)`, `[B]`.
+pub fn soft_target(
+    reward: &Tensor,
+    discount: &Tensor,
+    min_q: &Tensor,
+    log_prob: &Tensor,
+    alpha: f64,
+) -> Tensor {
+    reward + discount * (min_q - log_prob * alpha)
+}
+
+/// The temperature loss `-mean(log_alpha * (log_prob + target_entropy))` (log-probs detached).
+pub fn alpha_loss(log_alpha: &Tensor, log_prob: &Tensor, target_entropy: f64) -> Tensor {
+    -(log_alpha * (log_prob.detach() + target_entropy)).mean(Kind::Float)
+}
+
+/// CAPS: temporal `||mu(s) - mu(s')||^2` and spatial `||mu(s) - mu(s~)||^2` terms, each
+/// averaged over rows and weighted; `mu` is the policy's deterministic action.
+pub fn caps_loss(
+    model: &OffPolicyModel,
+    obs: &Tensor,
+    next_obs: &Tensor,
+    caps: &CapsOptions,
+) -> Tensor {
+    let mut loss = Tensor::zeros([], (Kind::Float, obs.device()));
+    if caps.temporal_weight <= 0.0 && caps.spatial_weight <= 0.0 {
+        return loss;
+    }
+    let mu = model.mean_action(obs);
+    let sq = |a: &Tensor, b: &Tensor| {
+        (a - b)
+            .square()
+            .sum_dim_intlist(-1, false, Kind::Float)
+            .mean(Kind::Float)
+    };
+    if caps.temporal_weight > 0.0 {
+        loss += sq(&mu, &model.mean_action(next_obs)) * caps.temporal_weight;
+    }
+    if caps.spatial_weight > 0.0 {
+        let near = obs + obs.randn_like() * caps.spatial_std;
+        loss += sq(&mu, &model.mean_action(&near)) * caps.spatial_weight;
+    }
+    loss
+}
+
+/// SAC's learner state.
+#[derive(Debug)]
+pub struct Sac {
+    config: SacConfig,
+    model: OffPolicyModel,
+    target: OffPolicyModel,
+    pi_optim: Adam,
+    qf_optim: Adam,
+    /// Holds `log_alpha`.
+    alpha_vs: nn::VarStore,
+    log_alpha: Tensor,
+    alpha_optim: Option<Adam>,
+    target_entropy: f64,
+    updates: u64,
+}
+
+impl Sac {
+    /// SAC over `model` (a squashed Gaussian policy and its critics), `target` its target copy.
+    pub fn new(config: &SacConfig, model: OffPolicyModel, mut target: OffPolicyModel) -> Sac {
+        target.copy_from(&model, 1.0);
+        let pi_optim = Adam::over(model.var_store(), 1e-8, "pi.");
+        let qf_optim = Adam::over(model.var_store(), 1e-8, "qf");
+        let alpha_vs = nn::VarStore::new(model.var_store().device());
+        let log_alpha =
+            alpha_vs
+                .root()
+                .var("log_alpha", &[], nn::Init::Const(config.initial_alpha.ln()));
+        let alpha_optim = config
+            .auto_alpha
+            .then(|| Adam::over(&alpha_vs, 1e-8, "log_alpha"));
+        let dim = model.action_scale().size()[0] as f64;
+        Sac {
+            target_entropy: config.target_entropy.unwrap_or(-dim),
+            config: config.clone(),
+            model,
+            target,
+            pi_optim,
+            qf_optim,
+            alpha_vs,
+            log_alpha,
+            alpha_optim,
+            updates: 0,
+        }
+    }
+
+    fn alpha(&self) -> f64 {
+        self.log_alpha.exp().double_value(&[])
+    }
+}
+
+impl OffPolicyAlgorithm for Sac {
+    fn update(&mut self, batch: &TransitionBatch) -> Update {
+        let alpha = self.alpha();
+        let y = tch::no_grad(|| {
+            let (unit, log_prob) = self.model.sample_action(&batch.next_obs);
+            let next_action = self.target.to_env_scale(&unit);
+            let (min_q, _) = self
+                .target
+                .qs(&batch.next_obs, &next_action)
+                .min_dim(0, false);
+            soft_target(&batch.reward, &batch.discount, &min_q, &log_prob, alpha)
+        });
+        let qs = self.model.qs(&batch.obs, &batch.action);
+        let q_loss = critic_loss(&qs, &y, &batch.weights) * 0.5;
+        self.qf_optim.zero_grad();
+        q_loss.backward();
+        self.qf_optim.step(self.config.qf_lr, 0.0);
+
+        let (unit, log_prob) = self.model.sample_action(&batch.obs);
+        let action = self.model.to_env_scale(&unit);
+        let (min_q, _) = self.model.qs(&batch.obs, &action).min_dim(0, false);
+        let caps = caps_loss(&self.model, &batch.obs, &batch.next_obs, &self.config.caps);
+        let policy_loss = (&log_prob * alpha - min_q).mean(Kind::Float) + &caps;
+        self.pi_optim.zero_grad();
+        policy_loss.backward();
+        self.pi_optim.step(self.config.policy_lr, 0.0);
+
+        if let Some(optim) = self.alpha_optim.as_mut() {
+            let loss = alpha_loss(&self.log_alpha, &log_prob, self.target_entropy);
+            optim.zero_grad();
+            loss.backward();
+            optim.step(self.config.policy_lr, 0.0);
+        }
+        self.updates += 1;
+        if self.updates.is_multiple_of(self.config.target.period) {
+            self.target.copy_from(&self.model, self.config.target.tau);
+        }
+        let td = (qs.get(0).detach() - &y).abs().to_kind(Kind::Double);
+        Update {
+            metrics: Metrics(vec![
+                ("q_loss", q_loss.double_value(&[])),
+                ("policy_loss", policy_loss.double_value(&[])),
+                ("caps_loss", caps.double_value(&[])),
+                ("alpha", alpha),
+                ("entropy", -mean(&log_prob.detach())),
+                ("q_mean", mean(&qs.detach())),
+            ]),
+            td_errors: Vec::<f64>::try_from(&td).ok(),
+        }
+    }
+
+    fn model(&self) -> &OffPolicyModel {
+        &self.model
+    }
+
+    fn model_mut(&mut self) -> &mut OffPolicyModel {
+        &mut self.model
+    }
+
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut state = self.pi_optim.state();
+        state.extend(self.qf_optim.state());
+        if let Some(optim) = &self.alpha_optim {
+            state.extend(optim.state());
+        }
+        state.extend(target_state(&self.target));
+        state.push(("log_alpha".into(), self.log_alpha.detach().copy()));
+        state.push(("updates".into(), Tensor::from(self.updates as i64)));
+        state
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+        self.pi_optim.load_state(state)?;
+        self.qf_optim.load_state(state)?;
+        if let Some(optim) = self.alpha_optim.as_mut() {
+            optim.load_state(state)?;
+        }
+        load_target(&mut self.target, state)?;
+        let saved = state
+            .iter()
+            .find(|(n, _)| n == "log_alpha")
+            .ok_or("missing `log_alpha`")?;
+        tch::no_grad(|| self.log_alpha.copy_(&saved.1));
+        let _ = &self.alpha_vs;
+        self.updates = state_scalar(state, "updates")? as u64;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soft_target_subtracts_the_entropy_term() {
+        let y = soft_target(
+            &Tensor::from_slice(&[1.0f32]),
+            &Tensor::from_slice(&[0.5f32]),
+            &Tensor::from_slice(&[4.0f32]),
+            &Tensor::from_slice(&[-2.0f32]),
+            0.5,
+        );
+        // 1 + 0.5 * (4 - 0.5 * -2) = 3.5
+        assert_eq!(Vec::<f32>::try_from(&y).unwrap(), vec![3.5]);
+    }
+
+    #[test]
+    fn caps_terms_are_weighted_mean_squared_action_differences() {
+        use crate::config::ModelConfig;
+        use crate::envs::Space;
+        use crate::models::PolicyKind;
+        let b = |n: usize| Space::Box {
+            shape: vec![n as i64],
+            low: vec![-1.0; n],
+            high: vec![1.0; n],
+        };
+        let model = OffPolicyModel::new(
+            &ModelConfig::default(),
+            PolicyKind::SquashedGaussian,
+            2,
+            &b(3),
+            &b(2),
+            tch::Device::Cpu,
+        )
+        .unwrap();
+        let obs = Tensor::randn([4, 3], (Kind::Float, tch::Device::Cpu));
+        let next = Tensor::randn([4, 3], (Kind::Float, tch::Device::Cpu));
+        let off = CapsOptions::default();
+        assert_eq!(caps_loss(&model, &obs, &next, &off).double_value(&[]), 0.0);
+        let temporal = CapsOptions {
+            temporal_weight: 2.0,
+            ..CapsOptions::default()
+        };
+        let got = caps_loss(&model, &obs, &next, &temporal).double_value(&[]);
+        let diff = model.mean_action(&obs) - model.mean_action(&next);
+        let expected = 2.0
+            * diff
+                .square()
+                .sum_dim_intlist(-1, false, Kind::Float)
+                .mean(Kind::Float)
+                .double_value(&[]);
+        assert!((got - expected).abs() < 1e-6, "{got} vs {expected}");
+        assert_eq!(
+            caps_loss(&model, &obs, &obs, &temporal).double_value(&[]),
+            0.0
+        );
+    }
+
+    #[test]
+    fn alpha_grows_when_entropy_is_below_target() {
+        let log_alpha = Tensor::zeros([], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+        // log pi = 1 means entropy -1, below a target of 0: the gradient step must raise alpha.
+        let loss = alpha_loss(&log_alpha, &Tensor::from_slice(&[1.0f32, 1.0]), 0.0);
+        loss.backward();
+        assert!(log_alpha.grad().double_value(&[]) < 0.0);
+    }
+}

@@ -1,0 +1,166 @@
+//! TD3 (Fujimoto et al. 2018, arXiv:1802.09477): clipped double Q over `num_critics` critics,
+//! target policy smoothing and delayed policy updates. With one critic, no smoothing and a
+//! delay of 1 it is DDPG (Lillicrap et al. 2016, arXiv:1509.02971), which `name = "ddpg"`
+//! selects.
+//!
+//! Per batch: `a' = clip(pi_target(s') + clip(eps, -c, c), -1, 1)`, eps ~ N(0, sigma);
+//! `y = R_n + gamma_n min_k Q_target_k(s', a')`; critic loss `sum_k mean(w (Q_k(s, a) - y)^2)`.
+//! Every `policy_delay` updates: policy loss `-mean(Q_0(s, pi(s)))`, then Polyak targets.
+
+use tch::{Kind, Tensor};
+
+use super::offpolicy::{load_target, mean, state_scalar, target_state, OffPolicyAlgorithm, Update};
+use super::Metrics;
+use crate::config::Td3Config;
+use crate::models::OffPolicyModel;
+use crate::optim::Adam;
+use crate::transition::TransitionBatch;
+
+/// The critics' regression loss: `sum_k mean(w (Q_k - y)^2)` for `qs` `[K, B]`, `y` and `w` `[B]`.
+pub fn critic_loss(qs: &Tensor, y: &Tensor, weights: &Tensor) -> Tensor {
+    ((qs - y.unsqueeze(0)).square() * weights.unsqueeze(0))
+        .mean_dim(1, false, Kind::Float)
+        .sum(Kind::Float)
+}
+
+/// Target policy smoothing: `clip(a + clip(noise * std, -clip, clip), -1, 1)` on unit actions.
+pub fn smoothed_action(unit: &Tensor, noise: &Tensor, std: f64, clip: f64) -> Tensor {
+    (unit + (noise * std).clamp(-clip, clip)).clamp(-1.0, 1.0)
+}
+
+/// TD3's (and DDPG's) learner state.
+#[derive(Debug)]
+pub struct Td3 {
+    config: Td3Config,
+    model: OffPolicyModel,
+    target: OffPolicyModel,
+    pi_optim: Adam,
+    qf_optim: Adam,
+    updates: u64,
+    last_policy_loss: f64,
+}
+
+impl Td3 {
+    /// TD3 over `model` (a deterministic policy and its critics), `target` its target copy.
+    pub fn new(config: &Td3Config, model: OffPolicyModel, mut target: OffPolicyModel) -> Td3 {
+        target.copy_from(&model, 1.0);
+        let pi_optim = Adam::over(model.var_store(), 1e-8, "pi.");
+        let qf_optim = Adam::over(model.var_store(), 1e-8, "qf");
+        Td3 {
+            config: config.clone(),
+            model,
+            target,
+            pi_optim,
+            qf_optim,
+            updates: 0,
+            last_policy_loss: 0.0,
+        }
+    }
+
+    fn target_value(&self, batch: &TransitionBatch) -> Tensor {
+        let c = &self.config;
+        tch::no_grad(|| {
+            let unit = self.target.mean_action(&batch.next_obs);
+            let unit = if c.target_noise > 0.0 {
+                smoothed_action(
+                    &unit,
+                    &unit.randn_like(),
+                    c.target_noise,
+                    c.target_noise_clip,
+                )
+            } else {
+                unit
+            };
+            let next_action = self.target.to_env_scale(&unit);
+            let (min_q, _) = self
+                .target
+                .qs(&batch.next_obs, &next_action)
+                .min_dim(0, false);
+            &batch.reward + &batch.discount * min_q
+        })
+    }
+}
+
+impl OffPolicyAlgorithm for Td3 {
+    fn update(&mut self, batch: &TransitionBatch) -> Update {
+        let y = self.target_value(batch);
+        let qs = self.model.qs(&batch.obs, &batch.action);
+        let q_loss = critic_loss(&qs, &y, &batch.weights);
+        self.qf_optim.zero_grad();
+        q_loss.backward();
+        self.qf_optim.step(self.config.qf_lr, 0.0);
+        self.updates += 1;
+        if self.updates.is_multiple_of(self.config.policy_delay as u64) {
+            let action = self.model.to_env_scale(&self.model.mean_action(&batch.obs));
+            let policy_loss = -self.model.q(0, &batch.obs, &action).mean(Kind::Float);
+            self.pi_optim.zero_grad();
+            policy_loss.backward();
+            self.pi_optim.step(self.config.policy_lr, 0.0);
+            self.last_policy_loss = policy_loss.double_value(&[]);
+            self.target.copy_from(&self.model, self.config.target.tau);
+        }
+        let td = (qs.get(0).detach() - &y).abs().to_kind(Kind::Double);
+        Update {
+            metrics: Metrics(vec![
+                ("q_loss", q_loss.double_value(&[])),
+                ("policy_loss", self.last_policy_loss),
+                ("q_mean", mean(&qs.detach())),
+            ]),
+            td_errors: Vec::<f64>::try_from(&td).ok(),
+        }
+    }
+
+    fn model(&self) -> &OffPolicyModel {
+        &self.model
+    }
+
+    fn model_mut(&mut self) -> &mut OffPolicyModel {
+        &mut self.model
+    }
+
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut state = self.pi_optim.state();
+        state.extend(self.qf_optim.state());
+        state.extend(target_state(&self.target));
+        state.push(("updates".into(), Tensor::from(self.updates as i64)));
+        state
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+        self.pi_optim.load_state(state)?;
+        self.qf_optim.load_state(state)?;
+        load_target(&mut self.target, state)?;
+        self.updates = state_scalar(state, "updates")? as u64;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn critic_loss_sums_weighted_mean_squared_errors_over_critics() {
+        let qs = Tensor::from_slice(&[1.0f32, 2.0, 0.0, 4.0]).view([2, 2]);
+        let y = Tensor::from_slice(&[0.0f32, 2.0]);
+        let w = Tensor::from_slice(&[1.0f32, 0.5]);
+        // critic 0: (1 + 0) / 2; critic 1: (0 + 0.5 * 4) / 2.
+        let loss = critic_loss(&qs, &y, &w).double_value(&[]);
+        assert!((loss - 1.5).abs() < 1e-6, "{loss}");
+    }
+
+    #[test]
+    fn smoothing_noise_is_clipped_and_actions_stay_in_range() {
+        let unit = Tensor::from_slice(&[0.9f32, -0.2, 0.0]);
+        let noise = Tensor::from_slice(&[10.0f32, -10.0, 0.5]);
+        let out = Vec::<f32>::try_from(&smoothed_action(&unit, &noise, 0.2, 0.5)).unwrap();
+        let expected = [1.0f32, -0.7, 0.1];
+        for (o, e) in out.iter().zip(expected) {
+            assert!((o - e).abs() < 1e-6, "{out:?}");
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Actor-side exploration for off-policy learning: uniformly random warm-up steps,
+//! epsilon-greedy for discrete actions, Gaussian or Ornstein-Uhlenbeck noise for continuous
+//! ones (scaled to the action box's half-width), and clipping into the box.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::{Exploration, NoiseKind};
+use crate::envs::{Action, Space};
+
+/// Explores around a policy's actions for M envs.
+#[derive(Debug)]
+pub struct Explorer {
+    config: Exploration,
+    space: Space,
+    rng: SmallRng,
+    /// Ornstein-Uhlenbeck state per env and action dimension.
+    ou: Vec<Vec<f64>>,
+    steps: u64,
+}
+
+impl Explorer {
+    /// An explorer for `m` envs acting in `space`, seeded.
+    pub fn new(config: &Exploration, space: &Space, m: usize, seed: u64) -> Explorer {
+        Explorer {
+            config: config.clone(),
+            space: space.clone(),
+            rng: SmallRng::seed_from_u64(seed),
+            ou: vec![vec![0.0; space.flat_dim()]; m],
+            steps: 0,
+        }
+    }
+
+    /// Whether the policy's output is needed for the next step (false in the random warm-up).
+    pub fn needs_policy(&self) -> bool {
+        self.steps >= self.config.random_steps
+    }
+
+    /// The current epsilon (discrete actions).
+    pub fn epsilon(&self) -> f64 {
+        self.config.epsilon(self.steps)
+    }
+
+    /// Env actions for the next step from the policy's discrete choices or `[M * A]` continuous
+    /// values (ignored during the warm-up); counts the M steps.
+    pub fn actions(&mut self, discrete: &[i64], continuous: &[f32], m: usize) -> Vec<Action> {
+        let random = !self.needs_policy();
+        let actions = match self.space.clone() {
+            Space::Discrete { n } => (0..m)
+                .map(|i| {
+                    let explore = random
+                        || (!self.config.deterministic
+                            && self.rng.random::<f64>() < self.epsilon());
+                    if explore {
+                        Action::Discrete(self.rng.random_range(0..n))
+                    } else {
+                        Action::Discrete(discrete[i])
+                    }
+                })
+                .collect(),
+            Space::Box { low, high, .. } => {
+                let dim = low.len();
+                (0..m)
+                    .map(|i| {
+                        let row: Vec<f32> = (0..dim)
+                            .map(|j| {
+                                let (lo, hi) = (low[j], high[j]);
+                                let v = if random {
+                                    self.rng.random_range(lo..=hi)
+                                } else {
+                                    let half = (hi - lo) as f64 / 2.0;
+                                    continuous[i * dim + j] + (self.noise(i, j) * half) as f32
+                                };
+                                v.clamp(lo, hi)
+                            })
+                            .collect();
+                        Action::Continuous(row)
+                    })
+                    .collect()
+            }
+        };
+        self.steps += m as u64;
+        actions
+    }
+
+    /// Restarts env `i`'s noise process (at an episode start).
+    pub fn reset(&mut self, i: usize) {
+        self.ou[i].iter_mut().for_each(|x| *x = 0.0);
+    }
+
+    /// A N(0, 1) draw (Box-Muller).
+    fn standard_normal(&mut self) -> f64 {
+        let u1: f64 = self.rng.random::<f64>().max(1e-12);
+        let u2: f64 = self.rng.random();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+
+    fn noise(&mut self, i: usize, j: usize) -> f64 {
+        if self.config.deterministic {
+            return 0.0;
+        }
+        let std = self.config.noise_std;
+        let z = self.standard_normal();
+        match self.config.noise {
+            NoiseKind::None => 0.0,
+            NoiseKind::Gaussian => std * z,
+            NoiseKind::OrnsteinUhlenbeck => {
+                // dt = 1: x += theta (0 - x) + sigma N(0, 1).
+                let x = &mut self.ou[i][j];
+                *x += -self.config.ou_theta * *x + std * z;
+                *x
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn box1() -> Space {
+        Space::Box {
+            shape: vec![1],
+            low: vec![-2.0],
+            high: vec![2.0],
+        }
+    }
+
+    #[test]
+    fn epsilon_decays_linearly_to_its_floor() {
+        let config = Exploration {
+            epsilon_start: 1.0,
+            epsilon_end: 0.1,
+            epsilon_decay_steps: 100,
+            ..Exploration::default()
+        };
+        assert_eq!(config.epsilon(0), 1.0);
+        assert!((config.epsilon(50) - 0.55).abs() < 1e-12);
+        assert_eq!(config.epsilon(1000), 0.1);
+    }
+
+    #[test]
+    fn greedy_after_decay_and_random_during_warm_up() {
+        let config = Exploration {
+            random_steps: 10,
+            epsilon_start: 0.0,
+            epsilon_end: 0.0,
+            ..Exploration::default()
+        };
+        let mut e = Explorer::new(&config, &Space::Discrete { n: 4 }, 2, 1);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..5 {
+            for a in e.actions(&[3, 3], &[], 2) {
+                if let Action::Discrete(i) = a {
+                    seen.insert(i);
+                }
+            }
+        }
+        assert!(seen.len() > 1, "warm-up actions are random");
+        assert!(e.needs_policy());
+        assert_eq!(
+            e.actions(&[3, 1], &[], 2),
+            vec![Action::Discrete(3), Action::Discrete(1)]
+        );
+    }
+
+    #[test]
+    fn noisy_actions_are_clipped_to_the_box() {
+        let config = Exploration {
+            noise: NoiseKind::OrnsteinUhlenbeck,
+            noise_std: 5.0,
+            ..Exploration::default()
+        };
+        let mut e = Explorer::new(&config, &box1(), 1, 3);
+        for _ in 0..50 {
+            match &e.actions(&[], &[1.9], 1)[0] {
+                Action::Continuous(v) => assert!((-2.0..=2.0).contains(&v[0])),
+                other => panic!("{other:?}"),
+            }
+        }
+        let det = Exploration {
+            deterministic: true,
+            ..config
+        };
+        let mut e = Explorer::new(&det, &box1(), 1, 3);
+        assert_eq!(
+            e.actions(&[], &[0.5], 1),
+            vec![Action::Continuous(vec![0.5])]
+        );
+    }
+}

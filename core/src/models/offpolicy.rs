@@ -1,0 +1,392 @@
+//! The off-policy actor, as pytorchrl's `OffPolicyActor` describes it: a policy plus
+//! `num_critics` Q networks, each network reading observation features (`obs_features`),
+//! action features (`act_features`, critics only) and a common trunk (`common_features`)
+//! over their concatenation. One model covers the three policy kinds:
+//!
+//! - `QValues` (DQN): `q` maps features to one Q value per discrete action; the policy is the
+//!   argmax.
+//! - `Deterministic` (DDPG, TD3): `pi` maps features to `tanh` actions in [-1, 1], scaled to
+//!   the action box; critics score (features, action).
+//! - `SquashedGaussian` (SAC): `pi` outputs a mean and a log-std; actions are `tanh` of a
+//!   Gaussian sample, with the log-likelihood corrected for the squashing.
+//!
+//! Paths: `pi.*`, `q.*`, `qf<i>.*`, each with its own `obs.*`/`act.*`/`common.*` layers.
+//! Target networks are a second model of the same shape (see [`OffPolicyModel::copy_from`]).
+
+use tch::nn::{self, Module};
+use tch::{Device, Kind, Tensor};
+
+use super::{weights, Mlp, ModelError, Policy, PolicyStep};
+use crate::config::{Activation, ModelConfig};
+use crate::envs::Space;
+
+/// The log-std range of the squashed Gaussian (SAC's usual bounds).
+const LOG_STD_RANGE: (f64, f64) = (-20.0, 2.0);
+
+/// Which policy the model carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// Greedy over Q values (discrete actions).
+    QValues,
+    /// A deterministic `tanh` policy.
+    Deterministic,
+    /// A `tanh`-squashed Gaussian.
+    SquashedGaussian,
+}
+
+/// One network: observation features, optional action features, a common trunk.
+#[derive(Debug)]
+struct Net {
+    obs: Option<Mlp>,
+    act: Option<Mlp>,
+    common: Mlp,
+    activation: Activation,
+}
+
+impl Net {
+    fn new(path: &nn::Path, config: &ModelConfig, obs_dim: i64, act_dim: i64, out: i64) -> Net {
+        let activation = config.activation;
+        let feature = |name: &str, dim: i64, sizes: &[i64]| match sizes.split_last() {
+            Some((&last, inner)) => (
+                Some(Mlp::new(&(path / name), dim, inner, last, activation, None)),
+                last,
+            ),
+            None => (None, dim),
+        };
+        let (obs, obs_width) = feature("obs", obs_dim, &config.obs_features);
+        let (act, act_width) = if act_dim > 0 {
+            feature("act", act_dim, &config.act_features)
+        } else {
+            (None, 0)
+        };
+        let common = Mlp::new(
+            &(path / "common"),
+            obs_width + act_width,
+            &config.hidden_sizes,
+            out,
+            activation,
+            None,
+        );
+        Net {
+            obs,
+            act,
+            common,
+            activation,
+        }
+    }
+
+    fn forward(&self, obs: &Tensor, action: Option<&Tensor>) -> Tensor {
+        let features = |net: &Option<Mlp>, x: &Tensor| match net {
+            Some(m) => self.activation.apply(&m.forward(x)),
+            None => x.shallow_clone(),
+        };
+        let x = features(&self.obs, obs);
+        let x = match action {
+            Some(a) => Tensor::cat(&[x, features(&self.act, a)], 1),
+            None => x,
+        };
+        self.common.forward(&x)
+    }
+}
+
+/// A policy (or Q network) plus critics, with the var store that owns them.
+#[derive(Debug)]
+pub struct OffPolicyModel {
+    vs: nn::VarStore,
+    kind: PolicyKind,
+    pi: Option<Net>,
+    critics: Vec<Net>,
+    /// Half-width and centre of the action box, `[A]` (continuous kinds).
+    scale: Tensor,
+    bias: Tensor,
+}
+
+impl OffPolicyModel {
+    /// Builds a fresh model of `kind` with `num_critics` Q networks (ignored for `QValues`,
+    /// which has one `q` network) on `device`.
+    pub fn new(
+        config: &ModelConfig,
+        kind: PolicyKind,
+        num_critics: u32,
+        obs_space: &Space,
+        action_space: &Space,
+        device: Device,
+    ) -> Result<OffPolicyModel, ModelError> {
+        let vs = nn::VarStore::new(device);
+        let root = vs.root();
+        let obs_dim = obs_space.flat_dim() as i64;
+        let (pi, critics, scale, bias) = match (kind, action_space) {
+            (PolicyKind::QValues, Space::Discrete { n }) => {
+                let q = Net::new(&(&root / "q"), config, obs_dim, 0, *n);
+                (
+                    None,
+                    vec![q],
+                    Tensor::ones([1], (Kind::Float, device)),
+                    Tensor::zeros([1], (Kind::Float, device)),
+                )
+            }
+            (
+                PolicyKind::Deterministic | PolicyKind::SquashedGaussian,
+                Space::Box { low, high, .. },
+            ) => {
+                let a = action_space.flat_dim() as i64;
+                let out = if kind == PolicyKind::SquashedGaussian {
+                    2 * a
+                } else {
+                    a
+                };
+                let pi = Net::new(&(&root / "pi"), config, obs_dim, 0, out);
+                let critics = (0..num_critics.max(1))
+                    .map(|i| Net::new(&(&root / format!("qf{i}")), config, obs_dim, a, 1))
+                    .collect();
+                let finite = |v: &f32| if v.is_finite() { *v } else { 1.0 };
+                let low: Vec<f32> = low
+                    .iter()
+                    .map(|v| if v.is_finite() { *v } else { -1.0 })
+                    .collect();
+                let high: Vec<f32> = high.iter().map(finite).collect();
+                let half: Vec<f32> = low.iter().zip(&high).map(|(l, h)| (h - l) / 2.0).collect();
+                let mid: Vec<f32> = low.iter().zip(&high).map(|(l, h)| (h + l) / 2.0).collect();
+                (
+                    Some(pi),
+                    critics,
+                    Tensor::from_slice(&half).to_device(device),
+                    Tensor::from_slice(&mid).to_device(device),
+                )
+            }
+            _ => return Err(ModelError::UnsupportedSpace(action_space.clone())),
+        };
+        Ok(OffPolicyModel {
+            vs,
+            kind,
+            pi,
+            critics,
+            scale,
+            bias,
+        })
+    }
+
+    /// The policy kind.
+    pub fn kind(&self) -> PolicyKind {
+        self.kind
+    }
+
+    /// The variable store (for optimisers and checkpoints).
+    pub fn var_store(&self) -> &nn::VarStore {
+        &self.vs
+    }
+
+    /// Number of Q networks.
+    pub fn num_critics(&self) -> usize {
+        self.critics.len()
+    }
+
+    /// Q values of every discrete action, `[N, n]` (`QValues` only).
+    pub fn q_values(&self, obs: &Tensor) -> Tensor {
+        self.critics[0].forward(obs, None)
+    }
+
+    /// Q estimate of critic `i` for env-scale actions `[N, A]`, `[N]`.
+    pub fn q(&self, i: usize, obs: &Tensor, action: &Tensor) -> Tensor {
+        let normalised = (action - &self.bias) / &self.scale;
+        self.critics[i]
+            .forward(obs, Some(&normalised))
+            .squeeze_dim(1)
+    }
+
+    /// Every critic's estimate, stacked `[K, N]`.
+    pub fn qs(&self, obs: &Tensor, action: &Tensor) -> Tensor {
+        let all: Vec<Tensor> = (0..self.critics.len())
+            .map(|i| self.q(i, obs, action))
+            .collect();
+        Tensor::stack(&all, 0)
+    }
+
+    /// The deterministic action in [-1, 1] `[N, A]` (the Gaussian's squashed mean).
+    pub fn mean_action(&self, obs: &Tensor) -> Tensor {
+        let out = self.policy_net().forward(obs, None);
+        match self.kind {
+            PolicyKind::SquashedGaussian => out.chunk(2, 1)[0].tanh(),
+            _ => out.tanh(),
+        }
+    }
+
+    /// A reparameterised sample in [-1, 1] `[N, A]` and its log-likelihood `[N]`
+    /// (`SquashedGaussian`).
+    pub fn sample_action(&self, obs: &Tensor) -> (Tensor, Tensor) {
+        let out = self.policy_net().forward(obs, None);
+        let parts = out.chunk(2, 1);
+        let (mean, log_std) = (&parts[0], parts[1].clamp(LOG_STD_RANGE.0, LOG_STD_RANGE.1));
+        let std = log_std.exp();
+        let noise = mean.randn_like();
+        let u = mean + &std * &noise;
+        let a = u.tanh();
+        let gaussian = (noise.square() * -0.5 - &log_std - 0.5 * (2.0 * std::f64::consts::PI).ln())
+            .sum_dim_intlist(-1, false, Kind::Float);
+        let squash =
+            (a.square().neg() + (1.0 + 1e-6))
+                .log()
+                .sum_dim_intlist(-1, false, Kind::Float);
+        (a, gaussian - squash)
+    }
+
+    /// Maps [-1, 1] actions to the env's box.
+    pub fn to_env_scale(&self, unit: &Tensor) -> Tensor {
+        unit * &self.scale + &self.bias
+    }
+
+    /// The action box's half-widths `[A]`.
+    pub fn action_scale(&self) -> &Tensor {
+        &self.scale
+    }
+
+    fn policy_net(&self) -> &Net {
+        self.pi
+            .as_ref()
+            .expect("continuous policy kinds always build `pi`")
+    }
+
+    /// Every parameter as a proto tensor, by path.
+    pub fn export(&self) -> Result<fleetrl_proto::TensorMap, ModelError> {
+        weights::export(&self.vs)
+    }
+
+    /// Copies weights in from a proto map; every parameter must be present with its shape.
+    pub fn import(&mut self, map: &fleetrl_proto::TensorMap) -> Result<(), ModelError> {
+        weights::import(&self.vs, map)
+    }
+
+    /// Every parameter, by path (for checkpoints).
+    pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        weights::named(&self.vs)
+    }
+
+    /// Copies named weights in; every parameter must be present with its exact shape.
+    pub fn load_named(&mut self, named: &[(String, Tensor)]) -> Result<(), ModelError> {
+        weights::load_named(&self.vs, named)
+    }
+
+    /// Moves every parameter `tau` of the way to `online`'s (1.0: a hard copy).
+    pub fn copy_from(&mut self, online: &OffPolicyModel, tau: f64) {
+        let _guard = tch::no_grad_guard();
+        let source = online.vs.variables();
+        for (name, mut var) in self.vs.variables() {
+            if let Some(src) = source.get(&name) {
+                if tau >= 1.0 {
+                    var.copy_(src);
+                } else {
+                    let _ = var.lerp_(src, tau);
+                }
+            }
+        }
+    }
+}
+
+impl Policy for OffPolicyModel {
+    fn act(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
+        let _guard = tch::no_grad_guard();
+        match self.kind {
+            PolicyKind::QValues => {
+                let q = self.q_values(obs);
+                let (value, action) = q.max_dim(1, false);
+                PolicyStep {
+                    log_prob: value.zeros_like(),
+                    action,
+                    value,
+                }
+            }
+            PolicyKind::Deterministic | PolicyKind::SquashedGaussian => {
+                let (unit, log_prob) = if deterministic || self.kind == PolicyKind::Deterministic {
+                    let a = self.mean_action(obs);
+                    let zeros = a.select(1, 0).zeros_like();
+                    (a, zeros)
+                } else {
+                    self.sample_action(obs)
+                };
+                let action = self.to_env_scale(&unit);
+                let value = self.q(0, obs, &action);
+                PolicyStep {
+                    action,
+                    log_prob,
+                    value,
+                }
+            }
+        }
+    }
+
+    fn value(&self, obs: &Tensor) -> Tensor {
+        self.act(obs, true).value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pendulum_spaces() -> (Space, Space) {
+        let obs = Space::Box {
+            shape: vec![3],
+            low: vec![-1.0, -1.0, -8.0],
+            high: vec![1.0, 1.0, 8.0],
+        };
+        let act = Space::Box {
+            shape: vec![1],
+            low: vec![-2.0],
+            high: vec![2.0],
+        };
+        (obs, act)
+    }
+
+    #[test]
+    fn continuous_actions_stay_in_the_box_and_log_probs_are_finite() {
+        let (obs_space, act_space) = pendulum_spaces();
+        let config = ModelConfig {
+            obs_features: vec![16],
+            act_features: vec![8],
+            ..ModelConfig::default()
+        };
+        let model = OffPolicyModel::new(
+            &config,
+            PolicyKind::SquashedGaussian,
+            2,
+            &obs_space,
+            &act_space,
+            Device::Cpu,
+        )
+        .unwrap();
+        let obs = Tensor::randn([5, 3], (Kind::Float, Device::Cpu));
+        let step = model.act(&obs, false);
+        let a = Vec::<f32>::try_from(&step.action.view([-1])).unwrap();
+        assert!(a.iter().all(|v| (-2.0..=2.0).contains(v)), "{a:?}");
+        let lp = Vec::<f32>::try_from(&step.log_prob).unwrap();
+        assert!(lp.iter().all(|v| v.is_finite()));
+        assert_eq!(model.qs(&obs, &step.action).size(), vec![2, 5]);
+    }
+
+    #[test]
+    fn polyak_moves_the_target_by_tau_and_a_hard_copy_matches() {
+        let (obs_space, act_space) = pendulum_spaces();
+        let config = ModelConfig::default();
+        let build = || {
+            OffPolicyModel::new(
+                &config,
+                PolicyKind::Deterministic,
+                1,
+                &obs_space,
+                &act_space,
+                Device::Cpu,
+            )
+            .unwrap()
+        };
+        let online = build();
+        let mut target = build();
+        let name = "pi.common.out.weight";
+        let before = target.vs.variables()[name].copy();
+        target.copy_from(&online, 0.25);
+        let expected = &before + (&online.vs.variables()[name] - &before) * 0.25;
+        let diff = (target.vs.variables()[name].copy() - expected).abs().max();
+        assert!(diff.double_value(&[]) < 1e-6);
+        target.copy_from(&online, 1.0);
+        assert!(target.vs.variables()[name].equal(&online.vs.variables()[name]));
+    }
+}

@@ -1,0 +1,53 @@
+//! Loading the acting policy out of any checkpoint, whichever algorithm wrote it: an
+//! actor-critic for the on-policy algorithms, an [`OffPolicyModel`] for DQN, SAC, TD3, DDPG
+//! and BC. `fleetrl eval`, `fleetrl record` and BC's expert actors all go through here.
+
+use std::path::Path;
+
+use crate::algos::offpolicy::build_model;
+use crate::checkpoint::{self, CheckpointError};
+use crate::config::RunConfig;
+use crate::envs::{self, EnvError};
+use crate::models::{ActorCritic, ModelError, Policy};
+
+/// Why a checkpoint's policy could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadPolicyError {
+    /// The checkpoint could not be read.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// Its env is unknown to this build.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// Its weights do not fit the model its config describes.
+    #[error("loading the policy from {path}: {source}")]
+    Model {
+        /// The checkpoint.
+        path: String,
+        /// What did not fit.
+        source: ModelError,
+    },
+}
+
+/// The policy saved in checkpoint `path`, on the CPU, and the run config it was trained with.
+pub fn load_policy(path: &Path) -> Result<(Box<dyn Policy>, RunConfig), LoadPolicyError> {
+    let ckpt = checkpoint::load(path)?;
+    let config = ckpt.config;
+    let env = envs::make_configured(&config.env)?;
+    let (obs, action) = (env.observation_space(), env.action_space());
+    let fit = |source| LoadPolicyError::Model {
+        path: path.display().to_string(),
+        source,
+    };
+    let policy: Box<dyn Policy> = if config.algo.is_off_policy() {
+        let mut model = build_model(&config, &obs, &action, tch::Device::Cpu).map_err(fit)?;
+        model.load_named(&ckpt.model).map_err(fit)?;
+        Box::new(model)
+    } else {
+        let mut model =
+            ActorCritic::new(&config.model, &obs, &action, tch::Device::Cpu).map_err(fit)?;
+        model.load_named(&ckpt.model).map_err(fit)?;
+        Box::new(model)
+    };
+    Ok((policy, config))
+}
