@@ -5,6 +5,7 @@
 
 mod algo;
 mod overrides;
+mod ppod;
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,7 @@ pub use algo::{
     VpgConfig, ALGO_NAMES,
 };
 pub use overrides::apply_override;
+pub use ppod::PpodConfig;
 
 /// The config file format this build reads.
 pub const CONFIG_VERSION: u32 = 1;
@@ -78,6 +80,8 @@ pub struct RunConfig {
     pub stop: StopConfig,
     /// Evaluation of the deterministic policy.
     pub eval: EvalConfig,
+    /// PPO+D demo replay (off by default).
+    pub ppod: PpodConfig,
 }
 
 impl Default for RunConfig {
@@ -93,6 +97,7 @@ impl Default for RunConfig {
             learner: LearnerConfig::default(),
             stop: StopConfig::default(),
             eval: EvalConfig::default(),
+            ppod: PpodConfig::default(),
         }
     }
 }
@@ -411,6 +416,7 @@ impl RunConfig {
             "must be >= 1",
         )?;
         check(self.replay.max_size >= 1, "replay.max_size", "must be >= 1")?;
+        self.ppod.validate()?;
         check(self.eval.episodes >= 1, "eval.episodes", "must be >= 1")?;
         check(
             self.stop.total_env_steps >= 1,

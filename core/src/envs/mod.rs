@@ -8,6 +8,7 @@ mod mountain_car;
 mod mountain_car_continuous;
 mod pendulum;
 mod point_mass;
+mod sparse_mountain_car;
 mod time_limit;
 mod vec_env;
 
@@ -18,6 +19,7 @@ pub use mountain_car::MountainCar;
 pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
 pub use point_mass::PointMass;
+pub use sparse_mountain_car::{mountain_car_controller, SparseMountainCar};
 pub use time_limit::TimeLimit;
 pub use vec_env::{Episode, VecEnv, VecStep};
 
@@ -50,6 +52,7 @@ pub const KNOWN_ENVS: &[&str] = &[
     "Acrobot-v1",
     "MountainCar-v0",
     "MountainCarContinuous-v0",
+    "SparseMountainCar-v0",
 ];
 
 /// An observation or action space.
@@ -135,6 +138,7 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
         "MountainCarContinuous-v0" => {
             Ok(Box::new(TimeLimit::new(MountainCarContinuous::new(), 999)))
         }
+        "SparseMountainCar-v0" => Ok(Box::new(TimeLimit::new(SparseMountainCar::new(), 200))),
         other => Err(EnvError::UnknownEnv(other.to_string())),
     }
 }
