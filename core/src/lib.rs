@@ -20,6 +20,7 @@ pub mod launch;
 pub mod models;
 pub mod net;
 pub mod optim;
+pub mod ppod;
 pub mod replay_client;
 pub mod rollout;
 pub mod telemetry;

@@ -263,7 +263,7 @@ impl DemoStore {
     /// Adds a demo from the supplementary directory: an agent reward demo if it reaches the
     /// threshold (or the reward buffer is empty), else rejected.
     pub fn offer_supplementary(&mut self, name: &str, demo: Demo) -> Result<Admission, DemoError> {
-        self.seen_files.push(name.to_string());
+        self.mark_seen(name);
         demo.validate()?;
         let empty = !self.demos.iter().any(|d| d.kind.is_reward());
         if demo.is_empty() || !(empty || demo.total_reward() >= self.threshold) {
@@ -271,6 +271,13 @@ impl DemoStore {
         }
         self.admit_reward(demo);
         Ok(Admission::Reward)
+    }
+
+    /// Records that the supplementary file `name` was read (a bad file is not read again).
+    pub fn mark_seen(&mut self, name: &str) {
+        if !self.has_seen(name) {
+            self.seen_files.push(name.to_string());
+        }
     }
 
     /// Whether the supplementary file `name` was read already.
