@@ -2,6 +2,7 @@
 //! rollouts to a replay server, and follows the learner's weights. Stateless: kill it and start
 //! another anywhere; it needs only the learner's and the replay server's addresses.
 
+mod demo_replay;
 mod health;
 mod identity;
 mod inserter;
@@ -99,8 +100,10 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     let (rollouts_tx, rollouts_rx) = mpsc::channel(1);
+    let shards = replay_client::parse_shards(&args.replay)?;
+    let demos = demo_replay::DemoLink::connect_if(&config, &shards, &registry, patience).await?;
     let inserter = inserter::Inserter {
-        shards: replay_client::parse_shards(&args.replay)?,
+        shards,
         table: spec.table.clone(),
         max_in_flight: config.actors.max_in_flight as usize,
         metrics: metrics.clone(),
@@ -116,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
         stop: stop_rx,
         metrics,
         held: Default::default(),
+        demos,
     };
     let mut acting = tokio::task::spawn_blocking(move || runner.run());
 

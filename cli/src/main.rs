@@ -5,6 +5,7 @@ mod eval_cmd;
 mod health_cmd;
 mod progress;
 mod record_cmd;
+mod scripted;
 mod summary;
 mod train;
 
@@ -56,8 +57,16 @@ enum Command {
     /// (format: fleetrl-demo v1, see the README).
     Record {
         /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN) whose policy plays.
+        #[arg(
+            long,
+            required_unless_present = "scripted",
+            conflicts_with = "scripted"
+        )]
+        checkpoint: Option<PathBuf>,
+        /// Instead of a checkpoint, play this env id with its hand-written controller
+        /// (MountainCar-v0, SparseMountainCar-v0, CartPole-v1).
         #[arg(long)]
-        checkpoint: PathBuf,
+        scripted: Option<String>,
         /// Directory the demo files go to (created if missing).
         #[arg(long)]
         out: PathBuf,
@@ -128,6 +137,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Record {
             checkpoint,
+            scripted,
             out,
             episodes,
             seed,
@@ -140,7 +150,12 @@ async fn main() -> anyhow::Result<()> {
                 stochastic,
                 min_return,
             };
-            tokio::task::spawn_blocking(move || record_cmd::run(&checkpoint, &out, &args)).await?
+            let player = match (checkpoint, scripted) {
+                (Some(checkpoint), _) => record_cmd::Player::Checkpoint(checkpoint),
+                (None, Some(env_id)) => record_cmd::Player::Scripted(env_id),
+                (None, None) => anyhow::bail!("give --checkpoint or --scripted"),
+            };
+            tokio::task::spawn_blocking(move || record_cmd::run(&player, &out, &args)).await?
         }
         Command::Health {
             addr,

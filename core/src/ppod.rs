@@ -175,6 +175,12 @@ impl DemoActing {
         self.demos = demos;
     }
 
+    /// Updates rho and phi, keeping the demos.
+    pub fn set_probabilities(&mut self, rho: f64, phi: f64) {
+        self.demos.rho = rho;
+        self.demos.phi = phi;
+    }
+
     /// The current demos and probabilities.
     pub fn demos(&self) -> &DemoSet {
         &self.demos
