@@ -312,9 +312,14 @@ impl DemoStore {
         }
     }
 
-    /// Moves `phi0 / anneal_steps` from phi to rho (one success).
+    /// Counts one success and moves `phi0 / anneal_steps` from phi to rho.
     fn anneal(&mut self) {
         self.successes += 1;
+        self.set_annealed();
+    }
+
+    /// Sets rho and phi from the success count (so a restored store gets the same bits).
+    fn set_annealed(&mut self) {
         let initial = self
             .demos
             .iter()
@@ -324,10 +329,10 @@ impl DemoStore {
             0 => self.config.capacity.saturating_sub(initial).max(1),
             n => n,
         };
-        let step = self.config.phi / steps as f64;
+        let moved = self.config.phi / steps as f64 * self.successes as f64;
         let total = self.config.rho + self.config.phi;
-        self.rho = (self.rho + step).clamp(0.0, total);
-        self.phi = (self.phi - step).clamp(0.0, total);
+        self.rho = (self.config.rho + moved).clamp(0.0, total);
+        self.phi = (self.config.phi - moved).clamp(0.0, total);
     }
 
     /// Evicts (value demos by lowest max value, then the longest agent reward demos) until

@@ -1,6 +1,7 @@
-//! Demo tables on disk: a directory with `state.json` (counters, parameters, and each demo's
-//! id, kind and max value) and one `<id>.demo.safetensors` per demo. Written to a temporary
-//! sibling directory and renamed into place, so a crash leaves the old state or the new one.
+//! Demo tables on disk: a directory with `state.json` (counters, threshold, and each demo's
+//! id, kind and max value; rho and phi follow from the success count) and one
+//! `<id>.demo.safetensors` per demo. Written to a temporary sibling directory and renamed into
+//! place, so a crash leaves the old state or the new one.
 
 use std::path::{Path, PathBuf};
 
@@ -16,8 +17,6 @@ const STATE_VERSION: u32 = 1;
 struct State {
     version: u32,
     next_id: u64,
-    rho: f64,
-    phi: f64,
     threshold: Option<f64>,
     successes: u64,
     collections: u64,
@@ -57,8 +56,6 @@ pub fn save(store: &DemoStore, dir: &Path) -> Result<(), DemoError> {
     let state = State {
         version: STATE_VERSION,
         next_id: store.next_id,
-        rho: store.rho,
-        phi: store.phi,
         threshold: store.threshold.is_finite().then_some(store.threshold),
         successes: store.successes,
         collections: store.collections,
@@ -129,16 +126,18 @@ pub fn load(dir: &Path, config: DemoStoreConfig) -> Result<Option<DemoStore>, De
             demo,
         });
     }
-    Ok(Some(DemoStore {
+    let mut store = DemoStore {
+        rho: config.rho,
+        phi: config.phi,
         config,
         demos,
         next_id: state.next_id,
-        rho: state.rho,
-        phi: state.phi,
         threshold: state.threshold.unwrap_or(f64::INFINITY),
         successes: state.successes,
         collections: state.collections,
         generation: state.generation,
         seen_files: state.seen_files,
-    }))
+    };
+    store.set_annealed();
+    Ok(Some(store))
 }
