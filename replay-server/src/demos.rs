@@ -11,8 +11,8 @@ use fleetrl_core::demo::{self, Demo, DemoError};
 use fleetrl_core::envs::{self, Space};
 use fleetrl_proto::v1::demo_service_server::DemoService;
 use fleetrl_proto::v1::{
-    self as pb, ConfigureDemosRequest, DemoState, OfferDemosRequest, SyncDemosRequest,
-    SyncDemosResponse,
+    self as pb, ConfigureDemosRequest, DemoState, DemoStateRequest, OfferDemosRequest,
+    SyncDemosRequest, SyncDemosResponse,
 };
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
@@ -221,6 +221,13 @@ impl DemoService for Demos {
             .await
             .map_err(crate::error::task_failed)??;
         Ok(Response::new(state))
+    }
+
+    async fn state(
+        &self,
+        _request: Request<DemoStateRequest>,
+    ) -> Result<Response<DemoState>, Status> {
+        self.hub.with_active(|a| Ok(Response::new(a.state())))
     }
 
     async fn sync(
