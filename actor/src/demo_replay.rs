@@ -163,7 +163,7 @@ impl DemoLink {
                 .into_iter()
                 .map(|c| {
                     Ok(CandidateDemo {
-                        demo: c.demo.to_bytes()?.into(),
+                        demo: c.demo.to_bytes()?,
                         max_value: c.max_value,
                     })
                 })
@@ -186,7 +186,7 @@ impl DemoLink {
 /// The runner's collector: plain acting, or PPO+D acting with its link.
 pub(crate) enum Collector {
     /// No demos.
-    Plain(Acting),
+    Plain(Box<Acting>),
     /// PPO+D.
     Demos(Box<DemoActing>, Box<DemoLink>),
 }
@@ -195,7 +195,7 @@ impl Collector {
     /// A collector over `envs`; PPO+D when `link` is given.
     pub(crate) fn new(envs: VecEnv, env_id: &str, seed: u64, link: Option<DemoLink>) -> Collector {
         match link {
-            None => Collector::Plain(Acting::new(envs, seed)),
+            None => Collector::Plain(Box::new(Acting::new(envs, seed))),
             Some(link) => Collector::Demos(
                 Box::new(DemoActing::new(envs, env_id, seed)),
                 Box::new(link),

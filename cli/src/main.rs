@@ -5,7 +5,6 @@ mod eval_cmd;
 mod health_cmd;
 mod progress;
 mod record_cmd;
-mod scripted;
 mod summary;
 mod train;
 

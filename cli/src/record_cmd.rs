@@ -55,7 +55,7 @@ pub(crate) fn run(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Res
                 !args.stochastic,
                 DemoSource::Checkpoint,
             )?,
-            None => crate::scripted::record_episode(&env_id, seed)?,
+            None => fleetrl_core::scripted::play(&env_id, seed, DemoSource::Scripted)?,
         };
         let total = episode.total_reward();
         if args.min_return.is_some_and(|min| total < min) {

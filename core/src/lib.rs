@@ -23,4 +23,5 @@ pub mod optim;
 pub mod ppod;
 pub mod replay_client;
 pub mod rollout;
+pub mod scripted;
 pub mod telemetry;

@@ -14,9 +14,8 @@ use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tch::Tensor;
 
-use crate::acting::{clipped, ActingError};
+use crate::acting::{batch, clipped, ActingError};
 use crate::buffers::demos::{value_weights, DemoKind};
 use crate::demo::{Demo, DemoSource, Recorder};
 use crate::envs::{Action, VecEnv};
@@ -137,10 +136,6 @@ impl std::fmt::Debug for DemoActing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "DemoActing({} envs)", self.envs.num_envs())
     }
-}
-
-fn batch(flat: &[f32], rows: usize, obs_dim: usize) -> Tensor {
-    Tensor::from_slice(flat).view([rows as i64, obs_dim as i64])
 }
 
 impl DemoActing {
@@ -378,30 +373,7 @@ fn set_row(actions: &mut Actions, i: usize, a: &Action) {
 mod tests {
     use super::*;
     use crate::config::ModelConfig;
-    use crate::envs::mountain_car_controller;
     use crate::models::ActorCritic;
-
-    /// The scripted controller's episode on SparseMountainCar-v0 from seed `seed`.
-    fn scripted(seed: u64) -> Demo {
-        let mut env = crate::envs::make("SparseMountainCar-v0").unwrap();
-        let mut obs = env.reset(Some(seed));
-        let mut rec = Recorder::new(
-            "SparseMountainCar-v0",
-            DemoSource::Scripted,
-            vec![2],
-            &env.action_space(),
-            &obs,
-        );
-        loop {
-            let a = Action::Discrete(mountain_car_controller(&obs));
-            let step = env.step(&a).unwrap();
-            rec.push(&a, step.reward, &step.obs, None);
-            obs = step.obs;
-            if step.terminated || step.truncated {
-                return rec.finish(step.terminated);
-            }
-        }
-    }
 
     fn setup(m: usize, rho: f64) -> (DemoActing, ActorCritic, Demo) {
         let envs = VecEnv::make("SparseMountainCar-v0", m).unwrap();
@@ -413,7 +385,7 @@ mod tests {
         )
         .unwrap();
         let mut acting = DemoActing::new(envs, "SparseMountainCar-v0", 3);
-        let demo = scripted(11);
+        let demo = crate::scripted::play("SparseMountainCar-v0", 11, DemoSource::Scripted).unwrap();
         let stored = ReplayDemo {
             id: 4,
             kind: DemoKind::Initial,

@@ -252,8 +252,7 @@ impl DemoService for Demos {
                         demo: d
                             .demo
                             .to_bytes()
-                            .map_err(|e| Status::internal(e.to_string()))?
-                            .into(),
+                            .map_err(|e| Status::internal(e.to_string()))?,
                     });
                 }
             }
@@ -295,5 +294,64 @@ impl DemoService for Demos {
         .await
         .map_err(crate::error::task_failed)??;
         Ok(Response::new(state))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetrl_core::demo::DemoSource;
+
+    fn scripted(seed: u64, source: DemoSource) -> Demo {
+        fleetrl_core::scripted::play("SparseMountainCar-v0", seed, source).unwrap()
+    }
+
+    /// Every `save_every` offers the server reads new supplementary demos (once each, a bad
+    /// file included) and saves the top agent demos to the target directory.
+    #[tokio::test]
+    async fn housekeeping_reads_supplementary_demos_and_saves_the_top_ones() {
+        let dir = std::env::temp_dir().join(format!("fleetrl-demo-hub-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (initial, extra, target) = (dir.join("initial"), dir.join("extra"), dir.join("top"));
+        std::fs::create_dir_all(&initial).unwrap();
+        std::fs::create_dir_all(&extra).unwrap();
+        let name = |n: &str| format!("{n}{}", demo::EXTENSION);
+        demo::write(&scripted(5, DemoSource::Human), &initial.join(name("h"))).unwrap();
+        let mut config = RunConfig::default();
+        config.env.id = "SparseMountainCar-v0".into();
+        config.ppod.enabled = true;
+        config.ppod.save_every = 2;
+        config.ppod.save_top_k = 1;
+        config.ppod.demos_dir = initial.display().to_string();
+        config.ppod.supplementary_dir = extra.display().to_string();
+        config.ppod.target_dir = target.display().to_string();
+        let demos = Demos {
+            hub: Arc::new(DemoHub::new(None)),
+        };
+        let offer = || Request::new(OfferDemosRequest::default());
+        assert!(demos.offer(offer()).await.is_err(), "not configured yet");
+        let state = demos
+            .configure(Request::new(ConfigureDemosRequest {
+                config_toml: config.to_toml(),
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(state.initial_demos, 1);
+        demo::write(&scripted(7, DemoSource::Human), &extra.join(name("a"))).unwrap();
+        std::fs::write(extra.join(name("broken")), b"junk").unwrap();
+        let first = demos.offer(offer()).await.unwrap().into_inner();
+        assert_eq!(first.agent_demos, 0, "not due yet");
+        let second = demos.offer(offer()).await.unwrap().into_inner();
+        assert_eq!(second.agent_demos, 1, "{second:?}");
+        assert_eq!(second.successes, 1);
+        // Saved at the next due collection; files already read are not read again.
+        demos.offer(offer()).await.unwrap();
+        let fourth = demos.offer(offer()).await.unwrap().into_inner();
+        assert_eq!(fourth.agent_demos, 1);
+        let saved = demo::read_dir(&target).unwrap();
+        assert_eq!(saved.len(), 1);
+        assert_eq!(saved[0], scripted(7, DemoSource::Human));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::demo::{self, Demo, DemoSource, Recorder};
-use fleetrl_core::envs::{self, mountain_car_controller, Action};
+use fleetrl_core::envs::{self, Action};
 use fleetrl_proto::v1::demo_service_client::DemoServiceClient;
 use fleetrl_proto::v1::{
     CandidateDemo, CheckpointRequest, ConfigureDemosRequest, OfferDemosRequest, SyncDemosRequest,
@@ -31,11 +31,14 @@ rate_limiter = { kind = "min_size", min_size = 1 }
 signature = [{ name = "x", dtype = "f32", shape = [1] }]
 "#;
 
-/// An episode of `env_id` from `seed` played by the mountain-car controller (or pushing
-/// left only, which never reaches the goal).
+/// An episode of `env_id` from `seed` played by its scripted controller, or pushing left only
+/// (which never reaches the goal, and drops CartPole's pole at once).
 fn episode(env_id: &str, seed: u64, scripted: bool) -> Demo {
+    if scripted {
+        return fleetrl_core::scripted::play(env_id, seed, DemoSource::Scripted).unwrap();
+    }
     let mut env = envs::make(env_id).unwrap();
-    let mut obs = env.reset(Some(seed));
+    let obs = env.reset(Some(seed));
     let mut rec = Recorder::new(
         env_id,
         DemoSource::Scripted,
@@ -44,13 +47,9 @@ fn episode(env_id: &str, seed: u64, scripted: bool) -> Demo {
         &obs,
     );
     loop {
-        let a = match scripted {
-            true => Action::Discrete(mountain_car_controller(&obs)),
-            false => Action::Discrete(0),
-        };
+        let a = Action::Discrete(0);
         let step = env.step(&a).unwrap();
         rec.push(&a, step.reward, &step.obs, None);
-        obs = step.obs;
         if step.terminated || step.truncated {
             return rec.finish(step.terminated);
         }
@@ -97,10 +96,7 @@ async fn demo_buffers_refuse_bad_demos_and_survive_a_restart() -> anyhow::Result
 
     // Garbage and a demo of another env are refused by name; the server keeps serving.
     let offer = |demo: Vec<u8>, max_value: f32| OfferDemosRequest {
-        candidates: vec![CandidateDemo {
-            demo: demo.into(),
-            max_value,
-        }],
+        candidates: vec![CandidateDemo { demo, max_value }],
         refreshes: vec![],
     };
     let bad = client.offer(offer(b"not a demo".to_vec(), 0.0)).await;

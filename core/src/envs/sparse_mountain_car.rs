@@ -56,27 +56,20 @@ pub fn mountain_car_controller(obs: &[f32]) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envs::{check_env_contract, make};
+    use crate::demo::DemoSource;
+    use crate::envs::check_env_contract;
 
     #[test]
     fn keeps_the_contract_and_rewards_only_the_goal() {
         check_env_contract(&mut SparseMountainCar::new());
-        let mut env = make("SparseMountainCar-v0").unwrap();
-        let mut obs = env.reset(Some(3));
-        let mut rewards = Vec::new();
-        loop {
-            let step = env
-                .step(&Action::Discrete(mountain_car_controller(&obs)))
-                .unwrap();
-            rewards.push(step.reward);
-            obs = step.obs;
-            if step.terminated || step.truncated {
-                assert!(step.terminated, "the controller reaches the goal in time");
-                break;
-            }
-        }
-        assert_eq!(rewards.iter().sum::<f32>(), 1.0);
-        assert_eq!(*rewards.last().unwrap(), 1.0);
-        assert!(rewards.len() < 200, "{} steps", rewards.len());
+        let episode =
+            crate::scripted::play("SparseMountainCar-v0", 3, DemoSource::Scripted).unwrap();
+        assert!(
+            episode.terminated,
+            "the controller reaches the goal in time"
+        );
+        assert_eq!(episode.total_reward(), 1.0);
+        assert_eq!(*episode.rewards.last().unwrap(), 1.0);
+        assert!(episode.len() < 200, "{} steps", episode.len());
     }
 }

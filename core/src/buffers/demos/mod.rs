@@ -384,7 +384,7 @@ impl DemoStore {
     /// Counts one collection; true every `every` collections (time to save and to scan).
     pub fn tick_collection(&mut self, every: u64) -> bool {
         self.collections += 1;
-        self.collections % every.max(1) == 0
+        self.collections.is_multiple_of(every.max(1))
     }
 
     /// The `k` agent reward demos with the highest returns (ties: shorter first).
