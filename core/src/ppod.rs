@@ -437,7 +437,14 @@ mod tests {
         let (candidates, refreshes, counts) = acting.take_offers();
         assert_eq!(candidates.len(), 1);
         assert_eq!(candidates[0].demo.len(), 200);
-        assert!(candidates[0].max_value.is_finite());
+        // The episode's maximum, not its last step's value (pytorchrl's key-mismatch quirk).
+        let values = candidates[0]
+            .demo
+            .values
+            .as_ref()
+            .expect("acted steps carry values");
+        let top = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!(candidates[0].max_value, top);
         assert!(refreshes.is_empty(), "reward demos are not refreshed");
         assert_eq!(counts.replayed_steps as usize, 2 * n);
     }
