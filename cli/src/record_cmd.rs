@@ -29,6 +29,8 @@ pub(crate) enum Player {
     Checkpoint(PathBuf),
     /// The hand-written controller of this env id.
     Scripted(String),
+    /// A person at the terminal, on this env id.
+    Keyboard(String),
 }
 
 /// Records `args.episodes` episodes played by `player` into `out`
@@ -36,11 +38,11 @@ pub(crate) enum Player {
 pub(crate) fn run(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Result<()> {
     let loaded = match player {
         Player::Checkpoint(checkpoint) => Some(load_policy(checkpoint)?),
-        Player::Scripted(_) => None,
+        Player::Scripted(_) | Player::Keyboard(_) => None,
     };
     let env_id = match (player, &loaded) {
         (_, Some((_, config))) => config.env.id.clone(),
-        (Player::Scripted(id), None) => id.clone(),
+        (Player::Scripted(id) | Player::Keyboard(id), None) => id.clone(),
         (Player::Checkpoint(_), None) => unreachable!("loaded above"),
     };
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -54,6 +56,12 @@ pub(crate) fn run(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Res
                 seed,
                 !args.stochastic,
                 DemoSource::Checkpoint,
+            )?,
+            None if matches!(player, Player::Keyboard(_)) => crate::keyboard::play(
+                &env_id,
+                seed,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stderr(),
             )?,
             None => fleetrl_core::scripted::play(&env_id, seed, DemoSource::Scripted)?,
         };
