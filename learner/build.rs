@@ -18,5 +18,7 @@ fn main() {
     let lib = PathBuf::from(libtorch).join("lib");
     if lib.join("libtorch_cuda.so").exists() {
         println!("cargo:rustc-link-arg-bins=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
+        // The benchmarks (bench/learner_update.sh --device cuda) need it as much.
+        println!("cargo:rustc-link-arg-examples=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
     }
 }

@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     tonic_prost_build::configure()
         .bytes(".fleetrl.v1.Tensor.data")
+        .bytes(".fleetrl.v1.Weights.chunk")
         .codec_path("crate::codec::SizedCodec")
         .compile_protos(&files, &["proto"])?;
     for file in files {

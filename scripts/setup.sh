@@ -7,6 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 TORCH_VERSION="2.11.0"
+GYMNASIUM_VERSION="1.4.0"
 venv="$root/.venv"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -44,6 +45,20 @@ torch_dir="$("$venv/bin/python" -W ignore -c 'import os, torch; print(os.path.di
 # A stable path to libtorch whatever the Python version: .cargo/config.toml points LIBTORCH at
 # it, and the binaries' rpath resolves through it.
 ln -sfn "$(realpath --relative-to="$venv" "$torch_dir")" "$venv/libtorch"
+
+# gymnasium envs in the actor (`gym:` ids): gymnasium with MuJoCo and the Atari ROMs (ale-py),
+# all wheels. Skipped when already installed.
+if ! "$venv/bin/python" -c 'import gymnasium, mujoco, ale_py, imageio; assert gymnasium.__version__ == "'"$GYMNASIUM_VERSION"'"' >/dev/null 2>&1; then
+  log "installing gymnasium[mujoco]==$GYMNASIUM_VERSION and ale-py into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "gymnasium[mujoco]==$GYMNASIUM_VERSION" ale-py
+else
+  log "gymnasium $GYMNASIUM_VERSION, mujoco and ale-py already installed"
+fi
+# The embedded Python (fleetrl-core's `python` feature) links libpython: the binaries' rpath
+# resolves it through .venv/libpython, a link to the venv's base Python library directory.
+py_libdir="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')"
+ln -sfn "$py_libdir" "$venv/libpython"
 
 if [ "${FLEETRL_SKIP_BUILD:-0}" != 1 ]; then
   log "building release binaries (the first build takes several minutes)"

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fleetrl_core::broadcast::{Assembler, DEFAULT_CHUNK_BYTES};
 use fleetrl_core::net::MAX_MESSAGE_BYTES;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::{ReportEpisodesRequest, SubscribeWeightsRequest, Weights};
@@ -18,7 +19,9 @@ pub(crate) fn client(channel: Channel) -> LearnerServiceClient<Channel> {
     LearnerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)
 }
 
-/// Keeps `latest` set to the newest published weights, resubscribing after errors.
+/// Keeps `latest` set to the newest published weights, resubscribing after errors. Weights
+/// arrive in chunks ([`fleetrl_core::broadcast`]) and are reassembled here, off the env loop,
+/// which only swaps them in between rollouts.
 pub(crate) async fn follow_weights(
     channel: Channel,
     latest: watch::Sender<Option<Arc<Weights>>>,
@@ -27,11 +30,23 @@ pub(crate) async fn follow_weights(
     let mut client = client(channel);
     let mut after_version = -1;
     loop {
-        let request = SubscribeWeightsRequest { after_version };
+        let request = SubscribeWeightsRequest {
+            after_version,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+        };
         match client.subscribe_weights(request).await {
             Ok(response) => {
                 let mut stream = response.into_inner();
-                while let Ok(Some(weights)) = stream.message().await {
+                let mut assembler = Assembler::default();
+                while let Ok(Some(message)) = stream.message().await {
+                    let weights = match assembler.push(message) {
+                        Ok(Some(weights)) => weights,
+                        Ok(None) => continue,
+                        Err(error) => {
+                            tracing::warn!(%error, "bad weights chunk; resubscribing");
+                            break;
+                        }
+                    };
                     after_version = weights.version;
                     metrics.weights_received.inc();
                     if latest.send(Some(Arc::new(weights))).is_err() {

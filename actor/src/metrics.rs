@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fleetrl_core::envs::Episode;
 use fleetrl_core::telemetry::metrics::{Counter, Gauge, Registry};
@@ -20,6 +20,13 @@ pub(crate) struct ActorMetrics {
     pub(crate) rollouts_sent: Counter,
     pub(crate) insert_reconnects: Counter,
     pub(crate) weights_received: Counter,
+    /// Seconds from the learner publishing a version to this actor acting with it: the last
+    /// one, and their sum (divide by `weights_applied_total` for the mean).
+    weights_apply_latency: Gauge,
+    weights_apply_latency_sum: Counter,
+    weights_applied: Counter,
+    /// Seconds the env loop paused for the last swap (copying weights into the model).
+    weights_swap: Gauge,
     policy_version: Gauge,
     policy_lag: Gauge,
     /// Recent returns, and the start of the current steps/s window with its step count.
@@ -57,12 +64,35 @@ impl ActorMetrics {
                 "Weight versions received from the learner.",
             ),
             policy_version: r.gauge("policy_version", "Version of the policy acting now."),
+            weights_apply_latency: r.gauge(
+                "weights_apply_latency_seconds",
+                "Seconds from the learner publishing the acting policy to this actor swapping it in.",
+            ),
+            weights_apply_latency_sum: r.counter(
+                "weights_apply_latency_seconds_total",
+                "Sum of weights_apply_latency_seconds over every swap.",
+            ),
+            weights_applied: r.counter("weights_applied_total", "Weight versions swapped in."),
+            weights_swap: r.gauge(
+                "weights_swap_seconds",
+                "Seconds the env loop paused for the last weight swap (reassembly happens off it).",
+            ),
             policy_lag: r.gauge(
                 "policy_lag",
                 "Versions between the newest published policy and the one that acted in the last rollout.",
             ),
             window: Mutex::new((VecDeque::new(), Instant::now(), 0.0)),
         }
+    }
+
+    /// Records a swap to weights the learner published at `published_unix_nanos`, which
+    /// paused the env loop for `swap`.
+    pub(crate) fn record_weights_applied(&self, published_unix_nanos: i64, swap: Duration) {
+        self.weights_swap.set(swap.as_secs_f64());
+        let latency = fleetrl_core::broadcast::seconds_since(published_unix_nanos);
+        self.weights_apply_latency.set(latency);
+        self.weights_apply_latency_sum.add(latency);
+        self.weights_applied.inc();
     }
 
     /// Records a finished rollout: its steps and episodes, the version that acted and the

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs::{Episode, VecEnv};
+use fleetrl_core::envs::Episode;
 use fleetrl_core::models::ActorCritic;
 use fleetrl_core::rollout::RolloutBuilder;
 use fleetrl_proto::v1::Weights;
@@ -49,7 +49,7 @@ impl Runner {
             actors.rollout_length as usize,
             actors.envs_per_actor as usize,
         );
-        let envs = VecEnv::make(&self.config.env.id, m)?;
+        let envs = fleetrl_core::envs::make_vec(&self.config.env, m)?;
         let obs_dim = envs.obs_dim();
         let mut model = ActorCritic::new(
             &self.config.model,
@@ -117,7 +117,10 @@ impl Runner {
     fn wait_for_weights(&mut self, model: &mut ActorCritic) -> anyhow::Result<i64> {
         loop {
             if let Some(w) = self.weights.borrow_and_update().clone() {
+                let swap = std::time::Instant::now();
                 model.import(w.params.as_ref().context("weights without params")?)?;
+                self.metrics
+                    .record_weights_applied(w.published_unix_nanos, swap.elapsed());
                 return Ok(w.version);
             }
             if *self.stop.borrow() {
@@ -168,7 +171,10 @@ impl Runner {
         if w.version <= version {
             return Ok(version);
         }
+        let swap = std::time::Instant::now();
         model.import(w.params.as_ref().context("weights without params")?)?;
+        self.metrics
+            .record_weights_applied(w.published_unix_nanos, swap.elapsed());
         Ok(w.version)
     }
 }

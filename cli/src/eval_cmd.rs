@@ -6,7 +6,7 @@ use anyhow::Context;
 use fleetrl_core::checkpoint;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
-use fleetrl_core::eval::{eval_seed, evaluate, EvalResult};
+use fleetrl_core::eval::{eval_seed, evaluate_env, EvalResult};
 use fleetrl_core::models::ActorCritic;
 
 /// Plays `episodes` deterministic episodes with the policy in checkpoint `path`.
@@ -20,7 +20,7 @@ pub(crate) fn evaluate_checkpoint(
     let (model, config) = load_policy(path)?;
     let seed = seed.unwrap_or_else(|| eval_seed(&config));
     Ok((
-        evaluate(&model, &config.env.id, episodes, seed, true)?,
+        evaluate_env(&model, &config.env, episodes, seed, true)?,
         seed,
     ))
 }
@@ -28,7 +28,7 @@ pub(crate) fn evaluate_checkpoint(
 /// The policy saved in checkpoint `path`, on the CPU, and the run config it was trained with.
 pub(crate) fn load_policy(path: &Path) -> anyhow::Result<(ActorCritic, RunConfig)> {
     let ckpt = checkpoint::load(path)?;
-    let env = envs::make(&ckpt.config.env.id)?;
+    let env = envs::make_configured(&ckpt.config.env)?;
     let mut model = ActorCritic::new(
         &ckpt.config.model,
         &env.observation_space(),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use fleetrl_core::demo::{self, DemoSource};
-use fleetrl_core::eval::record_episode;
+use fleetrl_core::eval::record_episode_env;
 
 use crate::eval_cmd::load_policy;
 
@@ -50,9 +50,9 @@ pub(crate) fn run(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Res
     for i in 0..args.episodes {
         let seed = args.seed + i as u64;
         let episode = match &loaded {
-            Some((policy, _)) => record_episode(
+            Some((policy, config)) => record_episode_env(
                 policy,
-                &env_id,
+                &config.env,
                 seed,
                 !args.stochastic,
                 DemoSource::Checkpoint,

@@ -38,6 +38,22 @@ pub(crate) fn batch(flat: &[f32], rows: usize, obs_dim: usize) -> Tensor {
     Tensor::from_slice(flat).view([rows as i64, obs_dim as i64])
 }
 
+/// `[rows, obs_dim]` tensor over `flat`'s memory, so the preallocated observation buffer feeds
+/// inference without a copy.
+///
+/// # Safety
+/// The tensor must not be used after `flat` is freed or resized, nor while it is written.
+unsafe fn view_batch(flat: &[f32], rows: usize, obs_dim: usize) -> Tensor {
+    assert_eq!(flat.len(), rows * obs_dim, "observation buffer shape");
+    Tensor::from_blob(
+        flat.as_ptr().cast::<u8>(),
+        &[rows as i64, obs_dim as i64],
+        &[obs_dim as i64, 1],
+        tch::Kind::Float,
+        tch::Device::Cpu,
+    )
+}
+
 impl Acting {
     /// Takes over `envs`, resetting env i with seed `seed + i`.
     pub fn new(mut envs: VecEnv, seed: u64) -> Acting {
@@ -72,7 +88,10 @@ impl Acting {
             );
         }
         while !builder.is_full() {
-            let obs = batch(&self.obs, m, obs_dim);
+            // SAFETY: `obs` views `self.obs` without copying and is dropped at the end of
+            // this iteration's scope; `self.obs` is not resized while it lives, and the
+            // policy's outputs are new tensors that do not alias it.
+            let obs = unsafe { view_batch(&self.obs, m, obs_dim) };
             let (act, next) = match &self.state {
                 Some(state) => {
                     let (act, next) = policy.act_recurrent(&obs, state, false);
@@ -85,10 +104,7 @@ impl Acting {
             let value = Vec::<f32>::try_from(&act.value)?;
             let step = match &action {
                 Actions::Discrete(a) => self.envs.step_discrete(a)?,
-                Actions::Continuous { values, .. } => {
-                    let actions = clipped(self.envs.action_space(), values, m);
-                    self.envs.step(&actions)?
-                }
+                Actions::Continuous { values, .. } => self.envs.step_continuous(values)?,
             };
             let final_value = truncation_values(
                 policy,
@@ -107,6 +123,7 @@ impl Acting {
                 truncated: &step.truncated,
                 final_value: &final_value,
             });
+            drop(obs);
             self.obs.copy_from_slice(&step.obs);
             if let Some(next) = next {
                 let ended: Vec<f32> = (0..m)

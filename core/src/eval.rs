@@ -3,7 +3,7 @@
 use tch::Tensor;
 
 use crate::acting::clipped;
-use crate::config::RunConfig;
+use crate::config::{EnvConfig, RunConfig};
 use crate::demo::{Demo, DemoSource, Recorder};
 use crate::envs::{self, Action, Env, EnvError, Space};
 use crate::models::{Policy, RnnState};
@@ -45,8 +45,24 @@ pub fn evaluate(
     seed: u64,
     deterministic: bool,
 ) -> Result<EvalResult, EnvError> {
+    let env = EnvConfig {
+        id: env_id.to_string(),
+        ..EnvConfig::default()
+    };
+    evaluate_env(policy, &env, episodes, seed, deterministic)
+}
+
+/// [`evaluate`] on envs as `[env]` configures them (wrappers included). Returns are scores:
+/// rewards before reward scaling or clipping, over whole games (all lives of an Atari game).
+pub fn evaluate_env(
+    policy: &dyn Policy,
+    env_config: &EnvConfig,
+    episodes: usize,
+    seed: u64,
+    deterministic: bool,
+) -> Result<EvalResult, EnvError> {
     let mut envs: Vec<Box<dyn Env>> = (0..episodes)
-        .map(|_| envs::make(env_id))
+        .map(|_| envs::make_configured(env_config))
         .collect::<Result<_, _>>()?;
     let obs_dim = envs.first().map_or(0, |e| e.observation_space().flat_dim());
     let mut obs: Vec<Vec<f32>> = Vec::with_capacity(episodes);
@@ -88,9 +104,13 @@ pub fn evaluate(
         let mut still = Vec::with_capacity(running.len());
         for (&i, a) in running.iter().zip(&actions) {
             let step = envs[i].step(a)?;
-            returns[i] += step.reward as f64;
+            returns[i] += f64::from(envs[i].score_reward().unwrap_or(step.reward));
             obs[i] = step.obs;
             if !(step.terminated || step.truncated) {
+                still.push(i);
+            } else if !envs[i].game_over() {
+                // A life lost under episodic life: the game goes on.
+                obs[i] = envs[i].reset(None);
                 still.push(i);
             }
         }
@@ -108,7 +128,23 @@ pub fn record_episode(
     deterministic: bool,
     source: DemoSource,
 ) -> Result<Demo, EnvError> {
-    let mut env = envs::make(env_id)?;
+    let env = EnvConfig {
+        id: env_id.to_string(),
+        ..EnvConfig::default()
+    };
+    record_episode_env(policy, &env, seed, deterministic, source)
+}
+
+/// [`record_episode`] on the env `env_config` describes (wrappers included).
+pub fn record_episode_env(
+    policy: &dyn Policy,
+    env_config: &EnvConfig,
+    seed: u64,
+    deterministic: bool,
+    source: DemoSource,
+) -> Result<Demo, EnvError> {
+    let env_id = env_config.id.as_str();
+    let mut env = envs::make_configured(env_config)?;
     let obs_space = env.observation_space();
     let action_space = env.action_space();
     let obs_shape = match &obs_space {

@@ -10,6 +10,7 @@
 
 pub mod acting;
 pub mod algos;
+pub mod broadcast;
 pub mod buffers;
 pub mod checkpoint;
 pub mod config;

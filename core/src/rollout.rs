@@ -108,7 +108,7 @@ fn feed_forward_signature(obs_space: &Space, action_space: &Space, t: i64, m: i6
 
 /// The on-policy queue table a run's actors insert into.
 pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
-    let env = envs::make(&config.env.id)?;
+    let env = envs::make_configured(&config.env)?;
     let sig = signature_with_state(
         &env.observation_space(),
         &env.action_space(),

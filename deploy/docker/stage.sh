@@ -58,6 +58,10 @@ for b in "${bins[@]}"; do
       "$(dirname "$libtorch")"/*)
         # libtorch and the nvidia wheels' libraries: beside the binaries, under their soname.
         install -m 0755 "$real" "$out/opt/fleetrl/lib/$name" ;;
+      */libpython3*)
+        # libpython (linked for gym: envs; loaded always, initialised only when a gymnasium
+        # env is made): beside the binaries. Later binaries resolve it there already.
+        [[ "$real" -ef "$out/opt/fleetrl/lib/$name" ]] || install -m 0755 "$real" "$out/opt/fleetrl/lib/$name" ;;
       *)
         if [[ $system_libs == 1 ]]; then
           mkdir -p "$out$(dirname "$path")"

@@ -123,6 +123,9 @@ async fn main() -> anyhow::Result<()> {
         work: work_tx.clone(),
         subscribers: Default::default(),
         metrics,
+        encoded: Arc::new(fleetrl_core::broadcast::EncodedCache::new(
+            config.learner.broadcast_dtype,
+        )),
     };
     let (health, health_service) = tonic_health::server::health_reporter();
     health

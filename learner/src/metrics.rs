@@ -40,6 +40,10 @@ pub(crate) struct LearnerMetrics {
     pub(crate) rollouts_received: Counter,
     pub(crate) rollouts_dropped: Counter,
     pub(crate) policy_lag: Gauge,
+    /// Per rollout on arrival: versions between the policy that acted and the current one
+    /// (the last, and the sum over `rollouts_received_total`).
+    pub(crate) rollout_policy_lag: Gauge,
+    pub(crate) rollout_policy_lag_sum: Counter,
     pub(crate) episodes: Counter,
     pub(crate) env_steps_reported: Counter,
     pub(crate) episode_return_recent: Gauge,
@@ -85,6 +89,14 @@ impl LearnerMetrics {
             policy_lag: r.gauge(
                 "policy_lag",
                 "Mean versions between the acting policy and the updated one, last batch.",
+            ),
+            rollout_policy_lag: r.gauge(
+                "rollout_policy_lag",
+                "Versions between the policy that acted in the last rollout received and the current one.",
+            ),
+            rollout_policy_lag_sum: r.counter(
+                "rollout_policy_lag_versions_total",
+                "Sum of rollout_policy_lag over every rollout received.",
             ),
             episodes: r.counter("episodes_total", "Episodes the actors reported."),
             env_steps_reported: r.counter(

@@ -15,6 +15,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status};
 
+use fleetrl_core::broadcast::{self, EncodedCache};
+use fleetrl_core::net::MAX_MESSAGE_BYTES;
+
 use crate::metrics::LearnerMetrics;
 use crate::stats::Stats;
 use crate::trainer::Work;
@@ -29,6 +32,8 @@ pub(crate) struct Learner {
     pub(crate) subscribers: Arc<AtomicU32>,
     /// What Prometheus scrapes.
     pub(crate) metrics: Arc<LearnerMetrics>,
+    /// The newest version serialised for chunked subscribers.
+    pub(crate) encoded: Arc<EncodedCache>,
 }
 
 /// Counts one open weight subscription for as long as it lives.
@@ -67,12 +72,25 @@ impl LearnerService for Learner {
         &self,
         request: Request<SubscribeWeightsRequest>,
     ) -> Result<Response<WeightStream>, Status> {
-        let after = request.into_inner().after_version;
+        let request = request.into_inner();
+        let after = request.after_version;
         // WatchStream yields the current value first, then only the newest on each change,
         // so a slow subscriber skips versions instead of queueing them.
         // The subscription guard lives in the stream, so a client going away (a killed actor's
         // connection closing) stops counting at once.
         let subscription = Subscription::open(&self.subscribers, &self.metrics);
+        if request.chunk_bytes > 0 {
+            let chunk_bytes = (request.chunk_bytes as usize).min(MAX_MESSAGE_BYTES / 2);
+            let stream = broadcast::subscription(
+                self.weights.clone(),
+                self.encoded.clone(),
+                after,
+                chunk_bytes,
+                move || subscription.0.load(Ordering::Relaxed).max(1),
+            )
+            .map(|m| m.map_err(|e| Status::internal(e.to_string())));
+            return Ok(Response::new(Box::pin(stream)));
+        }
         let stream = WatchStream::new(self.weights.clone())
             .filter(move |w| std::future::ready(w.version > after))
             .map(move |w| {

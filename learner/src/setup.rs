@@ -18,18 +18,6 @@ pub(crate) struct Restored {
     pub(crate) stats: Stats,
 }
 
-/// Parses `cpu`, `cuda` or `cuda:N`.
-pub(crate) fn device(name: &str) -> anyhow::Result<tch::Device> {
-    match name {
-        "cpu" => Ok(tch::Device::Cpu),
-        "cuda" => Ok(tch::Device::Cuda(0)),
-        other => match other.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
-            Some(n) => Ok(tch::Device::Cuda(n)),
-            None => bail!("learner.device must be cpu, cuda or cuda:N, got `{other}`"),
-        },
-    }
-}
-
 /// A fresh learner for `config.algo`, or one restored from `resume`: a path, `latest` (the
 /// newest checkpoint under `checkpoint_dir`, which must exist) or `auto` (the newest if any,
 /// else fresh: what a container that restarts in place wants).
@@ -38,22 +26,29 @@ pub(crate) fn build_algorithm(
     resume: Option<&str>,
     checkpoint_dir: &Path,
 ) -> anyhow::Result<Restored> {
-    let device = device(&config.learner.device)?;
-    if device.is_cuda() && !tch::Cuda::is_available() {
-        bail!(
-            "learner.device is {} but CUDA is not available to libtorch",
-            config.learner.device
-        );
+    let devices = config.learner.resolve_devices(config.algo.name())?;
+    if let Some(gpu) = devices.iter().find(|d| d.is_cuda()) {
+        let visible = tch::Cuda::device_count();
+        if !tch::Cuda::is_available() {
+            bail!("the learner is configured for {gpu:?} but CUDA is not available to libtorch");
+        }
+        if let Some(missing) = devices
+            .iter()
+            .find(|d| matches!(d, tch::Device::Cuda(n) if *n as i64 >= visible))
+        {
+            bail!("learner device {missing:?} does not exist: libtorch sees {visible} GPU(s)");
+        }
     }
+    tracing::info!(?devices, "learner devices");
     tch::manual_seed(config.seed as i64);
-    let env = envs::make(&config.env.id)?;
-    let model = ActorCritic::new(
-        &config.model,
-        &env.observation_space(),
-        &env.action_space(),
-        device,
-    )?;
-    let mut algo: Box<dyn Algorithm> = algos::build(config, model);
+    let env = envs::make_configured(&config.env)?;
+    let (obs_space, action_space) = (env.observation_space(), env.action_space());
+    let model = ActorCritic::new(&config.model, &obs_space, &action_space, devices[0])?;
+    let make = |device| {
+        ActorCritic::new(&config.model, &obs_space, &action_space, device)
+            .expect("the master copy of this model built")
+    };
+    let mut algo: Box<dyn Algorithm> = algos::build_on_devices(config, model, &devices, make);
     let resume = match resume {
         Some("auto") if checkpoint::latest(checkpoint_dir).is_none() => {
             tracing::info!(dir = %checkpoint_dir.display(), "no checkpoint yet; starting fresh");

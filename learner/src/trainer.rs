@@ -65,6 +65,8 @@ pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weig
         version,
         params: Some(params),
         subscribers: 0,
+        published_unix_nanos: fleetrl_core::broadcast::now_unix_nanos(),
+        ..Weights::default()
     })
 }
 
@@ -109,6 +111,11 @@ impl Trainer {
         let mut stats = self.stats.lock().expect("stats lock poisoned");
         let current = stats.policy_version;
         let before = self.pending.len() + 1;
+        if let Some(version) = RolloutBatch::version_of(&rollout) {
+            let lag = (current - version).max(0) as f64;
+            self.metrics.rollout_policy_lag.set(lag);
+            self.metrics.rollout_policy_lag_sum.add(lag);
+        }
         self.pending.push(rollout);
         self.pending.retain(|r| {
             let version = RolloutBatch::version_of(r);

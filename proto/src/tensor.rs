@@ -39,6 +39,7 @@ impl Dtype {
         match self {
             Dtype::F64 | Dtype::I64 => 8,
             Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F16 => 2,
             Dtype::U8 | Dtype::Bool | Dtype::Unspecified => 1,
         }
     }
@@ -268,6 +269,7 @@ mod tch_conv {
             Dtype::I32 => tch::Kind::Int,
             Dtype::U8 => tch::Kind::Uint8,
             Dtype::Bool => tch::Kind::Bool,
+            Dtype::F16 => tch::Kind::Half,
             Dtype::Unspecified => return Err(TensorError::UnknownDType(0)),
         })
     }
@@ -280,6 +282,7 @@ mod tch_conv {
             tch::Kind::Int => Dtype::I32,
             tch::Kind::Uint8 => Dtype::U8,
             tch::Kind::Bool => Dtype::Bool,
+            tch::Kind::Half => Dtype::F16,
             other => return Err(TensorError::Tch(format!("no proto dtype for {other:?}"))),
         })
     }

@@ -294,3 +294,41 @@ impl ReplayProcess {
             .with_context(|| format!("no table `{table}` on {}", self.addr))
     }
 }
+
+/// Runs `fleetrl train --config PRESET --set ...` to completion (from the repository root,
+/// output in a fresh temporary directory), returning its exit status, stderr and, when it
+/// succeeded, its `summary.json`.
+pub fn train_preset(
+    name: &str,
+    preset: &str,
+    overrides: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<(std::process::ExitStatus, String, Option<serde_json::Value>)> {
+    let out = std::env::temp_dir().join(format!("fleetrl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cmd = std::process::Command::new(fleetrl_core::launch::bin_dir()?.join("fleetrl"));
+    cmd.current_dir(&root).args(["train", "--config", preset]);
+    for o in overrides {
+        cmd.args(["--set", o]);
+    }
+    cmd.envs(env.iter().copied());
+    let run = cmd.arg("--out").arg(&out).output()?;
+    let mut stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    if !run.status.success() {
+        // The launcher points at the failing role's log; keep what it says.
+        for entry in std::fs::read_dir(out.join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            stderr.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+        }
+    }
+    let summary = std::fs::read(out.join("summary.json"))
+        .ok()
+        .map(|bytes| serde_json::from_slice(&bytes))
+        .transpose()?;
+    let _ = std::fs::remove_dir_all(&out);
+    Ok((run.status, stderr, summary))
+}

@@ -77,6 +77,7 @@ async fn every_role_serves_its_metrics() -> anyhow::Result<()> {
     at_least(actor_m, "fleetrl_actor_env_steps_total", 2000.0).await?;
     at_least(actor_m, "fleetrl_actor_rollouts_sent_total", 5.0).await?;
     at_least(actor_m, "fleetrl_actor_weights_received_total", 2.0).await?;
+    at_least(actor_m, "fleetrl_actor_weights_applied_total", 2.0).await?;
     at_least(actor_m, "fleetrl_actor_episodes_total", 1.0).await?;
     at_least(learner_m, "fleetrl_learner_updates_total", 2.0).await?;
     at_least(learner_m, "fleetrl_learner_weights_published_total", 2.0).await?;

@@ -29,21 +29,24 @@ fn recv_spinning<T>(rx: &Receiver<T>) -> Result<T, RecvError> {
     rx.recv()
 }
 
-/// Work for one shard: runs on some thread with that thread's handle on the networks.
-pub type Job<R> = Box<dyn FnOnce(&Heads) -> R + Send>;
+/// Work for one shard: runs on some thread with that thread's handle on the networks (`H`:
+/// the networks' type, [`Heads`] for the actor-critic).
+pub type Job<R, H = Heads> = Box<dyn FnOnce(&H) -> R + Send>;
 
-struct Worker<R> {
-    jobs: Sender<Job<R>>,
+struct Worker<R, H> {
+    jobs: Sender<Job<R, H>>,
     results: Receiver<R>,
 }
 
 /// Long-lived worker threads (a fresh thread per step would pay libtorch's per-thread setup
-/// every time).
-pub struct ShardPool<R> {
-    workers: Vec<Worker<R>>,
+/// every time). Each holds a handle on networks: the caller's own (threads sharing one set of
+/// parameters, [`ShardPool::new`]) or a replica on another device ([`ShardPool::with_handles`]
+/// with [`crate::algos::replicas::Replicas`]).
+pub struct ShardPool<R, H = Heads> {
+    workers: Vec<Worker<R, H>>,
 }
 
-impl<R> std::fmt::Debug for ShardPool<R> {
+impl<R, H> std::fmt::Debug for ShardPool<R, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ShardPool({} workers)", self.workers.len())
     }
@@ -52,12 +55,20 @@ impl<R> std::fmt::Debug for ShardPool<R> {
 impl<R: Send + 'static> ShardPool<R> {
     /// `extra_threads` workers besides the caller, each with its own handle on `heads`.
     pub fn new(heads: &Heads, extra_threads: usize) -> ShardPool<R> {
+        ShardPool::with_handles((0..extra_threads).map(|_| heads.shallow_clone()).collect())
+    }
+}
+
+impl<R: Send + 'static, H: Send + 'static> ShardPool<R, H> {
+    /// One worker per handle, besides the caller.
+    pub fn with_handles(handles: Vec<H>) -> ShardPool<R, H> {
         let threads = tch::get_num_threads();
-        let workers = (0..extra_threads)
-            .map(|i| {
-                let (jobs, job_rx) = channel::<Job<R>>();
+        let workers = handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, handle)| {
+                let (jobs, job_rx) = channel::<Job<R, H>>();
                 let (result_tx, results) = channel();
-                let handle = heads.shallow_clone();
                 std::thread::Builder::new()
                     .name(format!("shard-{}", i + 1))
                     .spawn(move || {
@@ -81,12 +92,12 @@ impl<R: Send + 'static> ShardPool<R> {
     }
 
     /// Runs `jobs[0]` here and the rest on the workers (at most one each); results in order.
-    pub fn run(&self, local: &Heads, mut jobs: Vec<Job<R>>) -> Vec<R> {
+    pub fn run(&self, local: &H, mut jobs: Vec<Job<R, H>>) -> Vec<R> {
         assert!(
             !jobs.is_empty() && jobs.len() <= self.threads(),
             "one job per thread"
         );
-        let remote: Vec<Job<R>> = jobs.drain(1..).collect();
+        let remote: Vec<Job<R, H>> = jobs.drain(1..).collect();
         let busy = remote.len();
         for (worker, job) in self.workers.iter().zip(remote) {
             worker

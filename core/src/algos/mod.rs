@@ -6,6 +6,7 @@ pub mod data_parallel;
 pub mod impala;
 pub mod pg;
 pub mod ppo;
+pub mod replicas;
 pub mod returns;
 pub mod trpo;
 pub mod vpg;
@@ -36,6 +37,23 @@ pub fn build(config: &RunConfig, model: ActorCritic) -> Box<dyn Algorithm> {
         AlgoConfig::Vpg(c) => Box::new(Vpg::new(c, model)),
         AlgoConfig::Trpo(c) => Box::new(Trpo::new(c, model)),
         AlgoConfig::Impala(c) => Box::new(Impala::new(c, model, total)),
+    }
+}
+
+/// [`build`] with one replica of the model per device of `devices` (the first is `model`'s own;
+/// see [`replicas`]), each made by `make`. A single device is plain [`build`]; several need an
+/// algorithm that splits its update (PPO; config validation refuses the others).
+pub fn build_on_devices(
+    config: &RunConfig,
+    model: ActorCritic,
+    devices: &[tch::Device],
+    make: impl FnMut(tch::Device) -> ActorCritic,
+) -> Box<dyn Algorithm> {
+    match &config.algo {
+        AlgoConfig::Ppo(c) if devices.len() > 1 => {
+            Box::new(Ppo::new(c, model, config.total_updates()).on_devices(devices, make))
+        }
+        _ => build(config, model),
     }
 }
 

@@ -12,6 +12,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::data_parallel::{Job, ShardPool};
 use super::pg::explained_variance;
+use super::replicas::Replicas;
 use super::returns::{gae, Returns};
 use super::{Algorithm, Metrics};
 use crate::config::PpoConfig;
@@ -55,6 +56,8 @@ pub struct Ppo {
     total_updates: u64,
     updates: u64,
     shards: ShardPool<ShardOut>,
+    /// Copies on further devices (none on one device); shard k runs on device k.
+    replicas: Replicas<ActorCritic>,
 }
 
 /// The value regression loss: mean squared error against the returns (SB3's `F.mse_loss`).
@@ -138,6 +141,22 @@ impl Minibatch {
         }
     }
 
+    /// The same rows on `device` (no copy when they are there already).
+    fn on(self, device: Device) -> Minibatch {
+        if self.obs.device() == device {
+            return self;
+        }
+        Minibatch {
+            obs: self.obs.to_device(device),
+            action: self.action.to_device(device),
+            old_log_prob: self.old_log_prob.to_device(device),
+            old_value: self.old_value.to_device(device),
+            advantage: self.advantage.to_device(device),
+            returns: self.returns.to_device(device),
+            seq: None,
+        }
+    }
+
     fn select(&self, index: &Tensor) -> Minibatch {
         Minibatch {
             obs: self.obs.index_select(0, index),
@@ -170,6 +189,7 @@ impl Ppo {
             total_updates,
             updates: 0,
             shards,
+            replicas: Replicas::none(device),
         }
     }
 
@@ -213,6 +233,28 @@ impl Ppo {
         self
     }
 
+    /// Splits every minibatch over the devices of `replicas` (one thread each; the master's
+    /// device is the first), reducing the gradients onto the master for one optimiser step:
+    /// the update equals one device's up to float rounding. Replaces [`Ppo::with_threads`].
+    pub fn with_replicas(mut self, replicas: Replicas<ActorCritic>) -> Ppo {
+        let handles = replicas.models().map(|m| m.heads().shallow_clone());
+        self.shards = ShardPool::with_handles(handles.collect());
+        self.replicas = replicas;
+        self
+    }
+
+    /// [`Ppo::with_replicas`] with one replica, made by `make`, on each of `devices[1..]`
+    /// (`devices[0]` is the model's own).
+    pub fn on_devices(self, devices: &[Device], make: impl FnMut(Device) -> ActorCritic) -> Ppo {
+        let replicas = Replicas::new(
+            self.model.var_store(),
+            devices,
+            make,
+            ActorCritic::var_store,
+        );
+        self.with_replicas(replicas)
+    }
+
     /// Computes L on the minibatch and accumulates its gradients, sharded over the pool.
     fn backward(&self, mb: &Minibatch, spec: LossSpec) -> Vec<ShardOut> {
         let n = mb.obs.size()[0];
@@ -223,6 +265,7 @@ impl Ppo {
             self.shards.threads()
         };
         let k = (threads as i64).min(n);
+        let devices = self.replicas.devices();
         let mut jobs: Vec<Job<ShardOut>> = Vec::with_capacity(k as usize);
         let mut start = 0;
         for i in 0..k {
@@ -230,7 +273,7 @@ impl Ppo {
             let shard = if mb.seq.is_some() {
                 mb.select_all()
             } else {
-                mb.rows(start, len)
+                mb.rows(start, len).on(devices[i as usize % devices.len()])
             };
             let weight = len as f64 / n as f64;
             jobs.push(Box::new(move |heads: &Heads| {
@@ -324,7 +367,8 @@ fn combine(outs: &[ShardOut]) -> ([f64; 3], Tensor) {
             *sum += out.weight * t.double_value(&[]);
         }
     }
-    let ratios: Vec<&Tensor> = outs.iter().map(|o| &o.ratio).collect();
+    let device = outs[0].ratio.device();
+    let ratios: Vec<Tensor> = outs.iter().map(|o| o.ratio.to_device(device)).collect();
     (terms, Tensor::cat(&ratios, 0))
 }
 
@@ -373,7 +417,9 @@ impl Algorithm for Ppo {
                     mb.advantage = normalized(&mb.advantage);
                 }
                 self.optim.zero_grad();
+                self.replicas.broadcast(self.optim.flat_params());
                 let outs = self.backward(&mb, spec);
+                self.replicas.reduce(self.optim.flat_grads());
                 let grad_norm = self.optim.step(lr, c.clip_grad_norm);
                 last = Some((outs, grad_norm));
             }

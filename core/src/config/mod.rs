@@ -4,6 +4,7 @@
 //! `configs/`), then `--set dotted.key=value` overrides. Unknown keys are errors everywhere.
 
 mod algo;
+mod devices;
 mod overrides;
 mod ppod;
 
@@ -15,6 +16,7 @@ pub use algo::{
     A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, PgOptions, PpoConfig, TrpoConfig,
     VpgConfig, ALGO_NAMES,
 };
+pub use devices::{parse_device, BroadcastDtype, DeviceList};
 pub use overrides::apply_override;
 pub use ppod::PpodConfig;
 
@@ -106,14 +108,30 @@ impl Default for RunConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnvConfig {
-    /// Registered env id, e.g. "CartPole-v1".
+    /// Registered env id, e.g. "CartPole-v1"; `gym:ID` makes gymnasium's ID (e.g. "gym:Hopper-v5").
     pub id: String,
+    /// Keyword arguments for `gymnasium.make` (gym: ids only), e.g. `{ frameskip = 1 }`.
+    pub kwargs: toml::Table,
+    /// Multiplies every reward the learner sees (1 = unchanged); scores stay unscaled.
+    pub reward_scale: f32,
+    /// Clips rewards the learner sees to [-c, c] after scaling (0 = off); scores stay unclipped.
+    pub reward_clip: f32,
+    /// Standard Atari preprocessing (gym:ALE/ ids made with frameskip = 1): no-op reset, frame skip
+    /// 4 with max-pool, 84x84 grayscale, episodic life, fire reset; implies frame_stack = 4.
+    pub atari: bool,
+    /// Stacks the last k observations (0 or 1 = off; 4 when atari is on).
+    pub frame_stack: u32,
 }
 
 impl Default for EnvConfig {
     fn default() -> Self {
         EnvConfig {
             id: "CartPole-v1".into(),
+            kwargs: toml::Table::new(),
+            reward_scale: 1.0,
+            reward_clip: 0.0,
+            atari: false,
+            frame_stack: 0,
         }
     }
 }
@@ -251,10 +269,21 @@ impl Default for ReplayConfig {
 pub struct LearnerConfig {
     /// Rollouts per training batch (the batch is this x rollout_length x envs_per_actor steps).
     pub batch_rollouts: u32,
-    /// Device for the update: "cpu", "cuda" or "cuda:N".
+    /// Device for the update: "cpu", "cuda" or "cuda:N" (with `devices` set: left as is, or
+    /// the first of `devices`).
     pub device: String,
+    /// Data-parallel devices, e.g. ["cuda:0", "cuda:1"] or ["cpu", "cpu"], or "auto" (all
+    /// GPUs, else cpu); the first holds the optimiser. Empty: `device` alone. PPO only.
+    pub devices: DeviceList,
+    /// This learner's index among `world_size` learner processes (rlpyt's `rank`).
+    pub rank: u32,
+    /// Learner processes training one policy together (rlpyt's `world_size`); only 1 yet.
+    pub world_size: u32,
+    /// Element type of the weights streamed to actors: "f32", or "f16" (half the bytes).
+    pub broadcast_dtype: BroadcastDtype,
     /// Threads each minibatch is split over (data parallel over one set of parameters; the
-    /// update is identical, only faster where cores are free).
+    /// update is identical, only faster where cores are free). With several `devices`, one
+    /// thread per device instead.
     pub update_threads: u32,
     /// Torch intra-op threads per update thread (1 is fastest for small networks).
     pub torch_threads: u32,
@@ -271,6 +300,10 @@ impl Default for LearnerConfig {
         LearnerConfig {
             batch_rollouts: 2,
             device: "cpu".into(),
+            devices: DeviceList::default(),
+            rank: 0,
+            world_size: 1,
+            broadcast_dtype: BroadcastDtype::default(),
             update_threads: 2,
             torch_threads: 1,
             checkpoint_interval: 0,
@@ -415,6 +448,7 @@ impl RunConfig {
             "learner.torch_threads",
             "must be >= 1",
         )?;
+        self.learner.check_devices(self.algo.name())?;
         check(self.replay.max_size >= 1, "replay.max_size", "must be >= 1")?;
         self.ppod.validate()?;
         check(self.eval.episodes >= 1, "eval.episodes", "must be >= 1")?;

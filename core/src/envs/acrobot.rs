@@ -65,12 +65,9 @@ impl Acrobot {
         self.state = state;
     }
 
-    fn obs(&self) -> Vec<f32> {
+    fn obs(&self) -> [f32; 6] {
         let [t1, t2, dt1, dt2] = self.state;
-        [t1.cos(), t1.sin(), t2.cos(), t2.sin(), dt1, dt2]
-            .iter()
-            .map(|&v| v as f32)
-            .collect()
+        [t1.cos(), t1.sin(), t2.cos(), t2.sin(), dt1, dt2].map(|v| v as f32)
     }
 
     fn is_terminal(state: &[f64; 4]) -> bool {
@@ -156,10 +153,14 @@ impl Env for Acrobot {
             // gymnasium draws in f64 and stores the state as f32.
             *v = f64::from(self.rng.random_range(-RESET_BOUND..RESET_BOUND));
         }
-        self.obs()
+        self.obs().to_vec()
     }
 
     fn step(&mut self, action: &Action) -> Result<Step, EnvError> {
+        super::step_via_into(self, action)
+    }
+
+    fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
         let torque = match action {
             Action::Discrete(a @ 0..=2) => TORQUES[*a as usize],
             _ => {
@@ -177,8 +178,9 @@ impl Env for Acrobot {
             dt2.clamp(-MAX_VEL_2, MAX_VEL_2),
         ];
         let terminated = Self::is_terminal(&self.state);
+        obs.copy_from_slice(&self.obs());
         Ok(Step {
-            obs: self.obs(),
+            obs: Vec::new(),
             reward: if terminated { 0.0 } else { -1.0 },
             terminated,
             truncated: false,

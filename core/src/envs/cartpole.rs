@@ -64,8 +64,8 @@ impl CartPole {
     }
 
     /// The observation for the current state: the f64 state cast to f32.
-    fn obs(&self) -> Vec<f32> {
-        self.state.iter().map(|&v| v as f32).collect()
+    fn obs(&self) -> [f32; 4] {
+        self.state.map(|v| v as f32)
     }
 
     /// Whether `state` lies outside the termination box. Written as gymnasium's four
@@ -154,10 +154,14 @@ impl Env for CartPole {
             *v = self.rng.random_range(-RESET_BOUND..RESET_BOUND);
         }
         self.steps_beyond_terminated = None;
-        self.obs()
+        self.obs().to_vec()
     }
 
     fn step(&mut self, action: &Action) -> Result<Step, EnvError> {
+        super::step_via_into(self, action)
+    }
+
+    fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
         let a = match action {
             Action::Discrete(a @ (0 | 1)) => *a,
             _ => {
@@ -170,8 +174,9 @@ impl Env for CartPole {
         self.state = dynamics(self.state, a);
         let terminated = Self::is_terminal(&self.state);
         let reward = self.reward(terminated);
+        obs.copy_from_slice(&self.obs());
         Ok(Step {
-            obs: self.obs(),
+            obs: Vec::new(),
             reward,
             terminated,
             truncated: false,
@@ -236,7 +241,7 @@ mod tests {
         for (got, want) in env.state().iter().zip(expected) {
             assert!((got - want).abs() < 1e-12, "{got} vs {want}");
         }
-        assert_eq!(step.obs, env.obs());
+        assert_eq!(step.obs, env.obs().to_vec());
     }
 
     /// The gymnasium formula written out independently (no shared constants).

@@ -1,24 +1,51 @@
 //! Environments: the [`Env`] trait every environment implements (native or hosted), the
 //! registry [`make`], wrappers, and [`VecEnv`], a vector of envs with auto-reset.
 
+/// Forwards [`Env::game_over`] and [`Env::lives`] to the wrapped env in field `$inner`.
+macro_rules! forward_game_info {
+    ($inner:ident) => {
+        fn game_over(&self) -> bool {
+            self.$inner.game_over()
+        }
+
+        fn lives(&self) -> Option<u32> {
+            self.$inner.lives()
+        }
+    };
+}
+
 mod acrobot;
+mod atari;
+mod batch;
 mod cartpole;
+mod configured;
+mod frame_stack;
 mod mask_velocity;
 mod mountain_car;
 mod mountain_car_continuous;
 mod pendulum;
 mod point_mass;
+#[cfg(feature = "python")]
+pub mod python;
+mod reward_transform;
+#[cfg(test)]
+mod scripted;
 mod sparse_mountain_car;
 mod time_limit;
 mod vec_env;
 
 pub use acrobot::Acrobot;
+pub use atari::{AtariPreprocessing, ATARI_SIZE};
+pub use batch::{BatchActions, BatchEnv};
 pub use cartpole::CartPole;
+pub use configured::{make_configured, make_vec};
+pub use frame_stack::FrameStack;
 pub use mask_velocity::MaskObservation;
 pub use mountain_car::MountainCar;
 pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
 pub use point_mass::PointMass;
+pub use reward_transform::RewardTransform;
 pub use sparse_mountain_car::{mountain_car_controller, SparseMountainCar};
 pub use time_limit::TimeLimit;
 pub use vec_env::{Episode, VecEnv, VecStep};
@@ -27,7 +54,11 @@ pub use vec_env::{Episode, VecEnv, VecStep};
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
     /// No environment is registered under this id.
-    #[error("unknown environment `{0}` (known: {known})", known = KNOWN_ENVS.join(", "))]
+    #[error(
+        "unknown environment `{0}` (native: {known}; gymnasium ids take the `gym:` prefix, \
+         e.g. gym:Hopper-v5, in a build with the `python` feature)",
+        known = KNOWN_ENVS.join(", ")
+    )]
     UnknownEnv(String),
     /// The action does not belong to the env's action space.
     #[error("invalid action {action:?} for action space {space:?}")]
@@ -41,6 +72,10 @@ pub enum EnvError {
     /// differ, or an action count that is not the number of envs.
     #[error("vector env mismatch: {0}")]
     VecMismatch(String),
+    /// A gymnasium env (`gym:` id) could not be made or stepped, or Python/gymnasium is
+    /// missing; the message says what to install or which id is wrong.
+    #[error("{0}")]
+    Python(String),
 }
 
 /// Ids [`make`] knows.
@@ -121,6 +156,65 @@ pub trait Env: Send {
     fn reset(&mut self, seed: Option<u64>) -> Vec<f32>;
     /// Applies one action.
     fn step(&mut self, action: &Action) -> Result<Step, EnvError>;
+    /// [`Env::step`] writing the observation into `obs` (the observation space's flat length)
+    /// and returning the step with an empty `obs`: the path [`VecEnv`] steps, which native envs
+    /// implement without allocating. The default steps and copies.
+    fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let mut step = self.step(action)?;
+        obs.copy_from_slice(&step.obs);
+        step.obs = Vec::new();
+        Ok(step)
+    }
+    /// The last step's reward before reward wrappers changed it (the score an episode's
+    /// return is reported in), or `None` when the step's reward is the score.
+    fn score_reward(&self) -> Option<f32> {
+        None
+    }
+    /// False after a step that ended an episode only for learning (e.g. an Atari life lost
+    /// under episodic life): the reported episode then goes on until the game is over.
+    fn game_over(&self) -> bool {
+        true
+    }
+    /// Lives left in a game with lives (ALE), else `None`; drives episodic life.
+    fn lives(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// A boxed env is an env, so wrappers stack on envs chosen at run time.
+impl Env for Box<dyn Env> {
+    fn observation_space(&self) -> Space {
+        (**self).observation_space()
+    }
+    fn action_space(&self) -> Space {
+        (**self).action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>) -> Vec<f32> {
+        (**self).reset(seed)
+    }
+    fn step(&mut self, action: &Action) -> Result<Step, EnvError> {
+        (**self).step(action)
+    }
+    fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
+        (**self).step_into(action, obs)
+    }
+    fn score_reward(&self) -> Option<f32> {
+        (**self).score_reward()
+    }
+    fn game_over(&self) -> bool {
+        (**self).game_over()
+    }
+    fn lives(&self) -> Option<u32> {
+        (**self).lives()
+    }
+}
+
+/// [`Env::step`] for an env that implements [`Env::step_into`]: steps into a new vector.
+pub(crate) fn step_via_into<E: Env>(env: &mut E, action: &Action) -> Result<Step, EnvError> {
+    let mut obs = vec![0.0; env.observation_space().flat_dim()];
+    let mut step = env.step_into(action, &mut obs)?;
+    step.obs = obs;
+    Ok(step)
 }
 
 /// Builds a registered environment, with gymnasium's time limit for that id.
@@ -139,6 +233,11 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
             Ok(Box::new(TimeLimit::new(MountainCarContinuous::new(), 999)))
         }
         "SparseMountainCar-v0" => Ok(Box::new(TimeLimit::new(SparseMountainCar::new(), 200))),
+        #[cfg(feature = "python")]
+        other if python::gym_id(other).is_some() => {
+            let id = python::gym_id(other).unwrap_or_default();
+            Ok(Box::new(python::GymEnv::new(id, &toml::Table::new())?))
+        }
         other => Err(EnvError::UnknownEnv(other.to_string())),
     }
 }

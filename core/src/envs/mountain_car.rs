@@ -54,8 +54,8 @@ impl MountainCar {
         self.state = state;
     }
 
-    fn obs(&self) -> Vec<f32> {
-        self.state.iter().map(|&v| v as f32).collect()
+    fn obs(&self) -> [f32; 2] {
+        self.state.map(|v| v as f32)
     }
 }
 
@@ -88,10 +88,14 @@ impl Env for MountainCar {
             self.rng = SmallRng::seed_from_u64(seed);
         }
         self.state = [self.rng.random_range(RESET_LOW..RESET_HIGH), 0.0];
-        self.obs()
+        self.obs().to_vec()
     }
 
     fn step(&mut self, action: &Action) -> Result<Step, EnvError> {
+        super::step_via_into(self, action)
+    }
+
+    fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
         let push = match action {
             Action::Discrete(a @ 0..=2) => (a - 1) as f64,
             _ => {
@@ -110,8 +114,9 @@ impl Env for MountainCar {
         }
         let terminated = position >= GOAL_POSITION && velocity >= 0.0;
         self.state = [position, velocity];
+        obs.copy_from_slice(&self.obs());
         Ok(Step {
-            obs: self.obs(),
+            obs: Vec::new(),
             reward: -1.0,
             terminated,
             truncated: false,

@@ -112,8 +112,8 @@ impl MountainCarContinuous {
         self.state_is_f32 = false;
     }
 
-    fn obs(&self) -> Vec<f32> {
-        self.state.iter().map(|&v| v as f32).collect()
+    fn obs(&self) -> [f32; 2] {
+        self.state.map(|v| v as f32)
     }
 }
 
@@ -142,10 +142,14 @@ impl Env for MountainCarContinuous {
         }
         self.state = [self.rng.random_range(RESET_LOW..RESET_HIGH), 0.0];
         self.state_is_f32 = false;
-        self.obs()
+        self.obs().to_vec()
     }
 
     fn step(&mut self, action: &Action) -> Result<Step, EnvError> {
+        super::step_via_into(self, action)
+    }
+
+    fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
         use std::cmp::Ordering::{Equal, Greater, Less};
         let a = match action {
             Action::Continuous(v) if v.len() == 1 && v[0].is_finite() => v[0],
@@ -212,8 +216,9 @@ impl Env for MountainCarContinuous {
             f64::from(velocity.value as f32),
         ];
         self.state_is_f32 = true;
+        obs.copy_from_slice(&self.obs());
         Ok(Step {
-            obs: self.obs(),
+            obs: Vec::new(),
             reward: reward as f32,
             terminated,
             truncated: false,

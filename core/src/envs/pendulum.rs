@@ -53,9 +53,9 @@ impl Pendulum {
         self.state = state;
     }
 
-    fn obs(&self) -> Vec<f32> {
+    fn obs(&self) -> [f32; 3] {
         let [theta, theta_dot] = self.state;
-        vec![theta.cos() as f32, theta.sin() as f32, theta_dot as f32]
+        [theta.cos() as f32, theta.sin() as f32, theta_dot as f32]
     }
 }
 
@@ -99,10 +99,14 @@ impl Env for Pendulum {
             self.rng.random_range(-PI..PI),
             self.rng.random_range(-RESET_SPEED..RESET_SPEED),
         ];
-        self.obs()
+        self.obs().to_vec()
     }
 
     fn step(&mut self, action: &Action) -> Result<Step, EnvError> {
+        super::step_via_into(self, action)
+    }
+
+    fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
         let u = match action {
             Action::Continuous(v) if v.len() == 1 && !v[0].is_nan() => {
                 v[0].clamp(-MAX_TORQUE, MAX_TORQUE)
@@ -122,8 +126,9 @@ impl Env for Pendulum {
         let new_theta_dot = (theta_dot + angular_acc * DT).clamp(-MAX_SPEED, MAX_SPEED);
         let new_theta = theta + new_theta_dot * DT;
         self.state = [new_theta, new_theta_dot];
+        obs.copy_from_slice(&self.obs());
         Ok(Step {
-            obs: self.obs(),
+            obs: Vec::new(),
             reward: -cost as f32,
             terminated: false,
             truncated: false,

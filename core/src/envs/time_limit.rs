@@ -66,6 +66,21 @@ impl<E: Env> Env for TimeLimit<E> {
         }
         Ok(step)
     }
+
+    fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let mut step = self.env.step_into(action, obs)?;
+        self.elapsed_steps = self.elapsed_steps.saturating_add(1);
+        if self.elapsed_steps >= self.max_episode_steps {
+            step.truncated = true;
+        }
+        Ok(step)
+    }
+
+    fn score_reward(&self) -> Option<f32> {
+        self.env.score_reward()
+    }
+
+    forward_game_info!(env);
 }
 
 #[cfg(test)]

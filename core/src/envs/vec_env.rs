@@ -5,7 +5,7 @@
 //! first observation of the next episode and `final_obs[i]` holds the last one of the episode
 //! that ended (SB3's `terminal_observation`), which a learner needs to bootstrap truncations.
 
-use super::{make, Action, Env, EnvError, Space};
+use super::{make, Action, BatchActions, BatchEnv, Env, EnvError, Space};
 
 /// A finished episode's statistics.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,11 +33,18 @@ pub struct VecStep {
     pub final_obs: Vec<Option<Vec<f32>>>,
 }
 
+/// What a [`VecEnv`] steps: one [`Env`] per row, or one [`BatchEnv`] for all rows.
+enum Backend {
+    Each(Vec<Box<dyn Env>>),
+    Batch(Box<dyn BatchEnv>),
+}
+
 /// A vector of envs with identical spaces, stepped in lockstep with auto-reset.
 ///
 /// Used from one thread at a time, like [`Env`].
 pub struct VecEnv {
-    envs: Vec<Box<dyn Env>>,
+    envs: Backend,
+    num_envs: usize,
     observation_space: Space,
     action_space: Space,
     obs_dim: usize,
@@ -49,6 +56,8 @@ pub struct VecEnv {
     lengths: Vec<u64>,
     /// Finished episodes not yet drained.
     episodes: Vec<Episode>,
+    /// Reused per-row actions of [`VecEnv::step_continuous`].
+    continuous: Vec<Action>,
 }
 
 impl VecEnv {
@@ -67,9 +76,39 @@ impl VecEnv {
             }
         }
         let m = envs.len();
+        Ok(VecEnv::with_backend(
+            Backend::Each(envs),
+            m,
+            observation_space,
+            action_space,
+        ))
+    }
+
+    /// Hosts a [`BatchEnv`], stepped as one unit (e.g. a gymnasium vector env).
+    pub fn from_batch(batch: Box<dyn BatchEnv>) -> Result<VecEnv, EnvError> {
+        let m = batch.num_envs();
+        if m == 0 {
+            return Err(EnvError::VecMismatch("no envs given".to_string()));
+        }
+        let (observation_space, action_space) = (batch.observation_space(), batch.action_space());
+        Ok(VecEnv::with_backend(
+            Backend::Batch(batch),
+            m,
+            observation_space,
+            action_space,
+        ))
+    }
+
+    fn with_backend(
+        envs: Backend,
+        m: usize,
+        observation_space: Space,
+        action_space: Space,
+    ) -> VecEnv {
         let obs_dim = observation_space.flat_dim();
-        Ok(VecEnv {
+        VecEnv {
             envs,
+            num_envs: m,
             observation_space,
             action_space,
             obs_dim,
@@ -83,7 +122,8 @@ impl VecEnv {
             returns: vec![0.0; m],
             lengths: vec![0; m],
             episodes: Vec::new(),
-        })
+            continuous: Vec::new(),
+        }
     }
 
     /// `n` copies of the registered env `id` (see [`make`]).
@@ -94,7 +134,7 @@ impl VecEnv {
 
     /// Number of envs, M.
     pub fn num_envs(&self) -> usize {
-        self.envs.len()
+        self.num_envs
     }
 
     /// Number of f32 values in one env's observation, D.
@@ -114,10 +154,19 @@ impl VecEnv {
 
     /// Resets every env, env i with seed `seed + i`, drops the running episodes' statistics
     /// (finished ones stay until drained) and returns the flat `[M * D]` observations.
+    ///
+    /// Panics if a hosted batch env fails to reset (an [`Env`]'s reset cannot fail either).
     pub fn reset(&mut self, seed: u64) -> &[f32] {
-        for (i, env) in self.envs.iter_mut().enumerate() {
-            let obs = env.reset(Some(seed.wrapping_add(i as u64)));
-            copy_row(&mut self.out.obs, self.obs_dim, i, &obs);
+        match &mut self.envs {
+            Backend::Each(envs) => {
+                for (i, env) in envs.iter_mut().enumerate() {
+                    let obs = env.reset(Some(seed.wrapping_add(i as u64)));
+                    copy_row(&mut self.out.obs, self.obs_dim, i, &obs);
+                }
+            }
+            Backend::Batch(batch) => batch
+                .reset(seed, &mut self.out.obs)
+                .unwrap_or_else(|e| panic!("{e}")),
         }
         self.returns.fill(0.0);
         self.lengths.fill(0);
@@ -137,6 +186,29 @@ impl VecEnv {
         self.check_count(actions.len())?;
         if let Some(bad) = actions.iter().find(|a| !self.action_space_contains(a)) {
             return Err(self.invalid(bad.clone()));
+        }
+        if let Backend::Batch(batch) = &mut self.envs {
+            let flat: Vec<f32> = actions
+                .iter()
+                .flat_map(|a| match a {
+                    Action::Continuous(v) => v.clone(),
+                    Action::Discrete(_) => Vec::new(),
+                })
+                .collect();
+            let raw: Vec<i64> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Discrete(x) => Some(*x),
+                    Action::Continuous(_) => None,
+                })
+                .collect();
+            let batch_actions = match self.action_space {
+                Space::Discrete { .. } => BatchActions::Discrete(&raw),
+                Space::Box { .. } => BatchActions::Continuous(&flat),
+            };
+            batch.step(batch_actions, &mut self.out)?;
+            self.record_batch();
+            return Ok(&self.out);
         }
         for (i, action) in actions.iter().enumerate() {
             self.step_one(i, action)?;
@@ -158,18 +230,78 @@ impl VecEnv {
         if let Some(&bad) = actions.iter().find(|&&a| !(0..n).contains(&a)) {
             return Err(self.invalid(Action::Discrete(bad)));
         }
+        if let Backend::Batch(batch) = &mut self.envs {
+            batch.step(BatchActions::Discrete(actions), &mut self.out)?;
+            self.record_batch();
+            return Ok(&self.out);
+        }
         for (i, &a) in actions.iter().enumerate() {
             self.step_one(i, &Action::Discrete(a))?;
         }
         Ok(&self.out)
     }
 
+    /// [`VecEnv::step`] for a box action space from the policy's raw `[M * A]` values, each
+    /// clipped to the box (the actor's continuous hot path: the per-row actions are reused,
+    /// so stepping native envs allocates nothing).
+    pub fn step_continuous(&mut self, values: &[f32]) -> Result<&VecStep, EnvError> {
+        let (low, high) = match &self.action_space {
+            Space::Box { low, high, .. } => (low, high),
+            Space::Discrete { .. } => {
+                return Err(self.invalid(Action::Continuous(values.to_vec())));
+            }
+        };
+        let dim = low.len();
+        if values.len() != dim * self.num_envs {
+            return Err(EnvError::VecMismatch(format!(
+                "{} action values for {} envs of {dim}",
+                values.len(),
+                self.num_envs
+            )));
+        }
+        if self.continuous.len() != self.num_envs {
+            self.continuous = vec![Action::Continuous(vec![0.0; dim]); self.num_envs];
+        }
+        for (action, row) in self.continuous.iter_mut().zip(values.chunks(dim)) {
+            if let Action::Continuous(out) = action {
+                for (k, (o, v)) in out.iter_mut().zip(row).enumerate() {
+                    *o = v.clamp(low[k], high[k]);
+                }
+            }
+        }
+        if let Backend::Batch(batch) = &mut self.envs {
+            let flat: Vec<f32> = self
+                .continuous
+                .iter()
+                .flat_map(|a| match a {
+                    Action::Continuous(v) => v.clone(),
+                    Action::Discrete(_) => Vec::new(),
+                })
+                .collect();
+            batch.step(BatchActions::Continuous(&flat), &mut self.out)?;
+            self.record_batch();
+            return Ok(&self.out);
+        }
+        let actions = std::mem::take(&mut self.continuous);
+        let result = (0..self.num_envs).try_for_each(|i| self.step_one(i, &actions[i]));
+        self.continuous = actions;
+        result?;
+        Ok(&self.out)
+    }
+
     /// Steps only the envs with `active[i]`, auto-resetting as [`VecEnv::step`]; the others
     /// keep their observation and report reward 0 and no episode end (`actions[i]` is not
-    /// looked at for them). PPO+D's actors use it while some envs replay a demo.
+    /// looked at for them). PPO+D's actors use it while some envs replay a demo. Envs hosted
+    /// as one batch (a `gym:` vector env) cannot step a subset: that is an error.
     pub fn step_some(&mut self, actions: &[Action], active: &[bool]) -> Result<&VecStep, EnvError> {
         self.check_count(actions.len())?;
         self.check_count(active.len())?;
+        if matches!(self.envs, Backend::Batch(_)) {
+            return Err(EnvError::VecMismatch(
+                "envs hosted as one batch cannot step a subset of rows (PPO+D needs per-row envs)"
+                    .into(),
+            ));
+        }
         let bad = actions
             .iter()
             .zip(active)
@@ -197,36 +329,58 @@ impl VecEnv {
 
     /// Steps env `i`, writes its row of the output, and auto-resets it if its episode ended.
     fn step_one(&mut self, i: usize, action: &Action) -> Result<(), EnvError> {
-        let step = self.envs[i].step(action)?;
-        self.returns[i] += f64::from(step.reward);
-        self.lengths[i] += 1;
+        let Backend::Each(envs) = &mut self.envs else {
+            unreachable!("step_one steps per-row envs");
+        };
+        let env = &mut envs[i];
+        let row = &mut self.out.obs[i * self.obs_dim..(i + 1) * self.obs_dim];
+        // Straight into the output row: no allocation unless the episode ends.
+        let step = env.step_into(action, row)?;
+        let score = env.score_reward().unwrap_or(step.reward);
+        let game_over = env.game_over();
         self.out.reward[i] = step.reward;
         self.out.terminated[i] = step.terminated;
         self.out.truncated[i] = step.truncated;
         if !(step.terminated || step.truncated) {
-            copy_row(&mut self.out.obs, self.obs_dim, i, &step.obs);
             self.out.final_obs[i] = None;
-            return Ok(());
+        } else {
+            self.out.final_obs[i] = Some(row.to_vec());
+            let first = env.reset(None);
+            row.copy_from_slice(&first);
         }
-        self.episodes.push(Episode {
-            return_: self.returns[i],
-            length: self.lengths[i],
-        });
-        self.returns[i] = 0.0;
-        self.lengths[i] = 0;
-        let first = self.envs[i].reset(None);
-        copy_row(&mut self.out.obs, self.obs_dim, i, &first);
-        self.out.final_obs[i] = Some(step.obs);
+        self.record(i, score, game_over);
         Ok(())
     }
 
+    /// Episode statistics of row `i` after a step that earned `score` (the unclipped reward);
+    /// an episode is counted when it ends and the game is over (see [`Env::game_over`]).
+    fn record(&mut self, i: usize, score: f32, game_over: bool) {
+        self.returns[i] += f64::from(score);
+        self.lengths[i] += 1;
+        if (self.out.terminated[i] || self.out.truncated[i]) && game_over {
+            self.episodes.push(Episode {
+                return_: self.returns[i],
+                length: self.lengths[i],
+            });
+            self.returns[i] = 0.0;
+            self.lengths[i] = 0;
+        }
+    }
+
+    /// Episode statistics of every row after a batch step.
+    fn record_batch(&mut self) {
+        for i in 0..self.num_envs {
+            self.record(i, self.out.reward[i], true);
+        }
+    }
+
     fn check_count(&self, got: usize) -> Result<(), EnvError> {
-        if got == self.envs.len() {
+        if got == self.num_envs {
             return Ok(());
         }
         Err(EnvError::VecMismatch(format!(
             "{got} actions for {} envs",
-            self.envs.len()
+            self.num_envs
         )))
     }
 

@@ -8,7 +8,8 @@ use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
-use super::{Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState};
+use super::atari::NatureCnn;
+use super::{Dist, FrameShape, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState};
 use crate::config::{Activation, ModelConfig};
 use crate::envs::Space;
 
@@ -38,7 +39,10 @@ pub struct Evaluation {
 /// handle (see [`Heads::shallow_clone`]) so another thread can run them.
 #[derive(Debug)]
 pub struct Heads {
-    /// Running observation normalisation, applied before everything else.
+    /// The Nature CNN for image observations (`[C, H, W]` boxes, values 0..255), applied
+    /// before everything else.
+    encoder: Option<(NatureCnn, FrameShape)>,
+    /// Running observation normalisation, applied before everything else but the encoder.
     obs_norm: Option<ObsNorm>,
     /// An LSTM between the observation and both heads, for recurrent models.
     core: Option<LstmCore>,
@@ -75,6 +79,11 @@ impl Heads {
 
     /// Observations as the networks see them: normalised and clipped when configured.
     fn input(&self, obs: &Tensor) -> Tensor {
+        let encoded = self
+            .encoder
+            .as_ref()
+            .map(|(cnn, f)| cnn.forward(&(obs.view([-1, f.channels, f.height, f.width]) / 255.0)));
+        let obs = encoded.as_ref().unwrap_or(obs);
         match &self.obs_norm {
             Some(norm) => norm.apply(obs),
             None => obs.shallow_clone(),
@@ -165,6 +174,10 @@ impl Heads {
     /// accumulate in the same place (libtorch serialises that accumulation).
     pub fn shallow_clone(&self) -> Heads {
         Heads {
+            encoder: self
+                .encoder
+                .as_ref()
+                .map(|(cnn, frame)| (cnn.shallow_clone(), *frame)),
             obs_norm: self.obs_norm.as_ref().map(ObsNorm::shallow_clone),
             core: self.core.as_ref().map(LstmCore::shallow_clone),
             trunk: self
@@ -177,6 +190,9 @@ impl Heads {
         }
     }
 }
+
+/// Width of the Nature CNN's output for image observations (Mnih et al. 2015).
+const IMAGE_FEATURES: i64 = 512;
 
 /// The network and the variable store that owns its parameters.
 #[derive(Debug)]
@@ -199,7 +215,27 @@ impl ActorCritic {
         };
         let vs = nn::VarStore::new(device);
         let root = vs.root();
-        let raw_dim = obs_space.flat_dim() as i64;
+        // Image observations ([C, H, W] boxes, e.g. stacked Atari frames) go through the
+        // Nature CNN, whose 512 features take the place of the flat observation.
+        let encoder = match obs_space {
+            Space::Box { shape, .. } if shape.len() == 3 => {
+                let frame = FrameShape {
+                    channels: shape[0],
+                    height: shape[1],
+                    width: shape[2],
+                };
+                Some((
+                    NatureCnn::new(&(&root / "encoder"), frame, IMAGE_FEATURES),
+                    frame,
+                ))
+            }
+            _ => None,
+        };
+        let raw_dim = if encoder.is_some() {
+            IMAGE_FEATURES
+        } else {
+            obs_space.flat_dim() as i64
+        };
         let lstm = config.lstm_size as i64;
         let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), raw_dim, lstm));
         let obs_norm = config
@@ -248,6 +284,7 @@ impl ActorCritic {
         Ok(ActorCritic {
             vs,
             heads: Heads {
+                encoder,
                 obs_norm,
                 core,
                 trunk,
@@ -391,6 +428,39 @@ mod tests {
     use super::*;
     use crate::config::ModelConfig;
     use tch::Kind;
+
+    /// Stacked 84x84 frames go through the Nature CNN: its parameters exist, a batch of flat
+    /// frames acts, and the frames change the outputs (the encoder is on the path).
+    #[test]
+    fn image_observations_use_the_conv_encoder() {
+        let obs_space = Space::Box {
+            shape: vec![4, 84, 84],
+            low: vec![0.0; 4 * 84 * 84],
+            high: vec![255.0; 4 * 84 * 84],
+        };
+        let config = ModelConfig {
+            hidden_sizes: vec![],
+            ..ModelConfig::default()
+        };
+        let model =
+            ActorCritic::new(&config, &obs_space, &Space::Discrete { n: 6 }, Device::Cpu).unwrap();
+        let names: Vec<String> = model.named_parameters().into_iter().map(|p| p.0).collect();
+        assert!(
+            names.iter().any(|n| n == "encoder.conv0.weight"),
+            "{names:?}"
+        );
+        let dark = Tensor::zeros([3, 4 * 84 * 84], (Kind::Float, Device::Cpu));
+        let step = model.act(&dark, false);
+        assert_eq!(step.action.size(), [3]);
+        let bright = model.value(&(dark + 255.0));
+        assert!(
+            (bright - model.value(&Tensor::zeros([3, 4 * 84 * 84], (Kind::Float, Device::Cpu))))
+                .abs()
+                .max()
+                .double_value(&[])
+                > 0.0
+        );
+    }
 
     fn spaces() -> (Space, Space) {
         let obs = Space::Box {

@@ -32,8 +32,9 @@ impl Default for FrameShape {
 
 /// Conv 32x8x8/4 -> 64x4x4/2 -> 64x3x3/1 -> linear `hidden`, ReLU after each.
 #[derive(Debug)]
-struct NatureCnn {
-    convs: Vec<nn::Conv2D>,
+pub(crate) struct NatureCnn {
+    /// Each convolution's weights `[out, in, k, k]`, bias `[out]` and stride.
+    convs: Vec<(Tensor, Option<Tensor>, i64)>,
     fc: nn::Linear,
 }
 
@@ -43,7 +44,7 @@ fn conv_out(size: i64, kernel: i64, stride: i64) -> i64 {
 }
 
 impl NatureCnn {
-    fn new(path: &nn::Path, frame: FrameShape, hidden: i64) -> NatureCnn {
+    pub(crate) fn new(path: &nn::Path, frame: FrameShape, hidden: i64) -> NatureCnn {
         let layers = [(32, 8, 4), (64, 4, 2), (64, 3, 1)];
         let (mut channels, mut h, mut w) = (frame.channels, frame.height, frame.width);
         let mut convs = Vec::new();
@@ -52,13 +53,8 @@ impl NatureCnn {
                 stride,
                 ..Default::default()
             };
-            convs.push(nn::conv2d(
-                path / format!("conv{i}"),
-                channels,
-                out,
-                kernel,
-                config,
-            ));
+            let conv = nn::conv2d(path / format!("conv{i}"), channels, out, kernel, config);
+            convs.push((conv.ws, conv.bs, stride));
             channels = out;
             h = conv_out(h, kernel, stride);
             w = conv_out(w, kernel, stride);
@@ -67,11 +63,34 @@ impl NatureCnn {
         NatureCnn { convs, fc }
     }
 
+    /// Another handle on the same parameters (see `Heads::shallow_clone`).
+    pub(crate) fn shallow_clone(&self) -> NatureCnn {
+        NatureCnn {
+            convs: self
+                .convs
+                .iter()
+                .map(|(ws, bs, stride)| {
+                    (
+                        ws.shallow_clone(),
+                        bs.as_ref().map(Tensor::shallow_clone),
+                        *stride,
+                    )
+                })
+                .collect(),
+            fc: nn::Linear {
+                ws: self.fc.ws.shallow_clone(),
+                bs: self.fc.bs.as_ref().map(Tensor::shallow_clone),
+            },
+        }
+    }
+
     /// `[N, C, H, W]` floats -> `[N, hidden]`.
-    fn forward(&self, x: &Tensor) -> Tensor {
+    pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
         let mut h = x.shallow_clone();
-        for conv in &self.convs {
-            h = conv.forward(&h).relu();
+        for (ws, bs, stride) in &self.convs {
+            h = h
+                .conv2d(ws, bs.as_ref(), [*stride, *stride], [0, 0], [1, 1], 1)
+                .relu();
         }
         self.fc.forward(&h.flatten(1, -1)).relu()
     }

@@ -12,29 +12,23 @@ use tch::{nn::VarStore, Kind, Tensor};
 const BETA1: f64 = 0.9;
 const BETA2: f64 = 0.999;
 
-/// Adam with its moments in flat tensors.
+/// The trainable variables of a var store re-pointed into one contiguous buffer, and their
+/// gradients into another with the same layout (variables sorted by name).
 #[derive(Debug)]
-pub struct Adam {
-    /// Prefix of the state names in checkpoints ("adam", or "adam.<prefix>" for a subset).
-    name: String,
-    flat: Tensor,
-    flat_grad: Tensor,
-    exp_avg: Tensor,
-    exp_avg_sq: Tensor,
-    steps: u64,
-    eps: f64,
+pub struct Flat {
+    /// The variables, in buffer order.
+    pub params: Vec<Tensor>,
+    /// Every parameter back to back.
+    pub flat: Tensor,
+    /// Every gradient back to back.
+    pub flat_grad: Tensor,
 }
 
-impl Adam {
-    /// Takes over the trainable variables of `vs` (sorted by name, so the layout is stable).
-    pub fn new(vs: &VarStore, eps: f64) -> Adam {
-        Adam::over(vs, eps, "")
-    }
-
-    /// Takes over the variables of `vs` whose path starts with `prefix` (e.g. `"vf."`), so
-    /// two optimisers can train disjoint parts of one network. Its checkpoint state is named
-    /// `adam.<prefix>...`; with an empty prefix, every variable and plain `adam....` names.
-    pub fn over(vs: &VarStore, eps: f64, prefix: &str) -> Adam {
+impl Flat {
+    /// Flattens the trainable variables of `vs` whose path starts with `prefix`.
+    ///
+    /// Panics if there is none (a bug in the caller's model, not input).
+    pub fn over(vs: &VarStore, prefix: &str) -> Flat {
         let mut named: Vec<(String, Tensor)> = vs
             .variables()
             .into_iter()
@@ -66,6 +60,40 @@ impl Adam {
                 .set_data(&flat_grad.narrow(0, offset, numel).view(shape.as_slice()));
             offset += numel;
         }
+        Flat {
+            params,
+            flat,
+            flat_grad,
+        }
+    }
+}
+
+/// Adam with its moments in flat tensors.
+#[derive(Debug)]
+pub struct Adam {
+    /// Prefix of the state names in checkpoints ("adam", or "adam.<prefix>" for a subset).
+    name: String,
+    flat: Tensor,
+    flat_grad: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    steps: u64,
+    eps: f64,
+}
+
+impl Adam {
+    /// Takes over the trainable variables of `vs` (sorted by name, so the layout is stable).
+    pub fn new(vs: &VarStore, eps: f64) -> Adam {
+        Adam::over(vs, eps, "")
+    }
+
+    /// Takes over the variables of `vs` whose path starts with `prefix` (e.g. `"vf."`), so
+    /// two optimisers can train disjoint parts of one network. Its checkpoint state is named
+    /// `adam.<prefix>...`; with an empty prefix, every variable and plain `adam....` names.
+    pub fn over(vs: &VarStore, eps: f64, prefix: &str) -> Adam {
+        let Flat {
+            flat, flat_grad, ..
+        } = Flat::over(vs, prefix);
         let exp_avg = flat.zeros_like();
         let exp_avg_sq = flat.zeros_like();
         let name = if prefix.is_empty() {
@@ -113,6 +141,16 @@ impl Adam {
     /// Steps taken so far.
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// Every parameter it optimises, back to back (what replicas copy from).
+    pub fn flat_params(&self) -> &Tensor {
+        &self.flat
+    }
+
+    /// Their gradients, in the same layout (what replicas reduce into).
+    pub fn flat_grads(&self) -> &Tensor {
+        &self.flat_grad
     }
 
     /// The optimiser state as named tensors, for a checkpoint.

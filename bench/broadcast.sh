@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Weight broadcast over loopback gRPC: time for a new version of a 1M- and a 50M-parameter
+# model to reach 1, 16 and 64 subscribers (received in chunks, reassembled, converted to tch
+# tensors: the actor's path), f32 and f16, and in the same run the rate of plain TCP streams
+# on loopback (1 stream, and as many streams as subscribers; and 1 stream right before each
+# case, the ratio's denominator, since a shared machine's load varies). Prints two tables.
+#   bash bench/broadcast.sh
+#   PARAMS=1000000 SUBSCRIBERS=1,16 DTYPES=f32 bash bench/broadcast.sh
+# Memory: each subscriber holds one reassembled copy (64 x 50M f32 params is ~13 GB).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+[ -x .venv/bin/python ] || bash scripts/setup.sh >&2
+cargo build --release -p fleet-learner --example broadcast_bench >&2
+out=$(mktemp -d)
+target/release/examples/broadcast_bench \
+  --params "${PARAMS:-1000000,50000000}" --subscribers "${SUBSCRIBERS:-1,16,64}" \
+  --dtype "${DTYPES:-f32,f16}" --tcp-bytes "${TCP_BYTES:-1000000000}" | tee "$out/broadcast.jsonl" >&2
+.venv/bin/python - "$out/broadcast.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+tcp = [r for r in rows if r["kind"] == "tcp"]
+print("Plain TCP on loopback (same run):\n")
+print("| streams | MB per stream | aggregate MB/s |")
+print("|---|---|---|")
+for r in tcp:
+    print(f"| {r['streams']} | {r['bytes_per_stream'] / 1e6:.0f} | {r['aggregate_mb_per_s']:.0f} |")
+print("\nWeights to every subscriber (publish -> reassembled and converted):\n")
+print("| params | dtype | subscribers | MB each | first s | median s | all s | aggregate MB/s | f32-equivalent MB/s | TCP MB/s just before | aggregate / TCP |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    if r["kind"] != "grpc":
+        continue
+    print(f"| {r['params'] / 1e6:g}M | {r['dtype']} | {r['subscribers']} | "
+          f"{r['bytes_per_subscriber'] / 1e6:.1f} | {r['seconds_first']:.3f} | "
+          f"{r['seconds_median']:.3f} | {r['seconds_all']:.3f} | "
+          f"{r['aggregate_mb_per_s']:.0f} | {r['f32_equivalent_mb_per_s']:.0f} | "
+          f"{r['tcp_mb_per_s']:.0f} | {r['aggregate_mb_per_s'] / r['tcp_mb_per_s']:.2f} |")
+PY
+echo
+echo "raw outputs: $out"

@@ -1,0 +1,191 @@
+//! Where the learner runs: its devices (data-parallel replicas in one process), its place
+//! among several learner processes, and the element type of the weights it broadcasts.
+//!
+//! `learner.device` names one device; `learner.devices` lists several (or `"auto"`). With
+//! `devices` empty (the default) the learner runs on `device` alone. With `devices` set, the
+//! first device listed holds the master parameters and the optimiser, and `device` must be
+//! left at its default or name that same first device.
+
+use serde::{Deserialize, Serialize};
+use tch::Device;
+
+use super::{ConfigError, LearnerConfig};
+
+/// `learner.devices`: a list of device names, or the word `"auto"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DeviceList {
+    /// `"auto"`: every GPU libtorch sees, else the CPU.
+    Word(String),
+    /// Explicit devices, e.g. `["cuda:0", "cuda:1"]` or `["cpu", "cpu"]`.
+    List(Vec<String>),
+}
+
+impl Default for DeviceList {
+    fn default() -> Self {
+        DeviceList::List(Vec::new())
+    }
+}
+
+/// Element type of the weights the learner streams to actors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BroadcastDtype {
+    /// Full precision.
+    #[default]
+    F32,
+    /// Half precision: half the bytes on the wire; actors convert back to f32.
+    F16,
+}
+
+/// Only algorithms that can split an update across devices accept more than one.
+const MULTI_DEVICE_ALGOS: [&str; 1] = ["ppo"];
+
+/// Parses `cpu`, `cuda` or `cuda:N`.
+pub fn parse_device(name: &str) -> Result<Device, String> {
+    match name {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        other => match other.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
+            Some(n) => Ok(Device::Cuda(n)),
+            None => Err(format!("must be cpu, cuda or cuda:N, got `{other}`")),
+        },
+    }
+}
+
+fn invalid(key: &'static str, message: String) -> ConfigError {
+    ConfigError::Invalid { key, message }
+}
+
+impl LearnerConfig {
+    /// The devices the update runs on, the master's first: `devices` resolved (`"auto"`
+    /// asks libtorch how many GPUs it sees), or `[device]` when `devices` is empty. Errors
+    /// name the key at fault: an unknown device, `device` and `devices` disagreeing, or an
+    /// algorithm `algo` that trains on one device only.
+    pub fn resolve_devices(&self, algo: &str) -> Result<Vec<Device>, ConfigError> {
+        let single = parse_device(&self.device).map_err(|m| invalid("learner.device", m))?;
+        let devices = match &self.devices {
+            DeviceList::List(names) if names.is_empty() => return Ok(vec![single]),
+            DeviceList::List(names) => names
+                .iter()
+                .map(|n| parse_device(n))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|m| invalid("learner.devices", m))?,
+            DeviceList::Word(word) if word == "auto" => {
+                let gpus = tch::Cuda::device_count();
+                if gpus > 0 {
+                    (0..gpus as usize).map(Device::Cuda).collect()
+                } else {
+                    vec![Device::Cpu]
+                }
+            }
+            DeviceList::Word(other) => {
+                return Err(invalid(
+                    "learner.devices",
+                    format!("must be a list of devices or \"auto\", got `{other}`"),
+                ))
+            }
+        };
+        if self.device != LearnerConfig::default().device && single != devices[0] {
+            return Err(invalid(
+                "learner.device",
+                format!(
+                    "`{}` conflicts with learner.devices, whose first entry ({:?}) holds the \
+                     optimiser; set learner.devices alone",
+                    self.device, devices[0]
+                ),
+            ));
+        }
+        if devices.len() > 1 && !MULTI_DEVICE_ALGOS.contains(&algo) {
+            return Err(invalid(
+                "learner.devices",
+                format!(
+                    "algo.name = \"{algo}\" updates on one device only; use one device or \
+                     one of: {}",
+                    MULTI_DEVICE_ALGOS.join(", ")
+                ),
+            ));
+        }
+        Ok(devices)
+    }
+
+    /// Checks what can be checked without a GPU: device names, `device` against `devices`,
+    /// the algorithm against several devices, and `rank` / `world_size`.
+    pub(super) fn check_devices(&self, algo: &str) -> Result<(), ConfigError> {
+        if !matches!(&self.devices, DeviceList::Word(w) if w == "auto") {
+            self.resolve_devices(algo)?;
+        }
+        if self.world_size == 0 {
+            return Err(invalid("learner.world_size", "must be >= 1".into()));
+        }
+        if self.rank >= self.world_size {
+            return Err(invalid(
+                "learner.rank",
+                format!("must be below learner.world_size ({})", self.world_size),
+            ));
+        }
+        if self.world_size > 1 {
+            return Err(invalid(
+                "learner.world_size",
+                format!(
+                    "{} learner processes: training across learner processes (NCCL all-reduce) \
+                     is not yet supported; see docs/multi-node-learner.md. Use learner.devices \
+                     for several devices in one process",
+                    self.world_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RunConfig;
+
+    fn load(sets: &[&str]) -> Result<RunConfig, ConfigError> {
+        let mut table = toml::Table::new();
+        for s in sets {
+            crate::config::apply_override(&mut table, s)?;
+        }
+        let config: RunConfig =
+            table
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Parse {
+                    origin: "test".into(),
+                    message: e.to_string(),
+                })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn message(sets: &[&str]) -> String {
+        load(sets).expect_err("should be refused").to_string()
+    }
+
+    #[test]
+    fn devices_default_to_the_single_device() {
+        let c = load(&[]).unwrap();
+        assert_eq!(c.learner.resolve_devices("ppo").unwrap(), vec![Device::Cpu]);
+        let c = load(&[r#"learner.devices=["cpu", "cpu", "cpu"]"#]).unwrap();
+        assert_eq!(c.learner.resolve_devices("ppo").unwrap().len(), 3);
+        let c = load(&["learner.devices=auto"]).unwrap();
+        assert!(!c.learner.resolve_devices("ppo").unwrap().is_empty());
+        let c = load(&["learner.broadcast_dtype=f16"]).unwrap();
+        assert_eq!(c.learner.broadcast_dtype, BroadcastDtype::F16);
+    }
+
+    #[test]
+    fn bad_device_settings_name_the_key() {
+        assert!(message(&[r#"learner.devices=["cpu", "tpu"]"#]).contains("learner.devices"));
+        assert!(message(&["learner.devices=everything"]).contains("\"auto\""));
+        let conflict = message(&["learner.device=cuda:1", r#"learner.devices=["cpu"]"#]);
+        assert!(conflict.contains("conflicts"), "{conflict}");
+        let algo = message(&["algo.name=a2c", r#"learner.devices=["cpu", "cpu"]"#]);
+        assert!(algo.contains("\"a2c\""), "{algo}");
+        let world = message(&["learner.world_size=2"]);
+        assert!(world.contains("not yet supported"), "{world}");
+        assert!(message(&["learner.rank=1"]).contains("learner.rank"));
+    }
+}

@@ -1,0 +1,129 @@
+//! Envs as `[env]` configures them: the id (native, or `gym:` for gymnasium) and its wrappers.
+//!
+//! Wrapper order, innermost first: Atari preprocessing, frame stack, reward scale and clip. A
+//! `gym:` id with no wrapper is hosted as one gymnasium vector env stepped per batch; with
+//! wrappers, as one gymnasium env per row so the Rust wrappers see each env.
+
+#[cfg(feature = "python")]
+use super::AtariPreprocessing;
+use super::{make, Env, EnvError, FrameStack, RewardTransform, VecEnv};
+use crate::config::EnvConfig;
+
+/// Frames an Atari run stacks when `frame_stack` is not set.
+const ATARI_STACK: u32 = 4;
+
+/// Builds one env as `config` describes it, wrappers included.
+pub fn make_configured(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
+    let env = if config.atari {
+        make_atari(config)?
+    } else {
+        make_base(config)?
+    };
+    let stack = match config.frame_stack {
+        0 if config.atari => ATARI_STACK,
+        k => k,
+    };
+    let env: Box<dyn Env> = if stack > 1 {
+        Box::new(FrameStack::new(env, stack as usize))
+    } else {
+        env
+    };
+    if config.reward_scale != 1.0 || config.reward_clip > 0.0 {
+        return Ok(Box::new(RewardTransform::new(
+            env,
+            config.reward_scale,
+            config.reward_clip,
+        )));
+    }
+    Ok(env)
+}
+
+/// `n` envs as `config` describes them (see the module docs for how gymnasium ids are hosted).
+pub fn make_vec(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError> {
+    #[cfg(feature = "python")]
+    if let Some(id) = super::python::gym_id(&config.id) {
+        if !has_wrappers(config) {
+            let batch = super::python::GymVecEnv::new(id, n, &config.kwargs)?;
+            return VecEnv::from_batch(Box::new(batch));
+        }
+    }
+    let envs = (0..n)
+        .map(|_| make_configured(config))
+        .collect::<Result<Vec<_>, _>>()?;
+    VecEnv::new(envs)
+}
+
+#[cfg(feature = "python")]
+fn has_wrappers(config: &EnvConfig) -> bool {
+    config.atari || config.frame_stack > 1 || config.reward_scale != 1.0 || config.reward_clip > 0.0
+}
+
+/// The unwrapped env: a native one (no kwargs allowed) or a gymnasium one.
+fn make_base(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
+    #[cfg(feature = "python")]
+    if let Some(id) = super::python::gym_id(&config.id) {
+        return Ok(Box::new(super::python::GymEnv::new(id, &config.kwargs)?));
+    }
+    if !config.kwargs.is_empty() {
+        return Err(EnvError::VecMismatch(format!(
+            "[env] kwargs are for gymnasium (gym:) ids; native env `{}` takes none",
+            config.id
+        )));
+    }
+    make(&config.id)
+}
+
+/// A gymnasium ALE env (frameskip 1) under [`AtariPreprocessing`], with FIRE pressed after
+/// each reset when the game's action 1 is FIRE.
+fn make_atari(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
+    #[cfg(feature = "python")]
+    if let Some(id) = super::python::gym_id(&config.id) {
+        let mut kwargs = config.kwargs.clone();
+        if !kwargs.contains_key("frameskip") {
+            // The preprocessing skips frames itself.
+            kwargs.insert("frameskip".into(), toml::Value::Integer(1));
+        }
+        let env = super::python::GymEnv::new(id, &kwargs)?;
+        let meanings = env.action_meanings()?;
+        let fire = meanings.get(1).is_some_and(|m| m == "FIRE") && meanings.len() >= 3;
+        return Ok(Box::new(AtariPreprocessing::new(env, fire)?));
+    }
+    Err(EnvError::VecMismatch(format!(
+        "[env] atari = true needs a gymnasium ALE id (e.g. gym:ALE/Pong-v5), got `{}`",
+        config.id
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envs::check_env_contract;
+
+    #[test]
+    fn native_env_with_wrappers_keeps_the_contract() {
+        let config = EnvConfig {
+            id: "Pendulum-v1".into(),
+            reward_scale: 0.1,
+            reward_clip: 0.5,
+            frame_stack: 3,
+            ..EnvConfig::default()
+        };
+        let mut env = make_configured(&config).unwrap();
+        assert_eq!(env.observation_space().flat_dim(), 9);
+        check_env_contract(env.as_mut());
+        let mut venv = make_vec(&config, 2).unwrap();
+        venv.reset(0);
+        let step = venv
+            .step(&vec![crate::envs::Action::Continuous(vec![0.0]); 2])
+            .unwrap();
+        assert!(step.reward.iter().all(|r| (-0.5..=0.0).contains(r)));
+    }
+
+    #[test]
+    fn kwargs_on_a_native_env_are_an_error() {
+        let mut config = EnvConfig::default();
+        config.kwargs.insert("g".into(), toml::Value::Float(9.8));
+        let err = make_configured(&config).err().expect("rejected");
+        assert!(err.to_string().contains("kwargs"), "{err}");
+    }
+}

@@ -1,0 +1,143 @@
+"""fleetrl's side of the gymnasium bridge (core/src/envs/python): made once per process by the
+Rust code, then called once per reset and once per step (of one env, or of a whole vector env).
+
+Observations come back as C-contiguous float32 arrays that Rust copies through the buffer
+protocol; Dict/Tuple/MultiDiscrete/MultiBinary observation spaces are flattened to one Box.
+"""
+
+import numpy as np
+import gymnasium as gym
+from gymnasium import spaces
+
+FLATTENED = (spaces.Dict, spaces.Tuple, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def import_namespace(env_id):
+    """Registers the envs of a namespace that gymnasium does not import by itself."""
+    if env_id.startswith("ALE/"):
+        try:
+            import ale_py
+        except ImportError as e:
+            raise ImportError(
+                f"`{env_id}` needs ale-py: run `.venv/bin/pip install ale-py` ({e})"
+            ) from e
+        gym.register_envs(ale_py)
+
+
+def describe(space, what):
+    """('discrete', n, start) or ('box', shape, low, high) for a space fleetrl supports."""
+    if isinstance(space, spaces.Discrete):
+        return ("discrete", int(space.n), int(space.start))
+    if isinstance(space, spaces.Box):
+        return (
+            "box",
+            [int(d) for d in space.shape],
+            np.asarray(space.low, dtype=np.float32).ravel().tolist(),
+            np.asarray(space.high, dtype=np.float32).ravel().tolist(),
+        )
+    raise TypeError(
+        f"{what} space {space} is not supported: fleetrl takes Box and Discrete action spaces "
+        "(Dict, Tuple, MultiDiscrete and MultiBinary observations are flattened)"
+    )
+
+
+def flat(obs):
+    return np.ascontiguousarray(obs, dtype=np.float32)
+
+
+class Single:
+    """One gymnasium env."""
+
+    def __init__(self, env_id, kwargs):
+        import_namespace(env_id)
+        env = gym.make(env_id, **kwargs)
+        if isinstance(env.observation_space, FLATTENED):
+            env = gym.wrappers.FlattenObservation(env)
+        self.env = env
+        self.obs_space = describe(env.observation_space, "observation")
+        self.act_space = describe(env.action_space, "action")
+        self.act_dtype = getattr(env.action_space, "dtype", np.float32)
+        self.start = self.act_space[2] if self.act_space[0] == "discrete" else 0
+        self.lives = None
+
+    def reset(self, seed):
+        obs, info = self.env.reset(seed=seed)
+        self.lives = info.get("lives")
+        return flat(obs)
+
+    def action_meanings(self):
+        get = getattr(self.env.unwrapped, "get_action_meanings", None)
+        return list(get()) if get else []
+
+    def step_discrete(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action + self.start)
+        self.lives = info.get("lives")
+        # Rust reads Python and numpy scalars alike.
+        return flat(obs), reward, terminated, truncated
+
+    def step_continuous(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(
+            np.asarray(action, dtype=self.act_dtype)
+        )
+        self.lives = info.get("lives")
+        return flat(obs), float(reward), bool(terminated), bool(truncated)
+
+    def close(self):
+        self.env.close()
+
+
+class Vector:
+    """A gymnasium SyncVectorEnv with same-step auto-reset, stepped as one batch."""
+
+    def __init__(self, env_id, num_envs, kwargs):
+        import_namespace(env_id)
+        from gymnasium.vector import AutoresetMode
+
+        wrappers = None
+        probe = gym.make(env_id, **kwargs)
+        if isinstance(probe.observation_space, FLATTENED):
+            wrappers = [gym.wrappers.FlattenObservation]
+        probe.close()
+        self.env = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            wrappers=wrappers,
+            **kwargs,
+        )
+        self.n = num_envs
+        self.obs_space = describe(self.env.single_observation_space, "observation")
+        self.act_space = describe(self.env.single_action_space, "action")
+        self.act_dtype = getattr(self.env.single_action_space, "dtype", np.float32)
+        self.start = self.act_space[2] if self.act_space[0] == "discrete" else 0
+        self.dim = int(np.prod(self.obs_space[1])) if self.obs_space[0] == "box" else 1
+
+    def reset(self, seed):
+        obs, _ = self.env.reset(seed=[seed + i for i in range(self.n)])
+        return flat(obs)
+
+    def step(self, actions):
+        """actions: bytes of int64 (discrete) or float32 (box) values, row-major."""
+        if self.act_space[0] == "discrete":
+            a = np.frombuffer(actions, dtype=np.int64)
+            if self.start:
+                a = a + self.start
+        else:
+            a = np.frombuffer(actions, dtype=np.float32).reshape(self.n, -1)
+            a = a.astype(self.act_dtype, copy=False)
+        obs, reward, terminated, truncated, info = self.env.step(a)
+        final = None
+        if "_final_obs" in info:
+            mask = info["_final_obs"]
+            if mask.any():
+                final = np.zeros((self.n, self.dim), dtype=np.float32)
+                for i in np.flatnonzero(mask):
+                    final[i] = flat(info["final_obs"][i]).ravel()
+        # float64 rewards and bool flags are read as they are (a uint8 view copies nothing).
+        if reward.dtype != np.float64:
+            reward = reward.astype(np.float64)
+        return (flat(obs), reward, terminated.view(np.uint8), truncated.view(np.uint8), final)
+
+    def close(self):
+        self.env.close()

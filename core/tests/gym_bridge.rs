@@ -1,0 +1,127 @@
+//! The gymnasium bridge (`gym:` ids, the `python` feature) against gymnasium 1.4 in `.venv`:
+//! the hosted envs keep the [`Env`] contract, the batched vector env matches one-env-per-row
+//! hosting step for step, auto-resets the same way as native envs, and bad ids, kwargs and
+//! spaces fail with errors that say what is wrong.
+#![cfg(feature = "python")]
+
+use fleetrl_core::config::EnvConfig;
+use fleetrl_core::envs::python::{GymEnv, GymVecEnv};
+use fleetrl_core::envs::{
+    check_env_contract, make, make_configured, make_vec, Action, Env, Space, VecEnv,
+};
+
+fn gym(id: &str) -> EnvConfig {
+    EnvConfig {
+        id: format!("gym:{id}"),
+        ..EnvConfig::default()
+    }
+}
+
+#[test]
+fn hosted_envs_keep_the_contract() {
+    for id in ["CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0"] {
+        let mut env = make(&format!("gym:{id}")).unwrap_or_else(|e| panic!("{id}: {e}"));
+        check_env_contract(env.as_mut());
+    }
+}
+
+#[test]
+fn spaces_come_from_gymnasium() {
+    let cartpole = GymEnv::new("CartPole-v1", &toml::Table::new()).unwrap();
+    assert_eq!(cartpole.action_space(), Space::Discrete { n: 2 });
+    assert_eq!(cartpole.observation_space().flat_dim(), 4);
+    let pendulum = GymEnv::new("Pendulum-v1", &toml::Table::new()).unwrap();
+    assert_eq!(
+        pendulum.action_space(),
+        Space::Box {
+            shape: vec![1],
+            low: vec![-2.0],
+            high: vec![2.0]
+        }
+    );
+}
+
+/// The batch path (one SyncVectorEnv entered per step) and the per-row path (one env each)
+/// agree step for step, auto-resets included.
+#[test]
+fn batched_vector_env_matches_one_env_per_row() {
+    let batch = GymVecEnv::new("CartPole-v1", 3, &toml::Table::new()).unwrap();
+    let mut batched = VecEnv::from_batch(Box::new(batch)).unwrap();
+    let rows: Vec<Box<dyn Env>> = (0..3).map(|_| make("gym:CartPole-v1").unwrap()).collect();
+    let mut per_row = VecEnv::new(rows).unwrap();
+    assert_eq!(batched.reset(11), per_row.reset(11));
+    let mut ended = 0;
+    for t in 0..200i64 {
+        let actions = [t % 2, (t / 2) % 2, 1];
+        let a = batched.step_discrete(&actions).unwrap().clone();
+        let b = per_row.step_discrete(&actions).unwrap();
+        assert_eq!(&a, b, "step {t}");
+        ended += a.final_obs.iter().filter(|f| f.is_some()).count();
+    }
+    assert!(ended > 3, "episodes ended and auto-reset: {ended}");
+    assert_eq!(batched.drain_episodes(), per_row.drain_episodes());
+}
+
+#[test]
+fn continuous_batch_and_kwargs() {
+    let mut config = gym("Pendulum-v1");
+    config.kwargs.insert("g".into(), toml::Value::Float(2.0));
+    let mut venv = make_vec(&config, 2).unwrap();
+    venv.reset(0);
+    for _ in 0..200 {
+        let step = venv
+            .step(&[
+                Action::Continuous(vec![2.0]),
+                Action::Continuous(vec![-2.0]),
+            ])
+            .unwrap();
+        assert!(step.reward.iter().all(|r| *r <= 0.0));
+    }
+    let episodes = venv.drain_episodes();
+    assert_eq!(episodes.len(), 2, "gymnasium's 200-step time limit");
+    assert!(episodes.iter().all(|e| e.length == 200));
+}
+
+#[test]
+fn bad_ids_kwargs_and_spaces_are_clear_errors() {
+    let err = make_configured(&gym("NoSuchEnv-v0"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("not a registered gymnasium env id"), "{err}");
+    let mut config = gym("CartPole-v1");
+    config
+        .kwargs
+        .insert("no_such_kwarg".into(), toml::Value::Integer(1));
+    let err = make_configured(&config).err().unwrap().to_string();
+    assert!(err.contains("no_such_kwarg"), "{err}");
+    let err = make("NoSuchEnv-v0").err().unwrap().to_string();
+    assert!(
+        err.contains("gym:"),
+        "unknown native ids point at the gym: prefix: {err}"
+    );
+}
+
+#[test]
+fn mujoco_hopper_is_hosted() {
+    let mut env = make("gym:Hopper-v5").unwrap();
+    assert_eq!(env.observation_space().flat_dim(), 11);
+    check_env_contract(env.as_mut());
+}
+
+#[test]
+fn atari_pong_is_preprocessed() {
+    let config = EnvConfig {
+        id: "gym:ALE/Pong-v5".into(),
+        atari: true,
+        reward_clip: 1.0,
+        ..EnvConfig::default()
+    };
+    let mut env = make_configured(&config).unwrap();
+    let Space::Box { shape, .. } = env.observation_space() else {
+        panic!("image observations");
+    };
+    assert_eq!(shape, [4, 84, 84]);
+    assert_eq!(env.action_space(), Space::Discrete { n: 6 });
+    check_env_contract(env.as_mut());
+}

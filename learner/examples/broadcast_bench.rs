@@ -1,0 +1,324 @@
+//! Weight broadcast over loopback gRPC: how long a new version of a P-parameter model takes to
+//! reach S subscribers (received, reassembled and converted to tch tensors), and in the same
+//! run the rate of plain TCP streams on loopback. Prints JSON lines. Run by `bench/broadcast.sh`.
+//!
+//! The server streams with [`fleetrl_core::broadcast::subscription`] (what the learner's
+//! `SubscribeWeights` runs for chunked subscribers) behind a real tonic server; each subscriber
+//! is a task with its own connection that runs the actor's receive path: chunked
+//! subscription, [`Assembler`], conversion of every tensor to an f32 tch tensor.
+//!
+//!   broadcast_bench --params 1000000,50000000 --subscribers 1,16,64 --dtype f32
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use fleetrl_core::broadcast::{self, Assembler, EncodedCache, DEFAULT_CHUNK_BYTES};
+use fleetrl_core::config::BroadcastDtype;
+use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
+use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
+use fleetrl_proto::v1::learner_service_server::{LearnerService, LearnerServiceServer};
+use fleetrl_proto::v1::{
+    GetRunSpecRequest, GetStatusRequest, LearnerStatus, ReportEpisodesRequest,
+    ReportEpisodesResponse, RunSpec, SaveCheckpointRequest, SaveCheckpointResponse,
+    SubscribeWeightsRequest, Weights,
+};
+use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
+use futures::{Stream, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+/// Only the weight stream; the learner's other calls are not part of this benchmark.
+struct Publisher {
+    weights: watch::Receiver<Arc<Weights>>,
+    cache: Arc<EncodedCache>,
+    subscribers: Arc<AtomicU32>,
+}
+
+type WeightStream = Pin<Box<dyn Stream<Item = Result<Weights, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl LearnerService for Publisher {
+    async fn get_run_spec(
+        &self,
+        _: Request<GetRunSpecRequest>,
+    ) -> Result<Response<RunSpec>, Status> {
+        Err(Status::unimplemented("benchmark"))
+    }
+
+    type SubscribeWeightsStream = WeightStream;
+
+    async fn subscribe_weights(
+        &self,
+        request: Request<SubscribeWeightsRequest>,
+    ) -> Result<Response<WeightStream>, Status> {
+        let request = request.into_inner();
+        let count = self.subscribers.clone();
+        count.fetch_add(1, Ordering::SeqCst);
+        let stream = broadcast::subscription(
+            self.weights.clone(),
+            self.cache.clone(),
+            request.after_version,
+            request.chunk_bytes.max(1) as usize,
+            move || count.load(Ordering::Relaxed),
+        )
+        .map(|m| m.map_err(|e| Status::internal(e.to_string())));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn report_episodes(
+        &self,
+        _: Request<ReportEpisodesRequest>,
+    ) -> Result<Response<ReportEpisodesResponse>, Status> {
+        Err(Status::unimplemented("benchmark"))
+    }
+
+    async fn get_status(
+        &self,
+        _: Request<GetStatusRequest>,
+    ) -> Result<Response<LearnerStatus>, Status> {
+        Err(Status::unimplemented("benchmark"))
+    }
+
+    async fn save_checkpoint(
+        &self,
+        _: Request<SaveCheckpointRequest>,
+    ) -> Result<Response<SaveCheckpointResponse>, Status> {
+        Err(Status::unimplemented("benchmark"))
+    }
+}
+
+/// A model of `params` f32 parameters in tensors of at most 1M elements.
+fn model(params: usize, version: i64) -> Weights {
+    let mut map = TensorMap::default();
+    let mut left = params;
+    let mut i = 0;
+    while left > 0 {
+        let n = left.min(1 << 20);
+        let values = tch::Tensor::randn([n as i64], (tch::Kind::Float, tch::Device::Cpu)) * 0.05;
+        map.tensors.insert(
+            format!("layer{i:03}.weight"),
+            ProtoTensor::try_from(&values).expect("f32 converts"),
+        );
+        left -= n;
+        i += 1;
+    }
+    Weights {
+        version,
+        params: Some(map),
+        published_unix_nanos: broadcast::now_unix_nanos(),
+        ..Weights::default()
+    }
+}
+
+/// One subscriber: the actor's receive path, until version `want` is converted. Returns the
+/// seconds from `start` and the bytes received.
+async fn subscribe(
+    addr: String,
+    want: i64,
+    start: watch::Receiver<Option<Instant>>,
+) -> anyhow::Result<(f64, u64)> {
+    let channel = net::connect(&addr, Duration::from_secs(10)).await?;
+    let mut client =
+        LearnerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let request = SubscribeWeightsRequest {
+        after_version: want - 1,
+        chunk_bytes: DEFAULT_CHUNK_BYTES,
+    };
+    let mut stream = client.subscribe_weights(request).await?.into_inner();
+    let mut assembler = Assembler::default();
+    let mut bytes = 0u64;
+    while let Some(message) = stream.message().await? {
+        bytes += message.chunk.len() as u64;
+        let Some(weights) = assembler.push(message)? else {
+            continue;
+        };
+        let params = weights.params.context("assembled weights have params")?;
+        // Convert tensor by tensor and let each go, as a model's copy would.
+        for t in params.tensors.values() {
+            let tensor = broadcast::to_f32_tensor(t)?;
+            anyhow::ensure!(tensor.kind() == tch::Kind::Float);
+        }
+        let started = start.borrow().context("measured before the start")?;
+        return Ok((started.elapsed().as_secs_f64(), bytes));
+    }
+    anyhow::bail!("stream ended before version {want}")
+}
+
+async fn broadcast_case(
+    params: usize,
+    subscribers: usize,
+    dtype: BroadcastDtype,
+) -> anyhow::Result<serde_json::Value> {
+    let (tx, rx) = watch::channel(Arc::new(model(1, 0)));
+    let count = Arc::new(AtomicU32::new(0));
+    let service = Publisher {
+        weights: rx,
+        cache: Arc::new(EncodedCache::new(dtype)),
+        subscribers: count.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(
+        net::server()
+            .add_service(
+                LearnerServiceServer::new(service)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let next = model(params, 1);
+    let (start_tx, start_rx) = watch::channel(None);
+    let tasks: Vec<_> = (0..subscribers)
+        .map(|_| tokio::spawn(subscribe(format!("http://{addr}"), 1, start_rx.clone())))
+        .collect();
+    while (count.load(Ordering::SeqCst) as usize) < subscribers {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Every subscriber has its initial version; time the next one from its publication.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    start_tx.send_replace(Some(Instant::now()));
+    tx.send_replace(Arc::new(Weights {
+        published_unix_nanos: broadcast::now_unix_nanos(),
+        ..Weights::clone(&next)
+    }));
+    drop(next);
+    let mut times = Vec::new();
+    let mut bytes = 0;
+    for t in tasks {
+        let (seconds, b) = t.await??;
+        times.push(seconds);
+        bytes += b;
+    }
+    server.abort();
+    times.sort_by(f64::total_cmp);
+    let all = *times.last().expect("at least one subscriber");
+    Ok(serde_json::json!({
+        "kind": "grpc",
+        "params": params,
+        "subscribers": subscribers,
+        "dtype": format!("{dtype:?}").to_lowercase(),
+        "bytes_per_subscriber": bytes / subscribers as u64,
+        "seconds_first": times[0],
+        "seconds_median": times[times.len() / 2],
+        "seconds_all": all,
+        "aggregate_mb_per_s": bytes as f64 / all / 1e6,
+        "f32_equivalent_mb_per_s": (params * 4 * subscribers) as f64 / all / 1e6,
+    }))
+}
+
+/// `streams` plain TCP connections on loopback, each carrying `bytes`; aggregate rate.
+async fn tcp_case(bytes: usize, streams: usize) -> anyhow::Result<serde_json::Value> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let sender = tokio::spawn(async move {
+        let block = vec![7u8; 4 << 20];
+        let mut writers = Vec::new();
+        for _ in 0..streams {
+            let (mut socket, _) = listener.accept().await?;
+            let block = block.clone();
+            writers.push(tokio::spawn(async move {
+                let mut left = bytes;
+                while left > 0 {
+                    let n = left.min(block.len());
+                    socket.write_all(&block[..n]).await?;
+                    left -= n;
+                }
+                socket.shutdown().await
+            }));
+        }
+        for w in writers {
+            w.await??;
+        }
+        anyhow::Ok(())
+    });
+    let mut sockets = Vec::new();
+    for _ in 0..streams {
+        sockets.push(tokio::net::TcpStream::connect(addr).await?);
+    }
+    let start = Instant::now();
+    let readers: Vec<_> = sockets
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4 << 20];
+                let mut got = 0usize;
+                loop {
+                    let n = s.read(&mut buf).await?;
+                    if n == 0 {
+                        return anyhow::Ok(got);
+                    }
+                    got += n;
+                }
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for r in readers {
+        total += r.await??;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    sender.await??;
+    Ok(serde_json::json!({
+        "kind": "tcp",
+        "streams": streams,
+        "bytes_per_stream": bytes,
+        "seconds": seconds,
+        "aggregate_mb_per_s": total as f64 / seconds / 1e6,
+    }))
+}
+
+fn list(args: &[String], name: &str, default: &str) -> Vec<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map_or(default, String::as_str)
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    tch::set_num_threads(1);
+    let params: Vec<usize> = list(&args, "--params", "1000000,50000000")
+        .iter()
+        .map(|p| p.parse())
+        .collect::<Result<_, _>>()?;
+    let subscribers: Vec<usize> = list(&args, "--subscribers", "1,16,64")
+        .iter()
+        .map(|p| p.parse())
+        .collect::<Result<_, _>>()?;
+    let dtypes: Vec<BroadcastDtype> = list(&args, "--dtype", "f32")
+        .iter()
+        .map(|d| match d.as_str() {
+            "f16" => Ok(BroadcastDtype::F16),
+            "f32" => Ok(BroadcastDtype::F32),
+            other => Err(anyhow::anyhow!("--dtype must be f32 or f16, got `{other}`")),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let tcp_bytes: usize = list(&args, "--tcp-bytes", "1000000000")[0].parse()?;
+    println!("{}", tcp_case(tcp_bytes, 1).await?);
+    for &s in &subscribers {
+        if s > 1 {
+            println!("{}", tcp_case(tcp_bytes / s, s).await?);
+        }
+    }
+    for &p in &params {
+        for &dtype in &dtypes {
+            for &s in &subscribers {
+                // The physical limit right before each case: the machine's load varies.
+                let tcp = tcp_case((p * 4 * s).min(tcp_bytes), 1).await?;
+                let mut case = broadcast_case(p, s, dtype).await?;
+                case["tcp_mb_per_s"] = tcp["aggregate_mb_per_s"].clone();
+                println!("{case}");
+            }
+        }
+    }
+    Ok(())
+}

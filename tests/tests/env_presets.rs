@@ -1,0 +1,119 @@
+//! The environment presets through the real binaries (`fleetrl train`: replay server, learner,
+//! two actors on loopback): PPO learns native Acrobot-v1 and MountainCar-v0 to gymnasium's
+//! thresholds; MuJoCo Hopper-v5 and Atari Pong (gymnasium hosted in the actors, Rust Atari
+//! preprocessing, the Nature CNN) run end to end for a few thousand steps; and an actor
+//! without gymnasium, or a wrong gymnasium id, fails with an error that says what to do.
+//!
+//! The learning budgets are several times what seed 0 needed here (see each test). The
+//! tests run one at a time so that they do not compete for the CPU.
+
+use std::sync::Mutex;
+
+use fleetrl_tests::train_preset;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn train(name: &str, preset: &str, overrides: &[&str]) -> serde_json::Value {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (status, stderr, summary) = train_preset(name, preset, overrides, &[]).unwrap();
+    assert!(status.success(), "fleetrl train {preset} failed: {stderr}");
+    let summary = summary.expect("summary.json");
+    eprintln!(
+        "{preset}: {} env steps, {:.1} s, eval {}",
+        summary["total_env_steps"],
+        summary["wall_seconds"].as_f64().unwrap_or(f64::NAN),
+        summary["final_eval_return"],
+    );
+    summary
+}
+
+fn final_return(summary: &serde_json::Value) -> f64 {
+    summary["final_eval_return"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("final_eval_return: {summary:#}"))
+}
+
+/// Seed 0 solved at 53k steps (-97.8); the budget is 500k.
+#[test]
+fn ppo_solves_acrobot() {
+    let summary = train("acrobot", "acrobot-ppo", &["seed=0"]);
+    assert_eq!(summary["solved"], true, "{summary:#}");
+    assert!(final_return(&summary) >= -100.0, "{summary:#}");
+}
+
+/// Seed 0 solved at 233k steps (-109.1); the budget is 1M.
+#[test]
+fn ppo_solves_mountain_car() {
+    let summary = train("mountaincar", "mountaincar-ppo", &["seed=0"]);
+    assert_eq!(summary["solved"], true, "{summary:#}");
+    assert!(final_return(&summary) >= -110.0, "{summary:#}");
+}
+
+/// Hopper-v5 from gymnasium's MuJoCo envs, 4096 steps and a 2-episode evaluation.
+#[test]
+fn hopper_runs_end_to_end() {
+    let summary = train(
+        "hopper",
+        "hopper-ppo",
+        &[
+            "stop.total_env_steps=4096",
+            "eval.episodes=2",
+            "eval.interval_env_steps=4096",
+        ],
+    );
+    assert_eq!(summary["env"], "gym:Hopper-v5", "{summary:#}");
+    assert!(summary["total_env_steps"].as_u64() >= Some(4096));
+    assert!(
+        final_return(&summary) > 0.0,
+        "Hopper's healthy reward: {summary:#}"
+    );
+}
+
+/// ALE/Pong-v5 with Atari preprocessing and the conv model, 1024 steps; the evaluation game
+/// is cut at 4000 frames, and its score is the unclipped game score (-21..=21).
+#[test]
+fn pong_runs_end_to_end() {
+    let summary = train(
+        "pong",
+        "pong-ppo",
+        &[
+            "stop.total_env_steps=1024",
+            "actors.rollout_length=32",
+            "eval.episodes=1",
+            "eval.interval_env_steps=1024",
+            "env.kwargs.max_num_frames_per_episode=4000",
+        ],
+    );
+    assert_eq!(summary["env"], "gym:ALE/Pong-v5", "{summary:#}");
+    let score = final_return(&summary);
+    assert!(
+        (-21.0..=21.0).contains(&score) && score.fract() == 0.0,
+        "{summary:#}"
+    );
+}
+
+#[test]
+fn missing_gymnasium_and_wrong_ids_are_clear_errors() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let empty = std::env::temp_dir().join(format!("fleetrl-no-venv-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let (status, stderr, _) = train_preset(
+        "no-gym",
+        "hopper-ppo",
+        &[],
+        &[("FLEETRL_VENV", empty.to_str().unwrap())],
+    )
+    .unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains("pip install gymnasium"),
+        "says what to install: {stderr}"
+    );
+    let (status, stderr, _) =
+        train_preset("bad-id", "hopper-ppo", &["env.id=gym:Hoper-v5"], &[]).unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains("`Hoper-v5` is not a registered gymnasium env id"),
+        "names the wrong id: {stderr}"
+    );
+}

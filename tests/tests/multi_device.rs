@@ -1,0 +1,128 @@
+//! The multi-device learner and the weight broadcast over the real binaries: PPO on two CPU
+//! replicas with f16 chunked weights learns CartPole; an old-style subscriber still gets whole
+//! f32 weights; several learner processes are refused with a clear error.
+
+use std::process::Command;
+use std::time::Duration;
+
+use fleetrl_core::broadcast::Assembler;
+use fleetrl_proto::v1::SubscribeWeightsRequest;
+use fleetrl_proto::Dtype;
+use fleetrl_tests::Sandbox;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_cpu_replicas_with_f16_chunked_weights_learn_cartpole() -> anyhow::Result<()> {
+    let sandbox = Sandbox::builder("multi-device")
+        .actors(2)
+        .set("seed=0")
+        .set(r#"learner.devices=["cpu", "cpu"]"#)
+        .set("learner.broadcast_dtype=f16")
+        .set("stop.total_env_steps=200000")
+        .start()
+        .await?;
+
+    // An actor of the previous protocol (no chunk size) gets one f32 message per version.
+    let mut client = sandbox.learner().await?;
+    let request = SubscribeWeightsRequest {
+        after_version: -1,
+        chunk_bytes: 0,
+    };
+    let mut legacy = client.subscribe_weights(request).await?.into_inner();
+    let whole = legacy.message().await?.expect("a first version");
+    let params = whole.params.expect("legacy messages carry params");
+    assert!(params
+        .tensors
+        .values()
+        .all(|t| t.dtype == Dtype::F32 as i32));
+    drop(legacy);
+
+    // A chunked subscriber reassembles f16 tensors from several chunks.
+    let request = SubscribeWeightsRequest {
+        after_version: -1,
+        chunk_bytes: 4096,
+    };
+    let mut chunked = client.subscribe_weights(request).await?.into_inner();
+    let mut assembler = Assembler::default();
+    let mut chunks = 0;
+    let weights = loop {
+        let message = chunked.message().await?.expect("chunks until complete");
+        assert!(message.params.is_none() && message.chunk.len() <= 4096);
+        chunks += 1;
+        if let Some(w) = assembler.push(message)? {
+            break w;
+        }
+    };
+    drop(chunked);
+    assert!(chunks > 1, "{chunks} chunk(s)");
+    let params = weights.params.expect("assembled params");
+    let f16 = params
+        .tensors
+        .values()
+        .filter(|t| t.dtype == Dtype::F16 as i32);
+    assert!(f16.count() >= 6, "the MLP weights travel as f16");
+    assert!(weights.published_unix_nanos > 0);
+
+    // And the run learns: a random CartPole policy averages about 22.
+    let status = sandbox
+        .wait_for(
+            "a recent training return of 150",
+            Duration::from_secs(400),
+            |s| s.recent_return >= 150.0,
+        )
+        .await?;
+    assert!(status.updates > 0);
+    Ok(())
+}
+
+/// Starts `fleet-learner` on `preset` with `sets` (no replay server: it must fail before
+/// needing one); its stderr.
+fn refused_learner(preset: &str, sets: &[&str]) -> anyhow::Result<String> {
+    let learner = fleetrl_core::launch::bin_dir()?.join("fleet-learner");
+    let config = fleetrl_tests::compose::repo_root().join(format!("configs/{preset}.toml"));
+    let mut command = Command::new(learner);
+    command
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--replay",
+            "127.0.0.1:9",
+            "--config",
+        ])
+        .arg(config);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let run = command.output()?;
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(!run.status.success(), "{stderr}");
+    Ok(stderr)
+}
+
+#[test]
+fn several_learner_processes_are_refused_as_not_yet_supported() -> anyhow::Result<()> {
+    let stderr = refused_learner("cartpole-ppo", &["learner.world_size=2", "learner.rank=1"])?;
+    assert!(
+        stderr.contains("learner.world_size") && stderr.contains("not yet supported"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+#[test]
+fn devices_the_learner_cannot_use_are_refused_by_name() -> anyhow::Result<()> {
+    let stderr = refused_learner("cartpole-vpg", &[r#"learner.devices=["cpu", "cpu"]"#])?;
+    assert!(
+        stderr.contains("\"vpg\" updates on one device only"),
+        "{stderr}"
+    );
+    // No machine has 64 GPUs: refused as unavailable (no CUDA) or as missing (a GPU machine).
+    let stderr = refused_learner(
+        "cartpole-ppo",
+        &[r#"learner.devices=["cuda:0", "cuda:63"]"#],
+    )?;
+    assert!(
+        stderr.contains("CUDA is not available") || stderr.contains("Cuda(63) does not exist"),
+        "{stderr}"
+    );
+    Ok(())
+}
