@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/fleetrl/v1/common.proto",
         "proto/fleetrl/v1/replay.proto",
         "proto/fleetrl/v1/learner.proto",
+        "proto/fleetrl/v1/demos.proto",
     ];
     tonic_prost_build::configure()
         .bytes(".fleetrl.v1.Tensor.data")

@@ -2,6 +2,7 @@
 //! rollouts to a replay server, and follows the learner's weights. Stateless: kill it and start
 //! another anywhere; it needs only the learner's and the replay server's addresses.
 
+mod demo_replay;
 mod health;
 mod identity;
 mod inserter;
@@ -106,8 +107,10 @@ async fn main() -> anyhow::Result<()> {
         false => 1,
     };
     let (rollouts_tx, rollouts_rx) = mpsc::channel(per_request);
+    let shards = replay_client::parse_shards(&args.replay)?;
+    let demos = demo_replay::DemoLink::connect_if(&config, &shards, &registry, patience).await?;
     let inserter = inserter::Inserter {
-        shards: replay_client::parse_shards(&args.replay)?,
+        shards,
         table: spec.table.clone(),
         max_in_flight: config.actors.max_in_flight as usize * per_request,
         max_items_per_request: per_request,
@@ -136,6 +139,7 @@ async fn main() -> anyhow::Result<()> {
             stop: stop_rx,
             metrics,
             held: Default::default(),
+            demos,
         };
         tokio::task::spawn_blocking(move || runner.run())
     };

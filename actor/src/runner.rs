@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use fleetrl_core::acting::Acting;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::Episode;
 use fleetrl_core::models::ActorCritic;
@@ -16,6 +15,7 @@ use fleetrl_proto::TensorMap;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 
+use crate::demo_replay::{Collector, DemoLink};
 use crate::metrics::ActorMetrics;
 
 /// Episodes and steps since the last report, filled here and drained by the reporter.
@@ -37,6 +37,8 @@ pub(crate) struct Runner {
     pub(crate) metrics: Arc<ActorMetrics>,
     /// Weights received but not yet acted with (`actors.lag_versions`), oldest first.
     pub(crate) held: VecDeque<Arc<Weights>>,
+    /// The demo buffers to replay from (PPO+D), when `[ppod] enabled`.
+    pub(crate) demos: Option<DemoLink>,
 }
 
 impl Runner {
@@ -56,7 +58,9 @@ impl Runner {
             tch::Device::Cpu,
         )?;
         tch::manual_seed((self.config.seed + 7919 * self.actor_id as u64) as i64);
-        let mut acting = Acting::new(envs, self.config.seed + 1000 * self.actor_id as u64);
+        let seed = self.config.seed + 1000 * self.actor_id as u64;
+        let link = self.demos.take();
+        let mut acting = Collector::new(envs, &self.config.env.id, seed, link);
         let mut builder = RolloutBuilder::new(t, m, obs_dim);
         let mut version = self.wait_for_weights(&mut model)?;
         // Versions that acted in this actor's recent rollouts (its share of the last

@@ -3,6 +3,7 @@
 
 mod eval_cmd;
 mod health_cmd;
+mod keyboard;
 mod progress;
 mod record_cmd;
 mod summary;
@@ -52,12 +53,24 @@ enum Command {
         #[arg(long)]
         seed: Option<u64>,
     },
-    /// Record demonstrations: play a checkpoint's policy and write each episode as a demo file
-    /// (format: fleetrl-demo v1, see the README).
+    /// Record demonstrations: play a checkpoint's policy (or a scripted controller, or the
+    /// keyboard) and write each episode as a demo file (format: fleetrl-demo v1, see the README).
     Record {
         /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN) whose policy plays.
+        #[arg(
+            long,
+            required_unless_present_any = ["scripted", "keyboard"],
+            conflicts_with_all = ["scripted", "keyboard"]
+        )]
+        checkpoint: Option<PathBuf>,
+        /// Instead of a checkpoint, play this env id with its hand-written controller
+        /// (MountainCar-v0, SparseMountainCar-v0, CartPole-v1).
+        #[arg(long, conflicts_with = "keyboard")]
+        scripted: Option<String>,
+        /// Instead of a checkpoint, play this discrete env id from the terminal: one line per
+        /// step with an action index (Enter repeats the last one, q stops the episode).
         #[arg(long)]
-        checkpoint: PathBuf,
+        keyboard: Option<String>,
         /// Directory the demo files go to (created if missing).
         #[arg(long)]
         out: PathBuf,
@@ -128,6 +141,8 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Record {
             checkpoint,
+            scripted,
+            keyboard,
             out,
             episodes,
             seed,
@@ -140,7 +155,13 @@ async fn main() -> anyhow::Result<()> {
                 stochastic,
                 min_return,
             };
-            tokio::task::spawn_blocking(move || record_cmd::run(&checkpoint, &out, &args)).await?
+            let player = match (checkpoint, scripted, keyboard) {
+                (Some(checkpoint), _, _) => record_cmd::Player::Checkpoint(checkpoint),
+                (None, Some(env_id), _) => record_cmd::Player::Scripted(env_id),
+                (None, None, Some(env_id)) => record_cmd::Player::Keyboard(env_id),
+                (None, None, None) => anyhow::bail!("give --checkpoint, --scripted or --keyboard"),
+            };
+            tokio::task::spawn_blocking(move || record_cmd::run(&player, &out, &args)).await?
         }
         Command::Health {
             addr,

@@ -1,6 +1,7 @@
-//! `fleetrl record`: play a checkpoint's policy and write each episode as a demo file.
+//! `fleetrl record`: play a checkpoint's policy (or a scripted controller) and write each
+//! episode as a demo file.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use fleetrl_core::demo::{self, DemoSource};
@@ -21,21 +22,49 @@ pub(crate) struct RecordArgs {
     pub(crate) min_return: Option<f64>,
 }
 
-/// Records `args.episodes` episodes with the policy in `checkpoint` into `out`
+/// Who plays.
+#[derive(Debug, Clone)]
+pub(crate) enum Player {
+    /// The policy in this checkpoint directory.
+    Checkpoint(PathBuf),
+    /// The hand-written controller of this env id.
+    Scripted(String),
+    /// A person at the terminal, on this env id.
+    Keyboard(String),
+}
+
+/// Records `args.episodes` episodes played by `player` into `out`
 /// (`episode-SSSSSSSS.demo.safetensors`, S the env seed); prints one line per episode.
-pub(crate) fn run(checkpoint: &Path, out: &Path, args: &RecordArgs) -> anyhow::Result<()> {
-    let (policy, config) = load_policy(checkpoint)?;
+pub(crate) fn run(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Result<()> {
+    let loaded = match player {
+        Player::Checkpoint(checkpoint) => Some(load_policy(checkpoint)?),
+        Player::Scripted(_) | Player::Keyboard(_) => None,
+    };
+    let env_id = match (player, &loaded) {
+        (_, Some((_, config))) => config.env.id.clone(),
+        (Player::Scripted(id) | Player::Keyboard(id), None) => id.clone(),
+        (Player::Checkpoint(_), None) => unreachable!("loaded above"),
+    };
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut kept = 0;
     for i in 0..args.episodes {
         let seed = args.seed + i as u64;
-        let episode = record_episode_env(
-            policy.as_ref(),
-            &config.env,
-            seed,
-            !args.stochastic,
-            DemoSource::Checkpoint,
-        )?;
+        let episode = match &loaded {
+            Some((policy, config)) => record_episode_env(
+                policy.as_ref(),
+                &config.env,
+                seed,
+                !args.stochastic,
+                DemoSource::Checkpoint,
+            )?,
+            None if matches!(player, Player::Keyboard(_)) => crate::keyboard::play(
+                &env_id,
+                seed,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stderr(),
+            )?,
+            None => fleetrl_core::scripted::play(&env_id, seed, DemoSource::Scripted)?,
+        };
         let total = episode.total_reward();
         if args.min_return.is_some_and(|min| total < min) {
             println!(
@@ -53,11 +82,7 @@ pub(crate) fn run(checkpoint: &Path, out: &Path, args: &RecordArgs) -> anyhow::R
             path.display()
         );
     }
-    println!(
-        "wrote {kept} demo(s) of {} to {}",
-        config.env.id,
-        out.display()
-    );
+    println!("wrote {kept} demo(s) of {} to {}", env_id, out.display());
     if kept == 0 {
         anyhow::bail!("no episode reached --min-return; nothing was written");
     }

@@ -33,7 +33,8 @@ impl std::fmt::Debug for Acting {
     }
 }
 
-fn batch(flat: &[f32], rows: usize, obs_dim: usize) -> Tensor {
+/// `rows` observations of `obs_dim` values as a `[rows, obs_dim]` tensor.
+pub(crate) fn batch(flat: &[f32], rows: usize, obs_dim: usize) -> Tensor {
     Tensor::from_slice(flat).view([rows as i64, obs_dim as i64])
 }
 

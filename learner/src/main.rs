@@ -1,6 +1,7 @@
 //! fleet-learner: samples rollout batches from a replay server, trains on a dedicated thread,
 //! publishes every new version of the weights, checkpoints, and serves its status.
 
+mod demo_stats;
 mod metrics;
 mod offpolicy;
 mod prefetch;
@@ -93,6 +94,7 @@ async fn main() -> anyhow::Result<()> {
         .then(|| EventWriter::create(&args.run_dir.join("tb")))
         .transpose()
         .context("creating the TensorBoard event file")?;
+    let demo_stats = demo_stats::DemoStats::default();
     let trainer = trainer::Trainer {
         algo,
         config: config.clone(),
@@ -104,12 +106,16 @@ async fn main() -> anyhow::Result<()> {
         timing: trainer::Timing::default(),
         pending: Vec::new(),
         metrics: metrics.clone(),
+        demo_stats: demo_stats.clone(),
     };
     let trainer_thread = std::thread::Builder::new()
         .name("trainer".into())
         .spawn(move || trainer.run(work_rx))
         .context("starting the trainer thread")?;
     let shards = replay_client::parse_shards(&args.replay)?;
+    if config.ppod.enabled && config.learner.tensorboard {
+        demo_stats.spawn_poller(shards[0].clone(), Duration::from_secs(2));
+    }
     let table = fleetrl_core::rollout::table_spec(&config).context("building the rollout table")?;
     replay_client::ensure_table(&shards, &table, Duration::from_secs(120))
         .await

@@ -45,6 +45,8 @@ pub(crate) struct Trainer {
     pub(crate) pending: Vec<TensorMap>,
     /// What Prometheus scrapes.
     pub(crate) metrics: Arc<LearnerMetrics>,
+    /// PPO+D's demo buffer state, logged with the scalars (empty without `[ppod]`).
+    pub(crate) demo_stats: crate::demo_stats::DemoStats,
 }
 
 /// Where the trainer thread's time goes: waiting for data or updating.
@@ -204,6 +206,7 @@ impl Trainer {
             if recent.is_finite() {
                 values.push(("episode_return", recent));
             }
+            values.extend(self.demo_stats.scalars());
             if let Err(error) = events.scalars(env_steps as i64, &values) {
                 tracing::warn!(%error, "cannot write TensorBoard events");
             }

@@ -6,6 +6,7 @@
 //! adapts them to gRPC and `error` maps their errors to status codes. The binary is
 //! `src/main.rs`.
 
+mod demos;
 mod error;
 pub mod metrics;
 mod persistence;
@@ -80,10 +81,11 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let tables = Tables::new(options.max_item_bytes);
+    let demo_hub = Arc::new(demos::DemoHub::new(options.checkpoint_dir.clone()));
     let checkpointer = options
         .checkpoint_dir
         .clone()
-        .map(|dir| Arc::new(Checkpointer::new(dir)));
+        .map(|dir| Arc::new(Checkpointer::new(dir).with_demos(demo_hub.clone())));
     if let Some(checkpointer) = &checkpointer {
         checkpointer.restore(&tables).with_context(|| {
             format!(
@@ -118,6 +120,13 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(health_service)
         .add_service(replay)
+        .add_service(
+            fleetrl_proto::v1::demo_service_server::DemoServiceServer::new(demos::Demos {
+                hub: demo_hub,
+            })
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = server_stop.wait_for(|&stopped| stopped).await;
         });

@@ -8,6 +8,7 @@ use anyhow::Context;
 use fleetrl_core::buffers::{persist, Table};
 use tracing::info;
 
+use crate::demos::DemoHub;
 use crate::service::Tables;
 
 /// How many checkpoints to keep: the newest, and one to fall back on if it is damaged.
@@ -18,6 +19,8 @@ const KEEP: usize = 2;
 pub(crate) struct Checkpointer {
     dir: PathBuf,
     writing: tokio::sync::Mutex<()>,
+    /// PPO+D's demo buffers, saved into `<dir>/demos` with every checkpoint.
+    demos: Option<std::sync::Arc<DemoHub>>,
 }
 
 impl Checkpointer {
@@ -26,7 +29,14 @@ impl Checkpointer {
         Checkpointer {
             dir,
             writing: tokio::sync::Mutex::new(()),
+            demos: None,
         }
+    }
+
+    /// Also saves `demos` with every checkpoint.
+    pub(crate) fn with_demos(mut self, demos: std::sync::Arc<DemoHub>) -> Checkpointer {
+        self.demos = Some(demos);
+        self
     }
 
     /// The checkpoint root.
@@ -42,9 +52,16 @@ impl Checkpointer {
         let snapshots: Vec<_> = tables.all().iter().map(|t| t.snapshot()).collect();
         let items: usize = snapshots.iter().map(|s| s.items.len()).sum();
         let dir = self.dir.clone();
-        let path = tokio::task::spawn_blocking(move || persist::write(&dir, &snapshots, KEEP))
-            .await
-            .context("checkpoint task failed")??;
+        let demos = self.demos.clone();
+        let path = tokio::task::spawn_blocking(move || -> anyhow::Result<PathBuf> {
+            let path = persist::write(&dir, &snapshots, KEEP)?;
+            if let Some(demos) = demos {
+                demos.save(&dir).context("saving the demo buffers")?;
+            }
+            Ok(path)
+        })
+        .await
+        .context("checkpoint task failed")??;
         info!(
             path = %path.display(),
             tables = tables.names().len(),

@@ -8,6 +8,7 @@
 //! ([`TableSpec::queue`]). [`persist`] writes tables to checkpoints and reads them back.
 
 mod batch;
+pub mod demos;
 mod error;
 mod info;
 pub mod persist;

@@ -7,6 +7,7 @@ mod algo;
 mod devices;
 mod offpolicy;
 mod overrides;
+mod ppod;
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,7 @@ pub use offpolicy::{
     TargetUpdate, Td3Config,
 };
 pub use overrides::apply_override;
+pub use ppod::PpodConfig;
 
 /// The config file format this build reads.
 pub const CONFIG_VERSION: u32 = 1;
@@ -86,6 +88,8 @@ pub struct RunConfig {
     pub stop: StopConfig,
     /// Evaluation of the deterministic policy.
     pub eval: EvalConfig,
+    /// PPO+D demo replay (off by default).
+    pub ppod: PpodConfig,
 }
 
 impl Default for RunConfig {
@@ -101,6 +105,7 @@ impl Default for RunConfig {
             learner: LearnerConfig::default(),
             stop: StopConfig::default(),
             eval: EvalConfig::default(),
+            ppod: PpodConfig::default(),
         }
     }
 }
@@ -458,6 +463,7 @@ impl RunConfig {
         )?;
         self.learner.check_devices(self.algo.name())?;
         check(self.replay.max_size >= 1, "replay.max_size", "must be >= 1")?;
+        self.ppod.validate()?;
         check(self.eval.episodes >= 1, "eval.episodes", "must be >= 1")?;
         check(
             self.stop.total_env_steps >= 1,

@@ -30,6 +30,7 @@ pub mod python;
 mod reward_transform;
 #[cfg(test)]
 mod scripted;
+mod sparse_mountain_car;
 mod time_limit;
 mod vec_env;
 
@@ -45,6 +46,7 @@ pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
 pub use point_mass::PointMass;
 pub use reward_transform::RewardTransform;
+pub use sparse_mountain_car::{mountain_car_controller, SparseMountainCar};
 pub use time_limit::TimeLimit;
 pub use vec_env::{Episode, VecEnv, VecStep};
 
@@ -85,6 +87,7 @@ pub const KNOWN_ENVS: &[&str] = &[
     "Acrobot-v1",
     "MountainCar-v0",
     "MountainCarContinuous-v0",
+    "SparseMountainCar-v0",
 ];
 
 /// An observation or action space.
@@ -229,6 +232,7 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
         "MountainCarContinuous-v0" => {
             Ok(Box::new(TimeLimit::new(MountainCarContinuous::new(), 999)))
         }
+        "SparseMountainCar-v0" => Ok(Box::new(TimeLimit::new(SparseMountainCar::new(), 200))),
         #[cfg(feature = "python")]
         other if python::gym_id(other).is_some() => {
             let id = python::gym_id(other).unwrap_or_default();

@@ -289,6 +289,39 @@ impl VecEnv {
         Ok(&self.out)
     }
 
+    /// Steps only the envs with `active[i]`, auto-resetting as [`VecEnv::step`]; the others
+    /// keep their observation and report reward 0 and no episode end (`actions[i]` is not
+    /// looked at for them). PPO+D's actors use it while some envs replay a demo. Envs hosted
+    /// as one batch (a `gym:` vector env) cannot step a subset: that is an error.
+    pub fn step_some(&mut self, actions: &[Action], active: &[bool]) -> Result<&VecStep, EnvError> {
+        self.check_count(actions.len())?;
+        self.check_count(active.len())?;
+        if matches!(self.envs, Backend::Batch(_)) {
+            return Err(EnvError::VecMismatch(
+                "envs hosted as one batch cannot step a subset of rows (PPO+D needs per-row envs)"
+                    .into(),
+            ));
+        }
+        let bad = actions
+            .iter()
+            .zip(active)
+            .find(|(a, &on)| on && !self.action_space_contains(a));
+        if let Some((bad, _)) = bad {
+            return Err(self.invalid(bad.clone()));
+        }
+        for (i, action) in actions.iter().enumerate() {
+            if active[i] {
+                self.step_one(i, action)?;
+            } else {
+                self.out.reward[i] = 0.0;
+                self.out.terminated[i] = false;
+                self.out.truncated[i] = false;
+                self.out.final_obs[i] = None;
+            }
+        }
+        Ok(&self.out)
+    }
+
     /// Takes the episodes that finished since the last call, in the order they finished.
     pub fn drain_episodes(&mut self) -> Vec<Episode> {
         std::mem::take(&mut self.episodes)

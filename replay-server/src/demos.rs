@@ -1,0 +1,357 @@
+//! The `fleetrl.v1.DemoService` handlers: PPO+D's demo buffers (`fleetrl_core::buffers::demos`)
+//! behind one lock, configured by the first actor that joins, saved with every checkpoint
+//! into `<checkpoint-dir>/demos` and restored from there.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use fleetrl_core::buffers::demos::{self, DemoKind, DemoStore, DemoStoreConfig};
+use fleetrl_core::config::{PpodConfig, RunConfig};
+use fleetrl_core::demo::{self, Demo, DemoError};
+use fleetrl_core::envs::{self, Space};
+use fleetrl_proto::v1::demo_service_server::DemoService;
+use fleetrl_proto::v1::{
+    self as pb, ConfigureDemosRequest, DemoState, DemoStateRequest, OfferDemosRequest,
+    SyncDemosRequest, SyncDemosResponse,
+};
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+/// A configured store and what it was configured with.
+#[derive(Debug)]
+struct Active {
+    store: DemoStore,
+    ppod: PpodConfig,
+    env_id: String,
+    obs: Space,
+    action: Space,
+}
+
+impl Active {
+    fn check(&self, demo: &Demo) -> Result<(), DemoError> {
+        demo.check_env(&self.env_id, &self.obs, &self.action)
+    }
+
+    fn state(&self) -> DemoState {
+        let s = self.store.stats();
+        DemoState {
+            rho: s.rho,
+            phi: s.phi,
+            reward_threshold: s.reward_threshold,
+            initial_demos: s.initial as u32,
+            agent_demos: s.agent as u32,
+            value_demos: s.value as u32,
+            successes: s.successes,
+            generation: s.generation,
+            alpha: self.ppod.alpha,
+        }
+    }
+}
+
+/// The demo buffers of one server, shared by the service and the checkpointer.
+#[derive(Debug, Default)]
+pub(crate) struct DemoHub {
+    active: Mutex<Option<Active>>,
+    checkpoint_dir: Option<PathBuf>,
+}
+
+fn invalid(e: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+impl DemoHub {
+    /// Buffers that restore from and save to `<checkpoint_dir>/demos`, if given.
+    pub(crate) fn new(checkpoint_dir: Option<PathBuf>) -> DemoHub {
+        DemoHub {
+            active: Mutex::default(),
+            checkpoint_dir,
+        }
+    }
+
+    fn saved_dir(root: &Path) -> PathBuf {
+        root.join("demos")
+    }
+
+    /// Writes the buffers into `<root>/demos` (nothing before Configure).
+    pub(crate) fn save(&self, root: &Path) -> anyhow::Result<()> {
+        let active = self.active.lock().expect("demo lock poisoned");
+        if let Some(active) = active.as_ref() {
+            demos::save(&active.store, &Self::saved_dir(root))?;
+        }
+        Ok(())
+    }
+
+    fn configure(&self, config: RunConfig) -> Result<DemoState, Status> {
+        let mut active = self.active.lock().expect("demo lock poisoned");
+        if let Some(a) = active.as_ref() {
+            if a.env_id != config.env.id {
+                return Err(Status::already_exists(format!(
+                    "demo buffers are configured for {}, not {}",
+                    a.env_id, config.env.id
+                )));
+            }
+            return Ok(a.state());
+        }
+        let ppod = config.ppod.clone();
+        if !ppod.enabled {
+            return Err(invalid("ppod.enabled is false in this run config"));
+        }
+        let env = envs::make(&config.env.id).map_err(invalid)?;
+        let store_config = DemoStoreConfig {
+            capacity: ppod.capacity as usize,
+            rho: ppod.rho,
+            phi: ppod.phi,
+            anneal_steps: ppod.anneal_steps as usize,
+            reward_threshold: ppod.reward_threshold,
+        };
+        let restored = match &self.checkpoint_dir {
+            Some(root) => demos::load(&Self::saved_dir(root), store_config.clone())
+                .map_err(|e| Status::internal(format!("restoring demo buffers: {e}")))?,
+            None => None,
+        };
+        let mut next = Active {
+            store: DemoStore::new(store_config.clone(), Vec::new()).map_err(invalid)?,
+            ppod,
+            env_id: config.env.id.clone(),
+            obs: env.observation_space(),
+            action: env.action_space(),
+        };
+        next.store = match restored {
+            Some(store) => {
+                info!(stats = ?store.stats(), "restored demo buffers from checkpoint");
+                store
+            }
+            None => {
+                let initial = match next.ppod.demos_dir.as_str() {
+                    "" => Vec::new(),
+                    dir => demo::read_dir(Path::new(dir)).map_err(invalid)?,
+                };
+                for d in &initial {
+                    next.check(d).map_err(invalid)?;
+                }
+                DemoStore::new(store_config, initial).map_err(invalid)?
+            }
+        };
+        info!(env = %next.env_id, stats = ?next.store.stats(), "demo buffers configured");
+        let state = next.state();
+        *active = Some(next);
+        Ok(state)
+    }
+
+    fn with_active<T>(
+        &self,
+        f: impl FnOnce(&mut Active) -> Result<T, Status>,
+    ) -> Result<T, Status> {
+        let mut active = self.active.lock().expect("demo lock poisoned");
+        let active = active.as_mut().ok_or_else(|| {
+            Status::failed_precondition("demo buffers are not configured (call Configure first)")
+        })?;
+        f(active)
+    }
+}
+
+/// Saves the top agent demos to `ppod.target_dir` and reads new supplementary demos.
+fn housekeeping(a: &mut Active) {
+    if !a.ppod.target_dir.is_empty() {
+        let dir = PathBuf::from(&a.ppod.target_dir);
+        let saved = std::fs::create_dir_all(&dir)
+            .map_err(|e| e.to_string())
+            .and_then(|_| {
+                let top = a.store.top_agent_demos(a.ppod.save_top_k as usize);
+                for (rank, d) in top.iter().enumerate() {
+                    let path = dir.join(format!("top-{rank:02}{}", demo::EXTENSION));
+                    demo::write(&d.demo, &path).map_err(|e| e.to_string())?;
+                }
+                Ok(top.len())
+            });
+        if let Err(error) = saved {
+            warn!(%error, dir = %dir.display(), "saving the top demos failed");
+        }
+    }
+    if a.ppod.supplementary_dir.is_empty() {
+        return;
+    }
+    let files = match demo::list(Path::new(&a.ppod.supplementary_dir)) {
+        Ok(files) => files,
+        Err(error) => {
+            warn!(%error, "reading the supplementary demo directory failed");
+            return;
+        }
+    };
+    for path in files {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let Some(name) = name.filter(|n| !a.store.has_seen(n)) else {
+            continue;
+        };
+        let read = demo::read(&path).and_then(|d| {
+            a.check(&d)?;
+            Ok(d)
+        });
+        let outcome = match read {
+            Ok(d) => a.store.offer_supplementary(&name, d),
+            Err(e) => {
+                // Remember it anyway: a bad file is reported once, not every scan.
+                a.store.mark_seen(&name);
+                Err(e)
+            }
+        };
+        match outcome {
+            Ok(admission) => info!(file = %path.display(), ?admission, "supplementary demo read"),
+            Err(error) => warn!(file = %path.display(), %error, "supplementary demo refused"),
+        }
+    }
+}
+
+/// The `DemoService` implementation.
+#[derive(Debug, Clone)]
+pub(crate) struct Demos {
+    pub(crate) hub: Arc<DemoHub>,
+}
+
+#[tonic::async_trait]
+impl DemoService for Demos {
+    async fn configure(
+        &self,
+        request: Request<ConfigureDemosRequest>,
+    ) -> Result<Response<DemoState>, Status> {
+        let text = request.into_inner().config_toml;
+        let config = RunConfig::from_toml(&text, "the Configure request").map_err(invalid)?;
+        let hub = self.hub.clone();
+        let state = tokio::task::spawn_blocking(move || hub.configure(config))
+            .await
+            .map_err(crate::error::task_failed)??;
+        Ok(Response::new(state))
+    }
+
+    async fn state(
+        &self,
+        _request: Request<DemoStateRequest>,
+    ) -> Result<Response<DemoState>, Status> {
+        self.hub.with_active(|a| Ok(Response::new(a.state())))
+    }
+
+    async fn sync(
+        &self,
+        request: Request<SyncDemosRequest>,
+    ) -> Result<Response<SyncDemosResponse>, Status> {
+        let known = request.into_inner().known_generation;
+        self.hub.with_active(|a| {
+            let state = a.state();
+            let changed = known != state.generation;
+            let mut demos = Vec::new();
+            if changed {
+                for d in a.store.demos() {
+                    demos.push(pb::StoredDemo {
+                        id: d.id,
+                        kind: match d.kind {
+                            DemoKind::Initial => pb::DemoKind::Initial,
+                            DemoKind::Agent => pb::DemoKind::Agent,
+                            DemoKind::Value => pb::DemoKind::Value,
+                        } as i32,
+                        max_value: d.max_value,
+                        demo: d
+                            .demo
+                            .to_bytes()
+                            .map_err(|e| Status::internal(e.to_string()))?,
+                    });
+                }
+            }
+            Ok(Response::new(SyncDemosResponse {
+                state: Some(state),
+                changed,
+                demos,
+            }))
+        })
+    }
+
+    async fn offer(
+        &self,
+        request: Request<OfferDemosRequest>,
+    ) -> Result<Response<DemoState>, Status> {
+        let request = request.into_inner();
+        let hub = self.hub.clone();
+        let state = tokio::task::spawn_blocking(move || {
+            hub.with_active(|a| {
+                let mut episodes = Vec::with_capacity(request.candidates.len());
+                for c in &request.candidates {
+                    let d = Demo::from_bytes(&c.demo, Path::new("<offered episode>"))
+                        .map_err(invalid)?;
+                    a.check(&d).map_err(invalid)?;
+                    episodes.push((d, c.max_value));
+                }
+                for (d, max_value) in episodes {
+                    a.store.offer(d, max_value).map_err(invalid)?;
+                }
+                for r in &request.refreshes {
+                    a.store.refresh_value(r.id, r.max_value);
+                }
+                if a.store.tick_collection(u64::from(a.ppod.save_every)) {
+                    housekeeping(a);
+                }
+                Ok(a.state())
+            })
+        })
+        .await
+        .map_err(crate::error::task_failed)??;
+        Ok(Response::new(state))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetrl_core::demo::DemoSource;
+
+    fn scripted(seed: u64, source: DemoSource) -> Demo {
+        fleetrl_core::scripted::play("SparseMountainCar-v0", seed, source).unwrap()
+    }
+
+    /// Every `save_every` offers the server reads new supplementary demos (once each, a bad
+    /// file included) and saves the top agent demos to the target directory.
+    #[tokio::test]
+    async fn housekeeping_reads_supplementary_demos_and_saves_the_top_ones() {
+        let dir = std::env::temp_dir().join(format!("fleetrl-demo-hub-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (initial, extra, target) = (dir.join("initial"), dir.join("extra"), dir.join("top"));
+        std::fs::create_dir_all(&initial).unwrap();
+        std::fs::create_dir_all(&extra).unwrap();
+        let name = |n: &str| format!("{n}{}", demo::EXTENSION);
+        demo::write(&scripted(5, DemoSource::Human), &initial.join(name("h"))).unwrap();
+        let mut config = RunConfig::default();
+        config.env.id = "SparseMountainCar-v0".into();
+        config.ppod.enabled = true;
+        config.ppod.save_every = 2;
+        config.ppod.save_top_k = 1;
+        config.ppod.demos_dir = initial.display().to_string();
+        config.ppod.supplementary_dir = extra.display().to_string();
+        config.ppod.target_dir = target.display().to_string();
+        let demos = Demos {
+            hub: Arc::new(DemoHub::new(None)),
+        };
+        let offer = || Request::new(OfferDemosRequest::default());
+        assert!(demos.offer(offer()).await.is_err(), "not configured yet");
+        let state = demos
+            .configure(Request::new(ConfigureDemosRequest {
+                config_toml: config.to_toml(),
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(state.initial_demos, 1);
+        demo::write(&scripted(7, DemoSource::Human), &extra.join(name("a"))).unwrap();
+        std::fs::write(extra.join(name("broken")), b"junk").unwrap();
+        let first = demos.offer(offer()).await.unwrap().into_inner();
+        assert_eq!(first.agent_demos, 0, "not due yet");
+        let second = demos.offer(offer()).await.unwrap().into_inner();
+        assert_eq!(second.agent_demos, 1, "{second:?}");
+        assert_eq!(second.successes, 1);
+        // Saved at the next due collection; files already read are not read again.
+        demos.offer(offer()).await.unwrap();
+        let fourth = demos.offer(offer()).await.unwrap().into_inner();
+        assert_eq!(fourth.agent_demos, 1);
+        let saved = demo::read_dir(&target).unwrap();
+        assert_eq!(saved.len(), 1);
+        assert_eq!(saved[0], scripted(7, DemoSource::Human));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
