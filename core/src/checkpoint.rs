@@ -119,6 +119,23 @@ pub fn save(
     Ok(final_dir)
 }
 
+/// [`save`], then deletes all but the newest `keep` (at least one) checkpoints under `dir`; a
+/// failure to delete is logged, not returned: the new checkpoint is safe either way.
+pub fn save_and_prune(
+    dir: &Path,
+    model: &[(String, Tensor)],
+    state: &[(String, Tensor)],
+    meta: &CheckpointMeta,
+    config: &RunConfig,
+) -> Result<PathBuf, CheckpointError> {
+    let path = save(dir, model, state, meta, config)?;
+    let keep = config.learner.keep_checkpoints.max(1) as usize;
+    if let Err(error) = prune(dir, keep) {
+        tracing::warn!(%error, "cannot prune old checkpoints");
+    }
+    Ok(path)
+}
+
 /// Reads a checkpoint directory written by [`save`].
 pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     let meta_path = path.join("meta.json");

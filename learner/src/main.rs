@@ -160,12 +160,7 @@ async fn main() -> anyhow::Result<()> {
     prefetch.abort();
     let (reply, saved) = oneshot::channel();
     if work_tx.send(trainer::Work::Checkpoint(reply)).await.is_ok() {
-        match tokio::time::timeout(Duration::from_secs(60), saved).await {
-            Ok(Ok(Ok((path, version)))) => {
-                tracing::info!(path = %path.display(), version, "final checkpoint")
-            }
-            other => tracing::error!(?other, "final checkpoint failed"),
-        }
+        trainer::log_final_checkpoint(saved).await;
     }
     drop(work_tx);
     let _ = tokio::task::spawn_blocking(move || trainer_thread.join()).await;

@@ -57,6 +57,16 @@ pub(crate) struct Timing {
     updates: u32,
 }
 
+/// Waits (a minute at most) for the final checkpoint asked for at shutdown and logs the outcome.
+pub(crate) async fn log_final_checkpoint(saved: oneshot::Receiver<Saved>) {
+    match tokio::time::timeout(std::time::Duration::from_secs(60), saved).await {
+        Ok(Ok(Ok((path, version)))) => {
+            tracing::info!(path = %path.display(), version, "final checkpoint")
+        }
+        other => tracing::error!(?other, "final checkpoint failed"),
+    }
+}
+
 /// Builds the weights message for the model's current parameters.
 pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weights, String> {
     let params = algo.model().export().map_err(|e| e.to_string())?;
@@ -245,7 +255,7 @@ impl Trainer {
             env_id: self.config.env.id.clone(),
         };
         let model = self.algo.model().named_parameters();
-        let path = checkpoint::save(
+        let path = checkpoint::save_and_prune(
             &self.checkpoint_dir,
             &model,
             &self.algo.state(),
@@ -253,10 +263,6 @@ impl Trainer {
             &self.config,
         )
         .map_err(|e| e.to_string())?;
-        let keep = self.config.learner.keep_checkpoints.max(1) as usize;
-        if let Err(error) = checkpoint::prune(&self.checkpoint_dir, keep) {
-            tracing::warn!(%error, "cannot prune old checkpoints");
-        }
         tracing::debug!(path = %path.display(), version, "checkpoint written");
         Ok((path, version))
     }

@@ -132,12 +132,7 @@ pub(crate) async fn run(config: RunConfig, at: Endpoints) -> anyhow::Result<()> 
     bridge.abort();
     let (reply, saved) = oneshot::channel();
     if tasks_tx.send(Task::Checkpoint(reply)).await.is_ok() {
-        match tokio::time::timeout(Duration::from_secs(60), saved).await {
-            Ok(Ok(Ok((path, version)))) => {
-                tracing::info!(path = %path.display(), version, "final checkpoint")
-            }
-            other => tracing::error!(?other, "final checkpoint failed"),
-        }
+        crate::trainer::log_final_checkpoint(saved).await;
     }
     drop(tasks_tx);
     let _ = tokio::task::spawn_blocking(move || trainer_thread.join()).await;

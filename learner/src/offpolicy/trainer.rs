@@ -210,7 +210,7 @@ impl OffPolicyTrainer {
             env_id: self.config.env.id.clone(),
         };
         let model = self.algo.model().named_parameters();
-        let path = checkpoint::save(
+        let path = checkpoint::save_and_prune(
             &self.checkpoint_dir,
             &model,
             &self.algo.state(),
@@ -218,10 +218,6 @@ impl OffPolicyTrainer {
             &self.config,
         )
         .map_err(|e| e.to_string())?;
-        let keep = self.config.learner.keep_checkpoints.max(1) as usize;
-        if let Err(error) = checkpoint::prune(&self.checkpoint_dir, keep) {
-            tracing::warn!(%error, "cannot prune old checkpoints");
-        }
         Ok((path, version))
     }
 }
