@@ -464,6 +464,12 @@ impl RunConfig {
         self.learner.check_devices(self.algo.name())?;
         check(self.replay.max_size >= 1, "replay.max_size", "must be >= 1")?;
         self.ppod.validate()?;
+        check(
+            !self.ppod.enabled || !self.algo.is_off_policy(),
+            "ppod.enabled",
+            "PPO+D replays demos into on-policy rollouts; use an on-policy algo.name (ppo, a2c, \
+             vpg, trpo, impala), or bc for learning from demos off-policy",
+        )?;
         check(self.eval.episodes >= 1, "eval.episodes", "must be >= 1")?;
         check(
             self.stop.total_env_steps >= 1,
@@ -592,6 +598,9 @@ mod tests {
         let err = RunConfig::from_toml("[model]\nlstm_size = 8\n[algo]\nname = \"dqn\"\n", "t")
             .unwrap_err();
         assert!(err.to_string().contains("model.lstm_size"), "{err}");
+        let text = "[algo]\nname = \"sac\"\n[ppod]\nenabled = true\ndemos_dir = \"d\"\n";
+        let err = RunConfig::from_toml(text, "t").unwrap_err();
+        assert!(err.to_string().contains("ppod.enabled"), "{err}");
     }
 
     #[test]
