@@ -6,7 +6,12 @@
 
 use std::path::PathBuf;
 
+#[path = "../build-support/python_rpath.rs"]
+mod python_rpath;
+
 fn main() {
+    // The run-time search path to libpython every fleetrl binary gets.
+    python_rpath::main();
     println!("cargo:rerun-if-env-changed=LIBTORCH");
     println!("cargo:rerun-if-env-changed=FLEETRL_LINK_CUDA");
     if std::env::var("FLEETRL_LINK_CUDA").is_ok_and(|v| v == "0") {

@@ -126,3 +126,26 @@ fn devices_the_learner_cannot_use_are_refused_by_name() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The learner binary keeps libtorch's CUDA library among its dynamic dependencies whenever the
+/// libtorch it was built against has one (the PyPI wheel does), so `tch::Cuda::is_available()`
+/// can be true on a GPU machine. A linker's `--as-needed` drops it silently otherwise; it did
+/// once, when another build script replaced learner/build.rs. The name appears in the binary
+/// only as a DT_NEEDED entry of its dynamic string table.
+#[test]
+fn learner_binary_links_libtorch_cuda() -> anyhow::Result<()> {
+    let libtorch = fleetrl_tests::compose::repo_root().join(".venv/libtorch/lib");
+    if !libtorch.join("libtorch_cuda.so").exists() {
+        eprintln!("skipped: {} has no libtorch_cuda.so", libtorch.display());
+        return Ok(());
+    }
+    let learner = fleetrl_core::launch::bin_dir()?.join("fleet-learner");
+    let bytes = std::fs::read(&learner)?;
+    let needle = b"libtorch_cuda.so\0";
+    assert!(
+        bytes.windows(needle.len()).any(|w| w == needle),
+        "{} does not link libtorch_cuda.so: CUDA would be unavailable on a GPU machine",
+        learner.display()
+    );
+    Ok(())
+}
