@@ -30,7 +30,10 @@ pub(crate) fn build_algorithm(
     if let Some(gpu) = devices.iter().find(|d| d.is_cuda()) {
         let visible = tch::Cuda::device_count();
         if !tch::Cuda::is_available() {
-            bail!("the learner is configured for {gpu:?} but CUDA is not available to libtorch");
+            bail!(
+                "the learner is configured for {gpu:?} but CUDA is not available to libtorch \
+                 (no GPU visible, or fleet-learner was built with FLEETRL_LINK_CUDA=0)"
+            );
         }
         if let Some(missing) = devices
             .iter()
