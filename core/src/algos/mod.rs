@@ -8,6 +8,7 @@ pub mod dqn;
 pub mod impala;
 pub mod offpolicy;
 pub mod pg;
+pub mod r2d2;
 pub mod ppo;
 pub mod replicas;
 pub mod returns;
