@@ -1,6 +1,7 @@
 //! Recurrent DQN (R2D2) end to end through the real binaries: `fleetrl train` on
 //! CartPoleNoVel-v1 (CartPole without the velocities, where a feed-forward Q network stays
-//! low) reaches a deterministic evaluation return far above what a feed-forward DQN gets;
+//! low) reaches a deterministic evaluation return of 150 within 80k env steps, far above what
+//! a random policy (about 9 greedy, 22 uniform) or a feed-forward DQN gets (README);
 //! `fleetrl eval` of its checkpoint, which carries the LSTM state through each episode, gives
 //! the same return as the run's final evaluation, and `fleetrl record` plays it. Fixed seed;
 //! assertions on returns, never on time.
@@ -43,11 +44,11 @@ fn r2d2_learns_cartpole_without_velocities() {
         "--config",
         "cartpolenovel-r2d2",
         "--set",
-        "seed=1",
+        "seed=2",
         "--set",
-        "stop.target_return=TARGET",
+        "stop.target_return=150",
         "--set",
-        "stop.total_env_steps=STEPS",
+        "stop.total_env_steps=80000",
         "--out",
         &out_str,
     ]);
@@ -56,7 +57,7 @@ fn r2d2_learns_cartpole_without_velocities() {
             .expect("summary is JSON");
     let final_return = summary["final_eval_return"].as_f64().expect("final return");
     assert_eq!(summary["solved"], true, "not solved: {summary:#}");
-    assert!(final_return >= TARGET, "{summary:#}");
+    assert!(final_return >= 150.0, "{summary:#}");
 
     let checkpoint = summary["checkpoint"].as_str().expect("checkpoint");
     fleetrl_ok(&["eval", "--checkpoint", checkpoint, "--episodes", "20"]);
@@ -70,7 +71,15 @@ fn r2d2_learns_cartpole_without_velocities() {
         "fleetrl eval gave {evaluated}, the run's final evaluation {final_return}"
     );
     let demos = out.join("demos").display().to_string();
-    fleetrl_ok(&["record", "--checkpoint", checkpoint, "--episodes", "2", "--out", &demos]);
+    fleetrl_ok(&[
+        "record",
+        "--checkpoint",
+        checkpoint,
+        "--episodes",
+        "2",
+        "--out",
+        &demos,
+    ]);
     assert!(std::fs::read_dir(&demos).expect("demo dir").count() >= 2);
     std::fs::remove_dir_all(&out).expect("cleanup");
 }

@@ -101,8 +101,7 @@ impl Dqn {
 
     /// R2D2's update on a batch of stored sequences.
     fn update_sequences(&mut self, batch: &SequenceBatch) -> Update {
-        let (Some(online), Some(target)) = (self.model.recurrent(), self.target.recurrent())
-        else {
+        let (Some(online), Some(target)) = (self.model.recurrent(), self.target.recurrent()) else {
             unreachable!("update_sequences runs for recurrent models only");
         };
         let out = sequence_loss(&self.config, online, target, batch);

@@ -53,7 +53,7 @@ pub fn n_step_targets(
         for j in t..t + horizon {
             let (ended, cut) = (terminated.get(j), truncated.get(j));
             sum += &alive * (reward.get(j) * scale + &cut * boot_final.get(j) * (scale * gamma));
-            alive = alive * (1.0 - (ended + &cut).clamp(0.0, 1.0));
+            alive *= 1.0 - (ended + &cut).clamp(0.0, 1.0);
             scale *= gamma;
         }
         targets.push(sum + alive * boot.get(t + horizon) * scale);
@@ -80,7 +80,13 @@ pub fn unroll_with_burn_in(
     if burn_in == 0 {
         return net.unroll(obs, init, resets);
     }
-    let warm = tch::no_grad(|| net.unroll(&obs.narrow(0, 0, burn_in), init, &resets.narrow(0, 0, burn_in)));
+    let warm = tch::no_grad(|| {
+        net.unroll(
+            &obs.narrow(0, 0, burn_in),
+            init,
+            &resets.narrow(0, 0, burn_in),
+        )
+    });
     let last = burn_in - 1;
     let state = RnnState {
         h: warm.h.get(last).detach(),
@@ -233,7 +239,10 @@ mod tests {
         let plain = tch::no_grad(|| net.unroll(&obs, &init, &resets));
         assert!(run.q.allclose(&plain.q, 1e-6, 1e-6, false));
         run.q.sum(Kind::Float).backward();
-        let grad = obs.grad().abs().sum_dim_intlist([1i64, 2].as_slice(), false, Kind::Float);
+        let grad = obs
+            .grad()
+            .abs()
+            .sum_dim_intlist([1i64, 2].as_slice(), false, Kind::Float);
         let per_step = values(&grad);
         assert_eq!(&per_step[..2], &[0.0, 0.0]);
         assert!(per_step[2..].iter().all(|g| *g > 0.0), "{per_step:?}");

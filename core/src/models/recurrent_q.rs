@@ -1,7 +1,9 @@
 //! The recurrent Q network of R2D2 (Kapturowski et al. 2019, "Recurrent Experience Replay in
-//! Distributed Reinforcement Learning"): an MLP encoder, an LSTM core and a linear Q head,
-//! encoder -> core -> head. Paths: `q.encoder.*` (absent with no hidden sizes), `q.core.ih`,
-//! `q.core.hh`, `q.head.*`.
+//! Distributed Reinforcement Learning"): an optional MLP encoder (`model.obs_features`), an
+//! LSTM core (`model.lstm_size`) and an MLP Q head (`model.hidden_sizes`), encoder -> core ->
+//! head. The head is an MLP, not one linear layer, because the LSTM's output is bounded in
+//! [-1, 1] while Q values are not. Paths: `q.encoder.*` (absent without obs features),
+//! `q.core.ih`, `q.core.hh`, `q.head.*`.
 
 use tch::nn::{self, Module};
 use tch::Tensor;
@@ -26,15 +28,16 @@ pub struct RecurrentQ {
     encoder: Option<Mlp>,
     activation: Activation,
     core: LstmCore,
-    head: nn::Linear,
+    head: Mlp,
 }
 
 impl RecurrentQ {
     /// A network from `obs_dim` inputs to `actions` Q values under `path`: the encoder's
-    /// widths are `config.hidden_sizes`, the core has `config.lstm_size` units.
+    /// widths are `config.obs_features`, the core has `config.lstm_size` units, the head's
+    /// hidden widths are `config.hidden_sizes`.
     pub fn new(path: &nn::Path, config: &ModelConfig, obs_dim: i64, actions: i64) -> RecurrentQ {
         let activation = config.activation;
-        let (encoder, width) = match config.hidden_sizes.split_last() {
+        let (encoder, width) = match config.obs_features.split_last() {
             Some((&last, inner)) => (
                 Some(Mlp::new(
                     &(path / "encoder"),
@@ -50,7 +53,14 @@ impl RecurrentQ {
         };
         let size = config.lstm_size as i64;
         let core = LstmCore::new(&(path / "core"), width, size);
-        let head = nn::linear(path / "head", size, actions, Default::default());
+        let head = Mlp::new(
+            &(path / "head"),
+            size,
+            &config.hidden_sizes,
+            actions,
+            activation,
+            None,
+        );
         RecurrentQ {
             encoder,
             activation,
@@ -109,7 +119,7 @@ mod tests {
     fn unroll_matches_single_steps() {
         let vs = nn::VarStore::new(Device::Cpu);
         let config = ModelConfig {
-            hidden_sizes: vec![8],
+            obs_features: vec![8],
             lstm_size: 6,
             ..ModelConfig::default()
         };
