@@ -183,7 +183,6 @@ pub fn sequence_loss(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelConfig;
     use tch::{nn, Device};
 
     fn column(values: &[f32]) -> Tensor {
@@ -226,12 +225,7 @@ mod tests {
     #[test]
     fn burn_in_leaves_no_gradient() {
         let vs = nn::VarStore::new(Device::Cpu);
-        let config = ModelConfig {
-            hidden_sizes: vec![8],
-            lstm_size: 4,
-            ..ModelConfig::default()
-        };
-        let net = RecurrentQ::new(&(vs.root() / "q"), &config, 3, 2);
+        let net = crate::models::recurrent_q::tiny(&vs, 4);
         let obs = Tensor::randn([6, 2, 3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
         let init = RnnState::zeros(2, 4, Device::Cpu);
         let resets = Tensor::zeros([6, 2], (Kind::Float, Device::Cpu));

@@ -9,7 +9,7 @@ mod lstm;
 mod mlp;
 mod obs_norm;
 mod offpolicy;
-mod recurrent_q;
+pub(crate) mod recurrent_q;
 pub mod weights;
 
 pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep, Sequence};

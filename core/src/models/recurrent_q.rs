@@ -110,6 +110,19 @@ impl RecurrentQ {
     }
 }
 
+/// A small network for tests: 3 inputs, an 8-unit encoder and head layer, `state_size` LSTM
+/// units, 2 actions.
+#[cfg(test)]
+pub(crate) fn tiny(vs: &nn::VarStore, state_size: u32) -> RecurrentQ {
+    let config = ModelConfig {
+        obs_features: vec![8],
+        hidden_sizes: vec![8],
+        lstm_size: state_size,
+        ..ModelConfig::default()
+    };
+    RecurrentQ::new(&(vs.root() / "q"), &config, 3, 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,12 +131,7 @@ mod tests {
     #[test]
     fn unroll_matches_single_steps() {
         let vs = nn::VarStore::new(Device::Cpu);
-        let config = ModelConfig {
-            obs_features: vec![8],
-            lstm_size: 6,
-            ..ModelConfig::default()
-        };
-        let net = RecurrentQ::new(&(vs.root() / "q"), &config, 3, 2);
+        let net = tiny(&vs, 6);
         let obs = Tensor::randn([5, 4, 3], (Kind::Float, Device::Cpu));
         let init = RnnState::zeros(4, 6, Device::Cpu);
         let reset = Tensor::zeros([5, 4], (Kind::Float, Device::Cpu));
