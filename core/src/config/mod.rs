@@ -182,7 +182,8 @@ pub struct ModelConfig {
     pub init_log_std: f64,
     /// Units of an LSTM core between the observation and both heads (0: feed-forward). The
     /// state is carried across rollouts, reset at episode ends, and trained over whole
-    /// rollouts; PPO only.
+    /// rollouts (PPO), or stored with replayed sequences (DQN, as R2D2; see
+    /// `algo.replay.sequence_length`). Other algorithms are feed-forward only.
     pub lstm_size: u32,
     /// Normalise observations by running mean and variance (updated by the learner from
     /// every batch; the statistics travel with the weights and into checkpoints).
