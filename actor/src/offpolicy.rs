@@ -22,6 +22,8 @@ use tokio::sync::{mpsc, watch};
 use crate::metrics::ActorMetrics;
 use crate::runner::Progress;
 
+mod recurrent;
+
 /// Transitions stacked into one insert request.
 pub(crate) const TRANSITIONS_PER_REQUEST: usize = 64;
 
@@ -85,6 +87,9 @@ fn actor_side(algo: &AlgoConfig) -> ActorSide {
 impl OffPolicyRunner {
     /// Acts until `stop` is set or the inserter goes away.
     pub(crate) fn run(mut self) -> anyhow::Result<()> {
+        if self.config.recurrent_dqn().is_some() {
+            return self.run_recurrent();
+        }
         let m = self.config.actors.envs_per_actor as usize;
         let mut envs = fleetrl_core::envs::make_vec(&self.config.env, m)?;
         let space = envs.action_space().clone();

@@ -27,5 +27,6 @@ pub mod ppod;
 pub mod replay_client;
 pub mod rollout;
 pub mod scripted;
+pub mod sequences;
 pub mod telemetry;
 pub mod transition;

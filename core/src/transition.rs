@@ -81,7 +81,15 @@ pub fn table_spec(config: &RunConfig, replay: &ReplayOptions) -> Result<TableSpe
             error_buffer: replay.effective_error_buffer(),
         },
         allow_non_finite: false,
-        signature: signature(&env.observation_space(), &env.action_space()),
+        signature: match config.recurrent_dqn() {
+            // R2D2: each item is a stored sequence with the LSTM state at its first step.
+            Some(_) => crate::sequences::signature(
+                &env.observation_space(),
+                replay.sequence_length,
+                config.model.lstm_size as i64,
+            ),
+            None => signature(&env.observation_space(), &env.action_space()),
+        },
     })
 }
 

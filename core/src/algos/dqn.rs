@@ -7,15 +7,23 @@
 //! or `argmax_a Q_target(s', a)`; loss `mean(w * huber(Q(s, a) - y))`; one Adam step with a
 //! global gradient-norm clip; the target network follows every `target.period` updates by
 //! Polyak averaging with `target.tau` (1: a hard copy).
+//!
+//! With an LSTM core (`model.lstm_size > 0`) the same optimiser and target network train on
+//! stored sequences instead, R2D2-style: see [`super::r2d2`].
 
 use tch::{Kind, Tensor};
 
-use super::offpolicy::{load_target, mean, state_scalar, target_state, OffPolicyAlgorithm, Update};
+use super::offpolicy::{
+    load_target, mean, state_scalar, target_state, transition_batch, OffPolicyAlgorithm, Update,
+};
+use super::r2d2::sequence_loss;
 use super::Metrics;
 use crate::config::DqnConfig;
 use crate::models::OffPolicyModel;
 use crate::optim::Adam;
+use crate::sequences::SequenceBatch;
 use crate::transition::TransitionBatch;
+use fleetrl_proto::{TensorError, TensorMap};
 
 /// The TD target `reward + discount * Q_target(next, a*)`, `[B]`. `next_online` are the online
 /// network's Q values at `next_obs` (used to pick `a*` when `double_q`), `next_target` the
@@ -68,6 +76,39 @@ impl Dqn {
     }
 }
 
+impl Dqn {
+    /// One optimiser step on `loss`, the target update it is due, and the metrics; `td` is
+    /// what goes back to the table as priorities.
+    fn step(&mut self, loss: &Tensor, q: &Tensor, td: &Tensor) -> Update {
+        let c = &self.config;
+        self.optim.zero_grad();
+        loss.backward();
+        let grad_norm = self.optim.step(c.learning_rate, c.clip_grad_norm);
+        self.updates += 1;
+        if self.updates.is_multiple_of(c.target.period) {
+            self.target.copy_from(&self.model, c.target.tau);
+        }
+        let td = Vec::<f64>::try_from(&td.detach().to_kind(Kind::Double)).unwrap_or_default();
+        Update {
+            metrics: Metrics(vec![
+                ("q_loss", loss.double_value(&[])),
+                ("q_mean", mean(&q.detach())),
+                ("grad_norm", grad_norm),
+            ]),
+            td_errors: Some(td),
+        }
+    }
+
+    /// R2D2's update on a batch of stored sequences.
+    fn update_sequences(&mut self, batch: &SequenceBatch) -> Update {
+        let (Some(online), Some(target)) = (self.model.recurrent(), self.target.recurrent()) else {
+            unreachable!("update_sequences runs for recurrent models only");
+        };
+        let out = sequence_loss(&self.config, online, target, batch);
+        self.step(&out.loss, &out.q, &out.priorities)
+    }
+}
+
 impl OffPolicyAlgorithm for Dqn {
     fn update(&mut self, batch: &TransitionBatch) -> Update {
         let c = &self.config;
@@ -89,23 +130,24 @@ impl OffPolicyAlgorithm for Dqn {
             .squeeze_dim(1);
         let delta = &q - &y;
         let loss = (td_loss(&delta, c.huber) * &batch.weights).mean(Kind::Float);
-        self.optim.zero_grad();
-        loss.backward();
-        let grad_norm = self.optim.step(c.learning_rate, c.clip_grad_norm);
-        self.updates += 1;
-        if self.updates.is_multiple_of(c.target.period) {
-            self.target.copy_from(&self.model, c.target.tau);
+        self.step(&loss, &q, &delta.abs())
+    }
+
+    fn update_sampled(
+        &mut self,
+        stacked: &TensorMap,
+        weights: Option<&[f32]>,
+        device: tch::Device,
+    ) -> Result<Update, TensorError> {
+        if self.model.recurrent().is_none() {
+            let batch = transition_batch(stacked, weights, device)?;
+            return Ok(self.update(&batch));
         }
-        let td =
-            Vec::<f64>::try_from(&delta.detach().abs().to_kind(Kind::Double)).unwrap_or_default();
-        Update {
-            metrics: Metrics(vec![
-                ("q_loss", loss.double_value(&[])),
-                ("q_mean", mean(&q.detach())),
-                ("grad_norm", grad_norm),
-            ]),
-            td_errors: Some(td),
+        let mut batch = SequenceBatch::from_stacked(stacked, device)?;
+        if let Some(w) = weights {
+            batch.weights = Tensor::from_slice(w).to_device(device);
         }
+        Ok(self.update_sequences(&batch))
     }
 
     fn model(&self) -> &OffPolicyModel {

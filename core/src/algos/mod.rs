@@ -9,6 +9,7 @@ pub mod impala;
 pub mod offpolicy;
 pub mod pg;
 pub mod ppo;
+pub mod r2d2;
 pub mod replicas;
 pub mod returns;
 pub mod sac;

@@ -13,6 +13,7 @@ use crate::config::{AlgoConfig, ReplayOptions, RunConfig};
 use crate::envs::Space;
 use crate::models::{ModelError, OffPolicyModel, PolicyKind};
 use crate::transition::TransitionBatch;
+use fleetrl_proto::{TensorError, TensorMap};
 
 /// The result of one gradient update.
 #[derive(Debug, Default)]
@@ -29,6 +30,18 @@ pub struct Update {
 pub trait OffPolicyAlgorithm: Send {
     /// One gradient update on a batch (its `weights` are the importance weights).
     fn update(&mut self, batch: &TransitionBatch) -> Update;
+    /// One gradient update on a batch as the replay server stacked it, with prioritized
+    /// replay's importance weights (`None`: uniform), on `device`. The default reads
+    /// transitions; a recurrent DQN reads sequences. Errors when the batch has other fields.
+    fn update_sampled(
+        &mut self,
+        stacked: &TensorMap,
+        weights: Option<&[f32]>,
+        device: Device,
+    ) -> Result<Update, TensorError> {
+        let batch = transition_batch(stacked, weights, device)?;
+        Ok(self.update(&batch))
+    }
     /// The online model (what actors act with and checkpoints hold).
     fn model(&self) -> &OffPolicyModel;
     /// Mutable access, to restore weights from a checkpoint.
@@ -39,6 +52,19 @@ pub trait OffPolicyAlgorithm: Send {
     fn state(&self) -> Vec<(String, Tensor)>;
     /// Restores what [`OffPolicyAlgorithm::state`] returned; the error names what is missing.
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String>;
+}
+
+/// A stacked sample of transitions on `device`, with `weights` (else ones).
+pub(crate) fn transition_batch(
+    stacked: &TensorMap,
+    weights: Option<&[f32]>,
+    device: Device,
+) -> Result<TransitionBatch, TensorError> {
+    let mut batch = TransitionBatch::from_stacked(stacked, device)?;
+    if let Some(w) = weights {
+        batch.weights = Tensor::from_slice(w).to_device(device);
+    }
+    Ok(batch)
 }
 
 /// The policy kind and critic count `algo` trains.

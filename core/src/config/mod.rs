@@ -182,7 +182,8 @@ pub struct ModelConfig {
     pub init_log_std: f64,
     /// Units of an LSTM core between the observation and both heads (0: feed-forward). The
     /// state is carried across rollouts, reset at episode ends, and trained over whole
-    /// rollouts; PPO only.
+    /// rollouts (PPO), or stored with replayed sequences (DQN, as R2D2; see
+    /// `algo.replay.sequence_length`). Other algorithms are feed-forward only.
     pub lstm_size: u32,
     /// Normalise observations by running mean and variance (updated by the learner from
     /// every batch; the statistics travel with the weights and into checkpoints).
@@ -371,6 +372,15 @@ impl Default for EvalConfig {
 }
 
 impl RunConfig {
+    /// The DQN settings when this run trains a recurrent DQN (R2D2: `model.lstm_size > 0` with
+    /// `algo.name = "dqn"`), whose replay items are sequences rather than transitions.
+    pub fn recurrent_dqn(&self) -> Option<&DqnConfig> {
+        match &self.algo {
+            AlgoConfig::Dqn(c) if self.model.lstm_size > 0 => Some(c),
+            _ => None,
+        }
+    }
+
     /// Parses TOML text, checking version and ranges.
     pub fn from_toml(text: &str, origin: &str) -> Result<RunConfig, ConfigError> {
         let value: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Parse {
@@ -487,11 +497,14 @@ impl RunConfig {
             "needs at least one hidden layer",
         )?;
         check(
-            self.model.lstm_size == 0 || self.algo.name() == "ppo",
+            self.model.lstm_size == 0 || matches!(self.algo.name(), "ppo" | "dqn"),
             "model.lstm_size",
-            "recurrent models are trained by algo.name = \"ppo\" only (recurrent off-policy \
-             models, R2D2-style stored sequences with burn-in, are not implemented yet)",
+            "recurrent models are trained by algo.name = \"ppo\" (on-policy) and \"dqn\" \
+             (R2D2: stored sequences with burn-in) only; sac, td3, ddpg and bc are feed-forward",
         )?;
+        if let (true, AlgoConfig::Dqn(dqn)) = (self.model.lstm_size > 0, &self.algo) {
+            dqn.replay.validate_sequences()?;
+        }
         check(
             !self.algo.is_off_policy() || !(self.model.normalize_obs || self.model.shared_trunk),
             "model.normalize_obs",
@@ -595,9 +608,14 @@ mod tests {
         assert!(err.to_string().contains("n_stp"), "{err}");
         let err = RunConfig::from_toml("[algo]\nname = \"bc\"\n", "t").unwrap_err();
         assert!(err.to_string().contains("algo.demos"), "{err}");
-        let err = RunConfig::from_toml("[model]\nlstm_size = 8\n[algo]\nname = \"dqn\"\n", "t")
+        let err = RunConfig::from_toml("[model]\nlstm_size = 8\n[algo]\nname = \"sac\"\n", "t")
             .unwrap_err();
         assert!(err.to_string().contains("model.lstm_size"), "{err}");
+        let r2d2 = "[model]\nlstm_size = 8\n[algo]\nname = \"dqn\"\n";
+        assert!(RunConfig::from_toml(r2d2, "t").is_ok());
+        let text = format!("{r2d2}[algo.replay]\nsequence_length = 10\nburn_in = 9\n");
+        let err = RunConfig::from_toml(&text, "t").unwrap_err();
+        assert!(err.to_string().contains("algo.replay.burn_in"), "{err}");
         let text = "[algo]\nname = \"sac\"\n[ppod]\nenabled = true\ndemos_dir = \"d\"\n";
         let err = RunConfig::from_toml(text, "t").unwrap_err();
         assert!(err.to_string().contains("ppod.enabled"), "{err}");

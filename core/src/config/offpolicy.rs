@@ -41,8 +41,21 @@ pub struct ReplayOptions {
     pub importance_exponent: f64,
     /// Added to |TD error| so no transition's priority is 0.
     pub priority_eps: f64,
-    /// Steps summed into one transition's return (Ape-X style, computed on the actors).
+    /// Steps summed into one transition's return (Ape-X style, computed on the actors; for a
+    /// recurrent DQN, computed by the learner inside each stored sequence).
     pub n_step: u32,
+    /// Recurrent DQN (R2D2): env steps per stored sequence, burn-in included. An item of the
+    /// table is then one sequence, so `capacity`, `batch_size`, `min_size` and
+    /// `samples_per_insert` count sequences.
+    pub sequence_length: u32,
+    /// Recurrent DQN: steps consecutive sequences of one env share (R2D2 uses half the length).
+    pub sequence_overlap: u32,
+    /// Recurrent DQN: leading steps of each sequence unrolled without gradient from the stored
+    /// recurrent state, to warm the state up before the loss (R2D2's burn-in).
+    pub burn_in: u32,
+    /// Recurrent DQN: a sequence's priority is `eta * max |td| + (1 - eta) * mean |td|` over
+    /// its trained steps (R2D2: 0.9).
+    pub priority_eta: f64,
 }
 
 impl Default for ReplayOptions {
@@ -58,6 +71,10 @@ impl Default for ReplayOptions {
             importance_exponent: 0.4,
             priority_eps: 1e-6,
             n_step: 1,
+            sequence_length: 40,
+            sequence_overlap: 20,
+            burn_in: 10,
+            priority_eta: 0.9,
         }
     }
 }
@@ -100,6 +117,31 @@ impl ReplayOptions {
             "must be >= 0",
         )?;
         check(self.n_step >= 1, "algo.replay.n_step", "must be >= 1")
+    }
+
+    /// The sequence keys a recurrent DQN reads: at least one trained step after the burn-in
+    /// (the last step of a sequence only bootstraps), and an overlap shorter than a sequence.
+    pub(crate) fn validate_sequences(&self) -> Result<(), ConfigError> {
+        check(
+            self.sequence_length >= 2,
+            "algo.replay.sequence_length",
+            "must be >= 2 (the last step of a sequence is only bootstrapped from)",
+        )?;
+        check(
+            self.burn_in + 2 <= self.sequence_length,
+            "algo.replay.burn_in",
+            "must be <= sequence_length - 2, leaving at least one trained step",
+        )?;
+        check(
+            self.sequence_overlap < self.sequence_length,
+            "algo.replay.sequence_overlap",
+            "must be smaller than sequence_length",
+        )?;
+        check(
+            (0.0..=1.0).contains(&self.priority_eta),
+            "algo.replay.priority_eta",
+            "must be in [0, 1]",
+        )
     }
 }
 

@@ -9,6 +9,7 @@ mod lstm;
 mod mlp;
 mod obs_norm;
 mod offpolicy;
+pub(crate) mod recurrent_q;
 pub mod weights;
 
 pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep, Sequence};
@@ -18,6 +19,7 @@ pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
 pub use obs_norm::ObsNorm;
 pub use offpolicy::{OffPolicyModel, PolicyKind};
+pub use recurrent_q::{RecurrentQ, Unrolled};
 
 use crate::envs::Space;
 

@@ -11,12 +11,15 @@
 //!   Gaussian sample, with the log-likelihood corrected for the squashing.
 //!
 //! Paths: `pi.*`, `q.*`, `qf<i>.*`, each with its own `obs.*`/`act.*`/`common.*` layers.
+//! With `model.lstm_size > 0` a `QValues` model is recurrent instead (R2D2): `q` is then a
+//! [`RecurrentQ`] (`q.encoder.*`, `q.core.*`, `q.head.*`) and the policy carries its state.
 //! Target networks are a second model of the same shape (see [`OffPolicyModel::copy_from`]).
 
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 
-use super::{weights, Mlp, ModelError, Policy, PolicyStep};
+use super::recurrent_q::RecurrentQ;
+use super::{weights, Mlp, ModelError, Policy, PolicyStep, RnnState};
 use crate::config::{Activation, ModelConfig};
 use crate::envs::Space;
 
@@ -96,6 +99,8 @@ pub struct OffPolicyModel {
     kind: PolicyKind,
     pi: Option<Net>,
     critics: Vec<Net>,
+    /// The recurrent Q network (`QValues` with an LSTM core); `critics` is then empty.
+    recurrent: Option<RecurrentQ>,
     /// Half-width and centre of the action box, `[A]` (continuous kinds).
     scale: Tensor,
     bias: Tensor,
@@ -115,7 +120,17 @@ impl OffPolicyModel {
         let vs = nn::VarStore::new(device);
         let root = vs.root();
         let obs_dim = obs_space.flat_dim() as i64;
+        let mut recurrent = None;
         let (pi, critics, scale, bias) = match (kind, action_space) {
+            (PolicyKind::QValues, Space::Discrete { n }) if config.lstm_size > 0 => {
+                recurrent = Some(RecurrentQ::new(&(&root / "q"), config, obs_dim, *n));
+                (
+                    None,
+                    Vec::new(),
+                    Tensor::ones([1], (Kind::Float, device)),
+                    Tensor::zeros([1], (Kind::Float, device)),
+                )
+            }
             (PolicyKind::QValues, Space::Discrete { n }) => {
                 let q = Net::new(&(&root / "q"), config, obs_dim, 0, *n);
                 (
@@ -161,9 +176,15 @@ impl OffPolicyModel {
             kind,
             pi,
             critics,
+            recurrent,
             scale,
             bias,
         })
+    }
+
+    /// The recurrent Q network, if this model has one.
+    pub fn recurrent(&self) -> Option<&RecurrentQ> {
+        self.recurrent.as_ref()
     }
 
     /// The policy kind.
@@ -181,9 +202,16 @@ impl OffPolicyModel {
         self.critics.len()
     }
 
-    /// Q values of every discrete action, `[N, n]` (`QValues` only).
+    /// Q values of every discrete action, `[N, n]` (`QValues` only; a recurrent model starts
+    /// from a zero state).
     pub fn q_values(&self, obs: &Tensor) -> Tensor {
-        self.critics[0].forward(obs, None)
+        match &self.recurrent {
+            Some(net) => {
+                let zeros = RnnState::zeros(obs.size()[0], net.state_size(), obs.device());
+                net.step(obs, &zeros).0
+            }
+            None => self.critics[0].forward(obs, None),
+        }
     }
 
     /// Q estimate of critic `i` for env-scale actions `[N, A]`, `[N]`.
@@ -282,19 +310,21 @@ impl OffPolicyModel {
     }
 }
 
+/// The greedy action and its Q value.
+fn greedy(q: &Tensor) -> PolicyStep {
+    let (value, action) = q.max_dim(1, false);
+    PolicyStep {
+        log_prob: value.zeros_like(),
+        action,
+        value,
+    }
+}
+
 impl Policy for OffPolicyModel {
     fn act(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
         let _guard = tch::no_grad_guard();
         match self.kind {
-            PolicyKind::QValues => {
-                let q = self.q_values(obs);
-                let (value, action) = q.max_dim(1, false);
-                PolicyStep {
-                    log_prob: value.zeros_like(),
-                    action,
-                    value,
-                }
-            }
+            PolicyKind::QValues => greedy(&self.q_values(obs)),
             PolicyKind::Deterministic | PolicyKind::SquashedGaussian => {
                 let (unit, log_prob) = if deterministic || self.kind == PolicyKind::Deterministic {
                     let a = self.mean_action(obs);
@@ -316,6 +346,28 @@ impl Policy for OffPolicyModel {
 
     fn value(&self, obs: &Tensor) -> Tensor {
         self.act(obs, true).value
+    }
+
+    fn state_size(&self) -> i64 {
+        self.recurrent.as_ref().map_or(0, RecurrentQ::state_size)
+    }
+
+    fn act_recurrent(
+        &self,
+        obs: &Tensor,
+        state: &RnnState,
+        deterministic: bool,
+    ) -> (PolicyStep, RnnState) {
+        let Some(net) = &self.recurrent else {
+            return (self.act(obs, deterministic), state.shallow_clone());
+        };
+        let _guard = tch::no_grad_guard();
+        let (q, next) = net.step(obs, state);
+        (greedy(&q), next)
+    }
+
+    fn value_recurrent(&self, obs: &Tensor, state: &RnnState) -> Tensor {
+        self.act_recurrent(obs, state, true).0.value
     }
 }
 

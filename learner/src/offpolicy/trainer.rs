@@ -11,7 +11,7 @@ use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::{ReplayOptions, RunConfig};
 use fleetrl_core::replay_client::ShardBatch;
 use fleetrl_core::telemetry::EventWriter;
-use fleetrl_core::transition::{importance_weights, TransitionBatch};
+use fleetrl_core::transition::importance_weights;
 use fleetrl_proto::v1::Weights;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -98,27 +98,29 @@ impl OffPolicyTrainer {
             tracing::error!("a sample response without a batch");
             return;
         };
-        let mut batch = match TransitionBatch::from_stacked(stacked, self.device) {
-            Ok(batch) => batch,
-            Err(error) => {
-                tracing::error!(%error, "dropping a batch that is not transitions");
-                return;
-            }
-        };
-        if self.replay.prioritized {
-            let w = importance_weights(
+        let weights = self.replay.prioritized.then(|| {
+            importance_weights(
                 &response.probabilities,
                 response.table_size,
                 self.beta(env_steps),
-            );
-            batch.weights = tch::Tensor::from_slice(&w).to_device(self.device);
-        }
+            )
+        });
         let span = tracing::info_span!(
             "update",
             step = self.algo.updates() + 1,
-            batch_size = batch.len()
+            batch_size = response.keys.len()
         );
-        let update = span.in_scope(|| self.algo.update(&batch));
+        // Transitions, or stored sequences for a recurrent DQN: the algorithm reads its batch.
+        let update = match span.in_scope(|| {
+            self.algo
+                .update_sampled(stacked, weights.as_deref(), self.device)
+        }) {
+            Ok(update) => update,
+            Err(error) => {
+                tracing::error!(%error, "dropping a batch the algorithm cannot read");
+                return;
+            }
+        };
         if let (Some(tx), Some(td)) = (&self.priorities, update.td_errors) {
             let eps = self.replay.priority_eps;
             let _ = tx.send(PriorityUpdate {
