@@ -5,6 +5,7 @@
 //! The binaries must be built first (`cargo build --release --bins`; the README's test command
 //! does it). One scenario per file in `tests/`. [`compose`] runs the same roles in containers.
 
+pub mod cli;
 pub mod compose;
 
 use std::net::SocketAddr;
@@ -317,9 +318,7 @@ pub fn train_preset(
 ) -> anyhow::Result<(std::process::ExitStatus, String, Option<serde_json::Value>)> {
     let out = std::env::temp_dir().join(format!("fleetrl-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut cmd = std::process::Command::new(fleetrl_core::launch::bin_dir()?.join("fleetrl"));
-    cmd.current_dir(&root).args(["train", "--config", preset]);
+    let mut cmd = cli::fleetrl_command(&["train", "--config", preset]);
     for o in overrides {
         cmd.args(["--set", o]);
     }

@@ -2,33 +2,25 @@
 //! PPO learns CartPole-v1, and the summary, checkpoint and `fleetrl eval` agree.
 
 use std::path::PathBuf;
-use std::process::Command;
 
-fn fleetrl() -> PathBuf {
-    fleetrl_core::launch::bin_dir()
-        .expect("binary directory")
-        .join("fleetrl")
-}
+use fleetrl_tests::cli::{fleetrl_command, fleetrl_ok};
 
 #[test]
 fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
     let out = std::env::temp_dir().join(format!("fleetrl-learns-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let run = Command::new(fleetrl())
-        .current_dir(&root)
-        .args([
-            "train",
-            "--config",
-            "cartpole-ppo",
-            "--set",
-            "seed=1",
-            "--set",
-            "stop.total_env_steps=100000",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .output()?;
+    let run = fleetrl_command(&[
+        "train",
+        "--config",
+        "cartpole-ppo",
+        "--set",
+        "seed=1",
+        "--set",
+        "stop.total_env_steps=100000",
+    ])
+    .arg("--out")
+    .arg(&out)
+    .output()?;
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "fleetrl train failed: {stderr}");
 
@@ -46,14 +38,7 @@ fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
     assert!(summary["total_env_steps"].as_u64().expect("steps") > 0);
 
     let checkpoint = summary["checkpoint"].as_str().expect("checkpoint path");
-    let eval = Command::new(fleetrl())
-        .args(["eval", "--checkpoint", checkpoint, "--episodes", "20"])
-        .output()?;
-    assert!(
-        eval.status.success(),
-        "fleetrl eval failed: {}",
-        String::from_utf8_lossy(&eval.stderr)
-    );
+    fleetrl_ok(&["eval", "--checkpoint", checkpoint, "--episodes", "20"]);
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(PathBuf::from(checkpoint).join("eval.json"))?)?;
     let replayed = report["mean_return"].as_f64().expect("mean_return");

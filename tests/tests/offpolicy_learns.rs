@@ -6,21 +6,11 @@
 //! samples-per-insert ratio. Fixed seeds; assertions on returns and counts, never on time.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use fleetrl_proto::v1::InfoRequest;
+use fleetrl_tests::cli::{fleetrl_command, fleetrl_ok};
 use fleetrl_tests::Sandbox;
-
-fn fleetrl() -> PathBuf {
-    fleetrl_core::launch::bin_dir()
-        .expect("binary directory")
-        .join("fleetrl")
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fleetrl-{name}-{}", std::process::id()));
@@ -30,8 +20,7 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Runs `fleetrl train` on `preset` with overrides and returns its summary.
 fn train(preset: &str, out: &Path, sets: &[&str]) -> serde_json::Value {
-    let mut cmd = Command::new(fleetrl());
-    cmd.current_dir(root()).args(["train", "--config", preset]);
+    let mut cmd = fleetrl_command(&["train", "--config", preset]);
     for s in sets {
         cmd.args(["--set", s]);
     }
@@ -65,34 +54,19 @@ fn dqn_solves_cartpole_and_bc_clones_it() {
         .expect("checkpoint")
         .to_string();
 
-    let eval = Command::new(fleetrl())
-        .args(["eval", "--checkpoint", &expert, "--episodes", "20"])
-        .output()
-        .expect("fleetrl eval runs");
-    assert!(
-        eval.status.success(),
-        "{}",
-        String::from_utf8_lossy(&eval.stderr)
-    );
+    fleetrl_ok(&["eval", "--checkpoint", &expert, "--episodes", "20"]);
 
     let demos = out.join("demos");
-    let record = Command::new(fleetrl())
-        .args([
-            "record",
-            "--checkpoint",
-            &expert,
-            "--episodes",
-            "10",
-            "--out",
-        ])
-        .arg(&demos)
-        .output()
-        .expect("fleetrl record runs");
-    assert!(
-        record.status.success(),
-        "{}",
-        String::from_utf8_lossy(&record.stderr)
-    );
+    let demos_arg = demos.display().to_string();
+    fleetrl_ok(&[
+        "record",
+        "--checkpoint",
+        &expert,
+        "--episodes",
+        "10",
+        "--out",
+        &demos_arg,
+    ]);
 
     let demo_set = format!("algo.demos={}", demos.display());
     let bc = train("cartpole-bc", &out.join("bc-demos"), &["seed=1", &demo_set]);

@@ -7,32 +7,8 @@
 //! assertions on returns, never on time.
 
 use std::path::PathBuf;
-use std::process::Command;
 
-fn fleetrl() -> PathBuf {
-    fleetrl_core::launch::bin_dir()
-        .expect("binary directory")
-        .join("fleetrl")
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Runs a `fleetrl` subcommand and returns its stdout; fails the test on a non-zero exit.
-fn fleetrl_ok(args: &[&str]) -> String {
-    let run = Command::new(fleetrl())
-        .current_dir(root())
-        .args(args)
-        .output()
-        .expect("fleetrl runs");
-    assert!(
-        run.status.success(),
-        "fleetrl {args:?} failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    String::from_utf8_lossy(&run.stdout).into_owned()
-}
+use fleetrl_tests::cli::fleetrl_ok;
 
 #[test]
 fn r2d2_learns_cartpole_without_velocities() {

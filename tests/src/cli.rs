@@ -1,0 +1,33 @@
+//! The `fleetrl` command as the learning tests run it: from the repository root (so presets
+//! resolve by name), failing the test with the command's stderr when it does not exit 0.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::compose::repo_root;
+
+/// The `fleetrl` binary built beside the role binaries.
+pub fn fleetrl_bin() -> PathBuf {
+    fleetrl_core::launch::bin_dir()
+        .expect("the binary directory")
+        .join("fleetrl")
+}
+
+/// `fleetrl ARGS` run from the repository root, ready to take more arguments.
+pub fn fleetrl_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(fleetrl_bin());
+    cmd.current_dir(repo_root()).args(args);
+    cmd
+}
+
+/// Runs `fleetrl ARGS` from the repository root and returns its stdout; panics with its
+/// stderr when it fails.
+pub fn fleetrl_ok(args: &[&str]) -> String {
+    let run = fleetrl_command(args).output().expect("fleetrl runs");
+    assert!(
+        run.status.success(),
+        "fleetrl {args:?} failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    String::from_utf8_lossy(&run.stdout).into_owned()
+}
