@@ -5,7 +5,6 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context;
 use fleetrl_core::broadcast::Received;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::Episode;
