@@ -92,3 +92,23 @@ pub fn seconds_since(published_unix_nanos: i64) -> f64 {
     }
     ((now_unix_nanos() - published_unix_nanos) as f64 * 1e-9).max(0.0)
 }
+
+/// A version with an f32 tensor `pi.w` of shape `[2, values.len() / 2]` and an i64 `steps`.
+#[cfg(test)]
+pub(crate) fn test_weights(version: i64, values: &[f32]) -> fleetrl_proto::v1::Weights {
+    use fleetrl_proto::{Tensor, TensorMap};
+    let mut params = TensorMap::default();
+    let shape = [2, values.len() as i64 / 2];
+    params
+        .tensors
+        .insert("pi.w".into(), Tensor::from_slice(&shape, values));
+    params
+        .tensors
+        .insert("steps".into(), Tensor::from_slice(&[1], &[7i64]));
+    fleetrl_proto::v1::Weights {
+        version,
+        params: Some(params),
+        published_unix_nanos: 5,
+        ..Default::default()
+    }
+}

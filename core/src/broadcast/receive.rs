@@ -15,12 +15,15 @@ use super::BroadcastError;
 /// Two spares cover the usual case: one version being received while the env loop holds
 /// another (more are allocated, then dropped, when an actor holds several versions back).
 #[derive(Debug, Default, Clone)]
-struct Pool(Arc<Mutex<Vec<Vec<(String, Tensor)>>>>);
+struct Pool(Arc<Mutex<Vec<TensorSet>>>);
+
+/// A version's worth of named tensors.
+type TensorSet = Vec<(String, Tensor)>;
 
 const POOL_SPARES: usize = 2;
 
 impl Pool {
-    fn take(&self) -> Vec<(String, Tensor)> {
+    fn take(&self) -> TensorSet {
         self.0
             .lock()
             .map(|mut p| p.pop())
@@ -29,7 +32,7 @@ impl Pool {
             .unwrap_or_default()
     }
 
-    fn give(&self, set: Vec<(String, Tensor)>) {
+    fn give(&self, set: TensorSet) {
         if let Ok(mut pool) = self.0.lock() {
             if pool.len() < POOL_SPARES && !set.is_empty() {
                 pool.push(set);
@@ -267,7 +270,7 @@ impl Partial {
                 size: self.wire_bytes,
             });
         }
-        if chunk.len() % size != 0 {
+        if !chunk.len().is_multiple_of(size) {
             return Err(BroadcastError::BadSlice {
                 version,
                 name: name.to_string(),

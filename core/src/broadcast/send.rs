@@ -201,23 +201,7 @@ pub fn subscription(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn weights(version: i64, values: &[f32]) -> Weights {
-        let mut params = TensorMap::default();
-        params.tensors.insert(
-            "pi.w".into(),
-            ProtoTensor::from_slice(&[values.len() as i64], values),
-        );
-        params
-            .tensors
-            .insert("steps".into(), ProtoTensor::from_slice(&[1], &[7i64]));
-        Weights {
-            version,
-            params: Some(params),
-            published_unix_nanos: 5,
-            ..Weights::default()
-        }
-    }
+    use crate::broadcast::test_weights as weights;
 
     #[test]
     fn chunks_follow_tensor_boundaries_in_whole_elements() {

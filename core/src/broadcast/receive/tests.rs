@@ -6,25 +6,8 @@ use prost::Message;
 use tokio::sync::watch;
 
 use super::*;
-use crate::broadcast::{chunked, encode, subscription, EncodedCache};
+use crate::broadcast::{chunked, encode, subscription, test_weights as weights, EncodedCache};
 use crate::config::BroadcastDtype;
-
-fn weights(version: i64, values: &[f32]) -> Weights {
-    let mut params = TensorMap::default();
-    params.tensors.insert(
-        "pi.w".into(),
-        ProtoTensor::from_slice(&[2, values.len() as i64 / 2], values),
-    );
-    params
-        .tensors
-        .insert("steps".into(), ProtoTensor::from_slice(&[1], &[7i64]));
-    Weights {
-        version,
-        params: Some(params),
-        published_unix_nanos: 5,
-        ..Weights::default()
-    }
-}
 
 fn messages(version: i64, values: &[f32], dtype: BroadcastDtype, chunk: usize) -> Vec<Weights> {
     chunked(&encode(&weights(version, values), dtype).unwrap(), chunk, 3)
