@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Weight broadcast over loopback gRPC: time for a new version of a 1M- and a 50M-parameter
-# model to reach 1, 16 and 64 subscribers (received in chunks, reassembled, converted to tch
-# tensors: the actor's path), f32 and f16, and in the same run the rate of plain TCP streams
-# on loopback (1 stream, and as many streams as subscribers; and 1 stream right before each
-# case, the ratio's denominator, since a shared machine's load varies). Prints two tables.
+# model to reach 1, 16 and 64 subscribers (received in chunks and written straight
+# into each subscriber's own f32 tensors: the actor's path), f32 and f16, and in the same run
+# the rate of plain TCP streams on loopback (1 stream, and as many streams as subscribers;
+# and, the ratio's denominator, as many streams as subscribers each carrying one subscriber's
+# bytes, right before and right after each case, the faster of the two, since a shared
+# machine's load varies). Then the stages of the path for one 50M f32 and f16 version.
+# Prints three tables.
 #   bash bench/broadcast.sh
 #   PARAMS=1000000 SUBSCRIBERS=1,16 DTYPES=f32 bash bench/broadcast.sh
-# Memory: each subscriber holds one reassembled copy (64 x 50M f32 params is ~13 GB).
+# Memory: each subscriber holds its model in f32 (64 x 50M params is ~13 GB).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -16,6 +19,8 @@ out=$(mktemp -d)
 target/release/examples/broadcast_bench \
   --params "${PARAMS:-1000000,50000000}" --subscribers "${SUBSCRIBERS:-1,16,64}" \
   --dtype "${DTYPES:-f32,f16}" --tcp-bytes "${TCP_BYTES:-1000000000}" | tee "$out/broadcast.jsonl" >&2
+target/release/examples/broadcast_bench --stages --params 50000000 --dtype f32,f16 \
+  | tee -a "$out/broadcast.jsonl" >&2
 .venv/bin/python - "$out/broadcast.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -25,8 +30,8 @@ print("| streams | MB per stream | aggregate MB/s |")
 print("|---|---|---|")
 for r in tcp:
     print(f"| {r['streams']} | {r['bytes_per_stream'] / 1e6:.0f} | {r['aggregate_mb_per_s']:.0f} |")
-print("\nWeights to every subscriber (publish -> reassembled and converted):\n")
-print("| params | dtype | subscribers | MB each | first s | median s | all s | aggregate MB/s | f32-equivalent MB/s | TCP MB/s just before | aggregate / TCP |")
+print("\nWeights to every subscriber (publish -> in the subscriber's f32 tensors):\n")
+print("| params | dtype | subscribers | MB each | first s | median s | all s | aggregate MB/s | f32-equivalent MB/s | TCP MB/s, same streams and bytes | aggregate / TCP |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     if r["kind"] != "grpc":
@@ -36,6 +41,14 @@ for r in rows:
           f"{r['seconds_median']:.3f} | {r['seconds_all']:.3f} | "
           f"{r['aggregate_mb_per_s']:.0f} | {r['f32_equivalent_mb_per_s']:.0f} | "
           f"{r['tcp_mb_per_s']:.0f} | {r['aggregate_mb_per_s'] / r['tcp_mb_per_s']:.2f} |")
+print("\nStages of one version to one subscriber, no network (seconds):\n")
+print("| params | dtype | learner prepares (once) | learner encodes per subscriber | actor decodes | actor writes into its tensors | env loop swaps into model |")
+print("|---|---|---|---|---|---|---|")
+for r in rows:
+    if r["kind"] == "stages":
+        print(f"| {r['params'] / 1e6:g}M | {r['dtype']} | {r['learner_encode_s']:.3f} | "
+              f"{r['per_subscriber_prost_encode_s']:.3f} | {r['prost_decode_s']:.4f} | "
+              f"{r['receive_into_tensors_s']:.3f} | {r['swap_into_model_s']:.3f} |")
 PY
 echo
 echo "raw outputs: $out"

@@ -4,10 +4,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fleetrl_core::broadcast::{Assembler, DEFAULT_CHUNK_BYTES};
+use fleetrl_core::broadcast::{Received, Receiver, DEFAULT_CHUNK_BYTES};
 use fleetrl_core::net::MAX_MESSAGE_BYTES;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
-use fleetrl_proto::v1::{ReportEpisodesRequest, SubscribeWeightsRequest, Weights};
+use fleetrl_proto::v1::{ReportEpisodesRequest, SubscribeWeightsRequest};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
@@ -20,15 +20,17 @@ pub(crate) fn client(channel: Channel) -> LearnerServiceClient<Channel> {
 }
 
 /// Keeps `latest` set to the newest published weights, resubscribing after errors. Weights
-/// arrive in chunks ([`fleetrl_core::broadcast`]) and are reassembled here, off the env loop,
-/// which only swaps them in between rollouts.
+/// arrive in chunks ([`fleetrl_core::broadcast`]) that are written into f32 tensors here, off
+/// the env loop, which only copies the finished tensors into its model between rollouts.
 pub(crate) async fn follow_weights(
     channel: Channel,
-    latest: watch::Sender<Option<Arc<Weights>>>,
+    latest: watch::Sender<Option<Arc<Received>>>,
     metrics: Arc<ActorMetrics>,
 ) {
     let mut client = client(channel);
     let mut after_version = -1;
+    // Outlives resubscriptions, so its tensors are reused across them.
+    let mut receiver = Receiver::default();
     loop {
         let request = SubscribeWeightsRequest {
             after_version,
@@ -37,9 +39,8 @@ pub(crate) async fn follow_weights(
         match client.subscribe_weights(request).await {
             Ok(response) => {
                 let mut stream = response.into_inner();
-                let mut assembler = Assembler::default();
                 while let Ok(Some(message)) = stream.message().await {
-                    let weights = match assembler.push(message) {
+                    let weights = match receiver.push(message) {
                         Ok(Some(weights)) => weights,
                         Ok(None) => continue,
                         Err(error) => {

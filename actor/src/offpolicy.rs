@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use fleetrl_core::algos::offpolicy::build_model;
+use fleetrl_core::broadcast::Received;
 use fleetrl_core::config::{AlgoConfig, Exploration, RunConfig};
 use fleetrl_core::exploration::Explorer;
 use fleetrl_core::models::{OffPolicyModel, Policy};
 use fleetrl_core::policy_loader::load_policy;
 use fleetrl_core::rollout::Actions;
 use fleetrl_core::transition::{NStep, StepIn};
-use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
 use tokio::sync::{mpsc, watch};
 
@@ -31,7 +31,7 @@ pub(crate) const TRANSITIONS_PER_REQUEST: usize = 64;
 pub(crate) struct OffPolicyRunner {
     pub(crate) actor_id: u32,
     pub(crate) config: RunConfig,
-    pub(crate) weights: watch::Receiver<Option<Arc<Weights>>>,
+    pub(crate) weights: watch::Receiver<Option<Arc<Received>>>,
     pub(crate) items: mpsc::Sender<TensorMap>,
     pub(crate) progress: Arc<Mutex<Progress>>,
     pub(crate) stop: watch::Receiver<bool>,
@@ -184,7 +184,7 @@ impl OffPolicyRunner {
     fn wait_for_weights(&mut self, model: &mut OffPolicyModel) -> anyhow::Result<i64> {
         loop {
             if let Some(w) = self.weights.borrow_and_update().clone() {
-                model.import(w.params.as_ref().context("weights without params")?)?;
+                w.with_tensors(|tensors| model.load_named(tensors))?;
                 return Ok(w.version);
             }
             if *self.stop.borrow() {
@@ -205,7 +205,7 @@ impl OffPolicyRunner {
         if w.version <= version {
             return Ok(version);
         }
-        model.import(w.params.as_ref().context("weights without params")?)?;
+        w.with_tensors(|tensors| model.load_named(tensors))?;
         Ok(w.version)
     }
 }

@@ -5,12 +5,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context;
+use fleetrl_core::broadcast::Received;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::Episode;
 use fleetrl_core::models::ActorCritic;
 use fleetrl_core::rollout::RolloutBuilder;
-use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
@@ -29,14 +28,14 @@ pub(crate) struct Progress {
 pub(crate) struct Runner {
     pub(crate) actor_id: u32,
     pub(crate) config: RunConfig,
-    pub(crate) weights: watch::Receiver<Option<Arc<Weights>>>,
+    pub(crate) weights: watch::Receiver<Option<Arc<Received>>>,
     pub(crate) rollouts: mpsc::Sender<TensorMap>,
     pub(crate) progress: Arc<Mutex<Progress>>,
     /// Turns true when the actor should finish its rollout and stop.
     pub(crate) stop: watch::Receiver<bool>,
     pub(crate) metrics: Arc<ActorMetrics>,
     /// Weights received but not yet acted with (`actors.lag_versions`), oldest first.
-    pub(crate) held: VecDeque<Arc<Weights>>,
+    pub(crate) held: VecDeque<Arc<Received>>,
     /// The demo buffers to replay from (PPO+D), when `[ppod] enabled`.
     pub(crate) demos: Option<DemoLink>,
 }
@@ -118,7 +117,7 @@ impl Runner {
         loop {
             if let Some(w) = self.weights.borrow_and_update().clone() {
                 let swap = std::time::Instant::now();
-                model.import(w.params.as_ref().context("weights without params")?)?;
+                w.with_tensors(|tensors| model.load_named(tensors))?;
                 self.metrics
                     .record_weights_applied(w.published_unix_nanos, swap.elapsed());
                 return Ok(w.version);
@@ -172,7 +171,7 @@ impl Runner {
             return Ok(version);
         }
         let swap = std::time::Instant::now();
-        model.import(w.params.as_ref().context("weights without params")?)?;
+        w.with_tensors(|tensors| model.load_named(tensors))?;
         self.metrics
             .record_weights_applied(w.published_unix_nanos, swap.elapsed());
         Ok(w.version)

@@ -1,13 +1,18 @@
 //! Weight broadcast over loopback gRPC: how long a new version of a P-parameter model takes to
-//! reach S subscribers (received, reassembled and converted to tch tensors), and in the same
-//! run the rate of plain TCP streams on loopback. Prints JSON lines. Run by `bench/broadcast.sh`.
+//! reach S subscribers (every tensor in place, in f32, in the subscriber's own tensors), and in
+//! the same run the rate of plain TCP streams on loopback. Prints JSON lines. Run by
+//! `bench/broadcast.sh`.
 //!
 //! The server streams with [`fleetrl_core::broadcast::subscription`] (what the learner's
 //! `SubscribeWeights` runs for chunked subscribers) behind a real tonic server; each subscriber
-//! is a task with its own connection that runs the actor's receive path: chunked
-//! subscription, [`Assembler`], conversion of every tensor to an f32 tch tensor.
+//! is a task with its own connection that runs the actor's receive path: chunked subscription
+//! into a [`Receiver`]. Like an actor, which already holds its model, each subscriber first
+//! receives one untimed version of the same model, so the timed version is written into
+//! tensors it already owns. `--stages` times each stage of the path for one subscriber, without
+//! the network, including the swap an actor's env loop does (copying into its model).
 //!
 //!   broadcast_bench --params 1000000,50000000 --subscribers 1,16,64 --dtype f32
+//!   broadcast_bench --stages --params 50000000 --dtype f32,f16
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -15,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fleetrl_core::broadcast::{self, Assembler, EncodedCache, DEFAULT_CHUNK_BYTES};
+use fleetrl_core::broadcast::{self, EncodedCache, Receiver, DEFAULT_CHUNK_BYTES};
 use fleetrl_core::config::BroadcastDtype;
 use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
@@ -27,6 +32,7 @@ use fleetrl_proto::v1::{
 };
 use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
 use futures::{Stream, StreamExt};
+use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
@@ -114,34 +120,38 @@ fn model(params: usize, version: i64) -> Weights {
     }
 }
 
-/// One subscriber: the actor's receive path, until version `want` is converted. Returns the
-/// seconds from `start` and the bytes received.
+/// One subscriber: the actor's receive path, until version `want` is in its tensors. Returns
+/// the seconds from `start` and the bytes of the timed version it received.
 async fn subscribe(
     addr: String,
     want: i64,
     start: watch::Receiver<Option<Instant>>,
+    ready: Arc<AtomicU32>,
 ) -> anyhow::Result<(f64, u64)> {
     let channel = net::connect(&addr, Duration::from_secs(10)).await?;
     let mut client =
         LearnerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let request = SubscribeWeightsRequest {
-        after_version: want - 1,
+        after_version: -1,
         chunk_bytes: DEFAULT_CHUNK_BYTES,
     };
     let mut stream = client.subscribe_weights(request).await?.into_inner();
-    let mut assembler = Assembler::default();
+    let mut receiver = Receiver::default();
     let mut bytes = 0u64;
     while let Some(message) = stream.message().await? {
-        bytes += message.chunk.len() as u64;
-        let Some(weights) = assembler.push(message)? else {
+        if message.version == want {
+            bytes += message.chunk.len() as u64;
+        }
+        // Earlier versions are dropped at once: their tensors go back for the next to reuse.
+        let Some(weights) = receiver.push(message)? else {
             continue;
         };
-        let params = weights.params.context("assembled weights have params")?;
-        // Convert tensor by tensor and let each go, as a model's copy would.
-        for t in params.tensors.values() {
-            let tensor = broadcast::to_f32_tensor(t)?;
-            anyhow::ensure!(tensor.kind() == tch::Kind::Float);
+        if weights.version < want {
+            ready.fetch_add(1, Ordering::SeqCst);
+            continue;
         }
+        let floats = weights.with_tensors(|t| t.iter().all(|(_, t)| t.kind() == tch::Kind::Float));
+        anyhow::ensure!(floats, "every tensor arrives as f32");
         let started = start.borrow().context("measured before the start")?;
         return Ok((started.elapsed().as_secs_f64(), bytes));
     }
@@ -153,7 +163,7 @@ async fn broadcast_case(
     subscribers: usize,
     dtype: BroadcastDtype,
 ) -> anyhow::Result<serde_json::Value> {
-    let (tx, rx) = watch::channel(Arc::new(model(1, 0)));
+    let (tx, rx) = watch::channel(Arc::new(model(params, 0)));
     let count = Arc::new(AtomicU32::new(0));
     let service = Publisher {
         weights: rx,
@@ -169,18 +179,21 @@ async fn broadcast_case(
                     .max_encoding_message_size(MAX_MESSAGE_BYTES)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES),
             )
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+            .serve_with_incoming(net::incoming(listener)),
     );
     let next = model(params, 1);
     let (start_tx, start_rx) = watch::channel(None);
+    let ready = Arc::new(AtomicU32::new(0));
     let tasks: Vec<_> = (0..subscribers)
-        .map(|_| tokio::spawn(subscribe(format!("http://{addr}"), 1, start_rx.clone())))
+        .map(|_| {
+            let addr = format!("http://{addr}");
+            tokio::spawn(subscribe(addr, 1, start_rx.clone(), ready.clone()))
+        })
         .collect();
-    while (count.load(Ordering::SeqCst) as usize) < subscribers {
+    // Every subscriber receives an untimed version 0 (its model); then time version 1.
+    while (ready.load(Ordering::SeqCst) as usize) < subscribers {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // Every subscriber has its initial version; time the next one from its publication.
-    tokio::time::sleep(Duration::from_millis(200)).await;
     start_tx.send_replace(Some(Instant::now()));
     tx.send_replace(Arc::new(Weights {
         published_unix_nanos: broadcast::now_unix_nanos(),
@@ -272,6 +285,77 @@ async fn tcp_case(bytes: usize, streams: usize) -> anyhow::Result<serde_json::Va
     }))
 }
 
+/// Seconds `f` takes, and what it returns.
+fn timed<R>(f: impl FnOnce() -> R) -> (f64, R) {
+    let start = Instant::now();
+    let out = f();
+    (start.elapsed().as_secs_f64(), out)
+}
+
+/// Each stage of one version's way to one subscriber, without the network (which the
+/// broadcast cases measure): the learner's preparation (once per version), what each
+/// subscriber's stream costs the learner (prost encoding of the chunk messages into a reused
+/// buffer, as tonic's encoder does), the actor's prost decoding and writing into its tensors
+/// (a second version, so the tensors are reused), and the env loop's swap into the model.
+fn stages_case(params: usize, dtype: BroadcastDtype) -> anyhow::Result<serde_json::Value> {
+    let (old, new) = (model(params, 0), model(params, 1));
+    let mut receiver = Receiver::default();
+    for m in broadcast::chunked(
+        &broadcast::encode(&old, dtype)?,
+        DEFAULT_CHUNK_BYTES as usize,
+        1,
+    ) {
+        receiver.push(m)?;
+    }
+    let (encode_s, encoded) = timed(|| broadcast::encode(&new, dtype));
+    let messages = broadcast::chunked(&encoded?, DEFAULT_CHUNK_BYTES as usize, 1);
+    let mut buf = Vec::new();
+    let (send_s, ()) = timed(|| {
+        for m in &messages {
+            buf.clear();
+            buf.reserve(m.encoded_len());
+            m.encode(&mut buf).expect("a Vec grows");
+        }
+    });
+    let wire: Vec<bytes::Bytes> = messages
+        .iter()
+        .map(|m| bytes::Bytes::from(m.encode_to_vec()))
+        .collect();
+    let (decode_s, decoded) = timed(|| {
+        wire.iter()
+            .map(|b| Weights::decode(b.clone()))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    let (receive_s, received) = timed(|| -> anyhow::Result<_> {
+        let mut done = None;
+        for m in decoded? {
+            done = receiver.push(m)?.or(done);
+        }
+        done.context("the version completes")
+    });
+    let received = received?;
+    let model: Vec<tch::Tensor> =
+        received.with_tensors(|t| t.iter().map(|(_, t)| t.zeros_like()).collect());
+    let (swap_s, ()) = timed(|| {
+        let _guard = tch::no_grad_guard();
+        received.with_tensors(|t| {
+            for (mut m, (_, t)) in model.iter().map(tch::Tensor::shallow_clone).zip(t) {
+                m.copy_(t);
+            }
+        })
+    });
+    Ok(serde_json::json!({
+        "kind": "stages",
+        "params": params,
+        "dtype": format!("{dtype:?}").to_lowercase(),
+        "learner_encode_s": encode_s,
+        "per_subscriber_prost_encode_s": send_s,
+        "prost_decode_s": decode_s,
+        "receive_into_tensors_s": receive_s,
+        "swap_into_model_s": swap_s,
+    }))
+}
+
 fn list(args: &[String], name: &str, default: &str) -> Vec<String> {
     args.iter()
         .position(|a| a == name)
@@ -302,6 +386,14 @@ async fn main() -> anyhow::Result<()> {
             other => Err(anyhow::anyhow!("--dtype must be f32 or f16, got `{other}`")),
         })
         .collect::<anyhow::Result<_>>()?;
+    if args.iter().any(|a| a == "--stages") {
+        for &p in &params {
+            for &dtype in &dtypes {
+                println!("{}", stages_case(p, dtype)?);
+            }
+        }
+        return Ok(());
+    }
     let tcp_bytes: usize = list(&args, "--tcp-bytes", "1000000000")[0].parse()?;
     println!("{}", tcp_case(tcp_bytes, 1).await?);
     for &s in &subscribers {
@@ -312,10 +404,15 @@ async fn main() -> anyhow::Result<()> {
     for &p in &params {
         for &dtype in &dtypes {
             for &s in &subscribers {
-                // The physical limit right before each case: the machine's load varies.
-                let tcp = tcp_case((p * 4 * s).min(tcp_bytes), 1).await?;
+                // The physical limit for this case: as many TCP streams as subscribers, each
+                // carrying what one subscriber receives, right before and right after the
+                // case (the machine's load varies); the faster of the two is the limit.
+                let each = p * if dtype == BroadcastDtype::F16 { 2 } else { 4 };
+                let before = tcp_case(each, s).await?;
                 let mut case = broadcast_case(p, s, dtype).await?;
-                case["tcp_mb_per_s"] = tcp["aggregate_mb_per_s"].clone();
+                let after = tcp_case(each, s).await?;
+                let rate = |r: &serde_json::Value| r["aggregate_mb_per_s"].as_f64().unwrap_or(0.0);
+                case["tcp_mb_per_s"] = rate(&before).max(rate(&after)).into();
                 println!("{case}");
             }
         }

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use fleetrl_core::broadcast::Assembler;
+use fleetrl_core::broadcast::Receiver;
 use fleetrl_proto::v1::SubscribeWeightsRequest;
 use fleetrl_proto::Dtype;
 use fleetrl_tests::Sandbox;
@@ -36,30 +36,33 @@ async fn two_cpu_replicas_with_f16_chunked_weights_learn_cartpole() -> anyhow::R
         .all(|t| t.dtype == Dtype::F32 as i32));
     drop(legacy);
 
-    // A chunked subscriber reassembles f16 tensors from several chunks.
+    // A chunked subscriber gets the f16 tensors in several chunks and widens them to f32.
     let request = SubscribeWeightsRequest {
         after_version: -1,
         chunk_bytes: 4096,
     };
     let mut chunked = client.subscribe_weights(request).await?.into_inner();
-    let mut assembler = Assembler::default();
-    let mut chunks = 0;
+    let mut receiver = Receiver::default();
+    let (mut chunks, mut f16) = (0, std::collections::HashSet::new());
     let weights = loop {
         let message = chunked.message().await?.expect("chunks until complete");
         assert!(message.params.is_none() && message.chunk.len() <= 4096);
+        let slice = message.slice.clone().expect("chunks say where they belong");
+        if slice.dtype == Dtype::F16 as i32 {
+            f16.insert(slice.name);
+        }
         chunks += 1;
-        if let Some(w) = assembler.push(message)? {
+        if let Some(w) = receiver.push(message)? {
             break w;
         }
     };
     drop(chunked);
     assert!(chunks > 1, "{chunks} chunk(s)");
-    let params = weights.params.expect("assembled params");
-    let f16 = params
-        .tensors
-        .values()
-        .filter(|t| t.dtype == Dtype::F16 as i32);
-    assert!(f16.count() >= 6, "the MLP weights travel as f16");
+    assert!(f16.len() >= 6, "the MLP weights travel as f16: {f16:?}");
+    let all_f32 = weights.with_tensors(|tensors| {
+        tensors.len() >= 6 && tensors.iter().all(|(_, t)| t.kind() == tch::Kind::Float)
+    });
+    assert!(all_f32, "and arrive as f32");
     assert!(weights.published_unix_nanos > 0);
 
     // And the run learns: a random CartPole policy averages about 22.

@@ -1,0 +1,199 @@
+use std::sync::Arc;
+
+use fleetrl_proto::TensorMap;
+use futures::{Stream, StreamExt};
+use prost::Message;
+use tokio::sync::watch;
+
+use super::*;
+use crate::broadcast::{chunked, encode, subscription, test_weights as weights, EncodedCache};
+use crate::config::BroadcastDtype;
+
+fn messages(version: i64, values: &[f32], dtype: BroadcastDtype, chunk: usize) -> Vec<Weights> {
+    chunked(&encode(&weights(version, values), dtype).unwrap(), chunk, 3)
+}
+
+/// Feeds every message; the version must complete on the last one and not before.
+fn receive(receiver: &mut Receiver, messages: Vec<Weights>) -> Received {
+    let n = messages.len();
+    let mut done = None;
+    for (i, m) in messages.into_iter().enumerate() {
+        let out = receiver.push(m).unwrap();
+        assert_eq!(out.is_some(), i + 1 == n, "completes on the last chunk");
+        done = out.or(done);
+    }
+    done.unwrap()
+}
+
+fn values_of(received: &Received, name: &str) -> (Kind, Vec<i64>, Vec<f64>) {
+    received.with_tensors(|tensors| {
+        let (_, t) = tensors.iter().find(|(n, _)| n == name).unwrap();
+        let flat = t.to_kind(Kind::Double).flatten(0, -1);
+        (t.kind(), t.size(), Vec::<f64>::try_from(&flat).unwrap())
+    })
+}
+
+fn values(n: usize) -> Vec<f32> {
+    (0..n).map(|i| (i as f32 * 0.37).sin() * 2.0).collect()
+}
+
+#[test]
+fn chunks_land_in_f32_tensors_with_their_shapes() {
+    let v = values(1000);
+    let mut receiver = Receiver::default();
+    let got = receive(&mut receiver, messages(4, &v, BroadcastDtype::F32, 100));
+    assert_eq!(
+        (got.version, got.subscribers, got.published_unix_nanos),
+        (4, 3, 5)
+    );
+    let (kind, shape, back) = values_of(&got, "pi.w");
+    assert_eq!((kind, shape), (Kind::Float, vec![2, 500]));
+    assert!(back.iter().zip(&v).all(|(b, v)| *b == *v as f64));
+    assert_eq!(values_of(&got, "steps"), (Kind::Int64, vec![1], vec![7.0]));
+}
+
+#[test]
+fn f16_is_widened_to_f32_as_it_arrives() {
+    let v = values(4096);
+    let mut receiver = Receiver::default();
+    // 1001-byte chunks: odd sizes are cut to whole f16 elements.
+    let got = receive(&mut receiver, messages(1, &v, BroadcastDtype::F16, 1001));
+    let (kind, _, back) = values_of(&got, "pi.w");
+    assert_eq!(kind, Kind::Float);
+    for (g, v) in back.iter().zip(&v) {
+        assert!(
+            (*g as f32 - v).abs() <= 2e-3 * v.abs().max(1.0),
+            "{g} vs {v}"
+        );
+    }
+    assert_eq!(
+        values_of(&got, "steps").0,
+        Kind::Int64,
+        "integers stay integers"
+    );
+}
+
+#[test]
+fn the_next_version_reuses_the_storage_of_a_dropped_one() {
+    let mut receiver = Receiver::default();
+    let first = receive(
+        &mut receiver,
+        messages(1, &values(64), BroadcastDtype::F32, 32),
+    );
+    let ptr = first.with_tensors(|t| t[0].1.data_ptr() as usize);
+    drop(first);
+    let second = receive(
+        &mut receiver,
+        messages(2, &[1.5; 64], BroadcastDtype::F32, 32),
+    );
+    assert_eq!(second.with_tensors(|t| t[0].1.data_ptr() as usize), ptr);
+    assert!(values_of(&second, "pi.w").2.iter().all(|v| *v == 1.5));
+    // While a version is held, the next one gets its own tensors.
+    let third = receive(
+        &mut receiver,
+        messages(3, &[2.5; 64], BroadcastDtype::F32, 32),
+    );
+    assert_ne!(third.with_tensors(|t| t[0].1.data_ptr() as usize), ptr);
+    assert!(values_of(&second, "pi.w").2.iter().all(|v| *v == 1.5));
+}
+
+#[test]
+fn a_chunk_out_of_order_is_an_error_and_the_next_version_still_arrives() {
+    let msgs = messages(2, &[1.0; 100], BroadcastDtype::F32, 80);
+    let mut receiver = Receiver::default();
+    receiver.push(msgs[0].clone()).unwrap();
+    let error = receiver.push(msgs[2].clone()).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("expected tensor 0 at byte 80 of version 2"),
+        "{error}"
+    );
+    // A stream joined mid-version is refused until a version starts.
+    let mut late = Receiver::default();
+    let error = late.push(msgs[1].clone()).unwrap_err();
+    assert!(error.to_string().contains("of version -1"), "{error}");
+    assert_eq!(receive(&mut late, msgs.clone()).version, 2);
+    assert_eq!(receive(&mut receiver, msgs).version, 2);
+}
+
+#[test]
+fn bad_chunks_name_the_tensor_and_the_problem() {
+    let msgs = messages(2, &[1.0; 8], BroadcastDtype::F32, 1024);
+    let mut long = msgs[0].clone();
+    long.chunk = vec![0u8; 40].into();
+    let error = Receiver::default().push(long).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("`pi.w` ends at byte 40, past the tensor's 32 bytes"),
+        "{error}"
+    );
+    let mut odd = msgs[0].clone();
+    odd.chunk = vec![0u8; 6].into();
+    let error = Receiver::default().push(odd).unwrap_err();
+    assert!(error.to_string().contains("not a whole number"), "{error}");
+    let mut unknown = msgs[0].clone();
+    unknown.slice.as_mut().unwrap().dtype = 99;
+    let error = Receiver::default().push(unknown).unwrap_err();
+    assert!(error.to_string().contains("bad chunk of `pi.w`"), "{error}");
+    let bare = Weights {
+        version: 9,
+        ..Weights::default()
+    };
+    let error = Receiver::default().push(bare).unwrap_err();
+    assert!(
+        error.to_string().contains("neither params nor a chunk"),
+        "{error}"
+    );
+}
+
+#[test]
+fn whole_messages_and_empty_versions_pass_through() {
+    let mut receiver = Receiver::default();
+    let whole = receiver.push(weights(7, &[3.0; 4])).unwrap().unwrap();
+    assert_eq!(whole.version, 7);
+    assert_eq!(values_of(&whole, "pi.w").2, vec![3.0; 4]);
+    let empty = Weights {
+        version: 8,
+        params: Some(TensorMap::default()),
+        ..Weights::default()
+    };
+    let msgs = chunked(&encode(&empty, BroadcastDtype::F32).unwrap(), 64, 1);
+    let got = receive(&mut receiver, msgs);
+    assert_eq!((got.version, got.with_tensors(|t| t.len())), (8, 0));
+}
+
+#[test]
+fn every_message_stays_within_the_chunk_size_whatever_the_model_size() {
+    // The bound that keeps 100M+ parameter models clear of any message-size limit.
+    let msgs = messages(1, &values(50_000), BroadcastDtype::F32, 4096);
+    assert!(msgs.len() > 48);
+    assert!(msgs.iter().all(|m| m.encoded_len() <= 4096 + 128));
+}
+
+async fn next_version(
+    stream: &mut (impl Stream<Item = Result<Weights, BroadcastError>> + Unpin),
+    receiver: &mut Receiver,
+) -> i64 {
+    loop {
+        let msg = stream.next().await.unwrap().unwrap();
+        if let Some(w) = receiver.push(msg).unwrap() {
+            return w.version;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_slow_subscriber_gets_only_the_newest_version() {
+    let (tx, rx) = watch::channel(Arc::new(weights(0, &[0.0; 10])));
+    let cache = Arc::new(EncodedCache::new(BroadcastDtype::F32));
+    let mut stream = Box::pin(subscription(rx, cache, -1, 16, || 1));
+    let mut receiver = Receiver::default();
+    assert_eq!(next_version(&mut stream, &mut receiver).await, 0);
+    for v in 1..=5 {
+        tx.send_replace(Arc::new(weights(v, &[v as f32; 10])));
+    }
+    let newest = next_version(&mut stream, &mut receiver).await;
+    assert_eq!(newest, 5, "versions 1-4 are skipped");
+}
