@@ -18,23 +18,40 @@ use fleetrl_proto::{Tensor, TensorMap};
 /// A stacked batch of `b` transitions as the replay server sends it.
 fn stacked(obs: &Space, action: &Space, b: usize) -> TensorMap {
     let d = obs.flat_dim();
-    let rows = |n: usize| (0..b * n).map(|i| (i % 13) as f32 / 13.0).collect::<Vec<f32>>();
+    let rows = |n: usize| {
+        (0..b * n)
+            .map(|i| (i % 13) as f32 / 13.0)
+            .collect::<Vec<f32>>()
+    };
     let action = match action {
-        Space::Discrete { n } => {
-            Tensor::from_slice(&[b as i64], &(0..b as i64).map(|i| i % n).collect::<Vec<_>>())
-        }
+        Space::Discrete { n } => Tensor::from_slice(
+            &[b as i64],
+            &(0..b as i64).map(|i| i % n).collect::<Vec<_>>(),
+        ),
         Space::Box { .. } => {
             let a = action.flat_dim();
             Tensor::from_slice(&[b as i64, a as i64], &rows(a))
         }
     };
     TensorMap::from_pairs([
-        (field::OBS, Tensor::from_slice(&[b as i64, d as i64], &rows(d))),
+        (
+            field::OBS,
+            Tensor::from_slice(&[b as i64, d as i64], &rows(d)),
+        ),
         (field::ACTION, action),
         (field::REWARD, Tensor::from_slice(&[b as i64], &rows(1))),
-        (field::DISCOUNT, Tensor::from_slice(&[b as i64], &vec![0.99f32; b])),
-        (field::NEXT_OBS, Tensor::from_slice(&[b as i64, d as i64], &rows(d))),
-        (field::POLICY_VERSION, Tensor::from_slice(&[b as i64], &vec![0i64; b])),
+        (
+            field::DISCOUNT,
+            Tensor::from_slice(&[b as i64], &vec![0.99f32; b]),
+        ),
+        (
+            field::NEXT_OBS,
+            Tensor::from_slice(&[b as i64, d as i64], &rows(d)),
+        ),
+        (
+            field::POLICY_VERSION,
+            Tensor::from_slice(&[b as i64], &vec![0i64; b]),
+        ),
     ])
 }
 

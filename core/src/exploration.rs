@@ -201,7 +201,11 @@ mod tests {
         for _ in 0..23 {
             e.actions(&[0], &[], 1);
         }
-        assert_eq!(e.epsilon(), 0.0, "25 own steps x 4 actors = the 100-step decay");
+        assert_eq!(
+            e.epsilon(),
+            0.0,
+            "25 own steps x 4 actors = the 100-step decay"
+        );
     }
 
     #[test]
