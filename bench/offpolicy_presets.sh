@@ -15,7 +15,9 @@
 #   SEEDS=1 bash bench/offpolicy_presets.sh         # quick: one seed (~6-10 min)
 #   PRESETS="cartpole-dqn pendulum-sac" SB3=0 bash bench/offpolicy_presets.sh
 # Installs stable-baselines3 into the project venv the first time (unless SB3=0). Every line of
-# the table carries the 1-minute load average at the time of the run.
+# the table carries the 1-minute load average at the time of the run. SB3 uses 2 torch threads;
+# on a machine loaded by others, SB3_TORCH_THREADS=1 (2 threads spin-wait there: SB3's DQN ran
+# for >6 CPU minutes without reaching 475 at load 4-12).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
