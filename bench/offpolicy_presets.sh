@@ -1,85 +1,94 @@
 #!/usr/bin/env bash
 # Off-policy presets through the real binaries beside Stable-Baselines3 2.9.2 on the same
-# machine, in one run:
-#  1. every off-policy preset (`fleetrl train --config <preset>`), SEEDS each: solved or not,
-#     env steps and wall time to the target, env steps/s;
-#  2. SB3 DQN (CartPole-v1) and SAC (Pendulum-v1) with RL-Zoo's hyperparameters, evaluated
-#     the same way (20 deterministic episodes every 2,500 / 2,000 steps, stop at the target);
-#  3. throughput with SB3's exact hyperparameters: fleetrl's dqn / sac with 256x256 networks,
-#     SB3's learning rates, batch sizes and update ratios, against SB3 itself, for a fixed
-#     number of steps without evaluation.
-#   bash bench/offpolicy_presets.sh
-#   SEEDS="1 2 3" PRESETS="cartpole-dqn pendulum-sac" SB3=0 bash bench/offpolicy_presets.sh
-# Installs stable-baselines3 into the project venv the first time (unless SB3=0).
+# machine, in one run, the two taking turns so that both see the same load:
+#  1. per seed: the CartPole presets (`fleetrl train --config <preset>`), then SB3 DQN with
+#     RL-Zoo's hyperparameters on CartPole-v1; the Pendulum presets, then SB3 SAC (RL-Zoo) on
+#     Pendulum-v1. Both evaluate 20 deterministic episodes as the presets do and stop at the
+#     target (475 / -200). The table gives env steps and wall time to the target (fleetrl: from
+#     the launcher's start, so process start is included; SB3: from the interpreter's start, so
+#     imports are included), fleetrl's whole process time (start to exit), env steps/s, and
+#     the ratio of wall times to the target, same seed;
+#  2. throughput with SB3's exact hyperparameters (256x256 networks, SB3's learning rates,
+#     batch sizes and update ratios), fleetrl then SB3, a fixed number of steps without
+#     evaluation: DQN CartPole EXACT_DQN_STEPS (20,000), SAC Pendulum EXACT_SAC_STEPS (3,000).
+#   bash bench/offpolicy_presets.sh                 # 3 seeds (~20-30 min on an idle machine)
+#   SEEDS=1 bash bench/offpolicy_presets.sh         # quick: one seed (~6-10 min)
+#   PRESETS="cartpole-dqn pendulum-sac" SB3=0 bash bench/offpolicy_presets.sh
+# Installs stable-baselines3 into the project venv the first time (unless SB3=0). Every line of
+# the table carries the 1-minute load average at the time of the run. SB3 uses 2 torch threads;
+# on a machine loaded by others, SB3_TORCH_THREADS=1 (2 threads spin-wait there: SB3's DQN ran
+# for >6 CPU minutes without reaching 475 at load 4-12).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 presets=${PRESETS:-"cartpole-dqn cartpole-dqn-per pendulum-sac pendulum-td3 pendulum-ddpg"}
 seeds=${SEEDS:-"1 2 3"}
+sb3=${SB3:-1}
+py=.venv/bin/python
 out=$(mktemp -d)
-summary() {
-  python3 - "$@" <<'PY'
-import json, sys
-path, name, seed = sys.argv[1:4]
-s = json.load(open(path))
-hit = [e for e in s["evaluations"] if s["target_return"] is not None and e["mean_return"] >= s["target_return"]]
-steps = hit[0]["env_steps"] if hit else "-"
-wall = f"{hit[0]['wall_seconds']:.1f}" if hit else "-"
-print(f"| {name} | {seed} | {s['solved']} | {steps} | {wall} | {s['total_env_steps']} | "
-      f"{s['wall_seconds']:.1f} | {s['env_steps_per_second']:.0f} | {s['final_eval_return']:.1f} |")
-PY
-}
-echo "### fleetrl presets"
-echo "| preset | seed | solved | env steps to target | wall s to target | env steps | wall s | env steps/s | final eval |"
-echo "|---|---|---|---|---|---|---|---|---|"
-for preset in $presets; do
-  for seed in $seeds; do
-    target/release/fleetrl train --config "$preset" --set seed="$seed" --out "$out/$preset-$seed" \
-      >/dev/null 2>"$out/$preset-$seed.log"
-    summary "$out/$preset-$seed/summary.json" "$preset" "$seed"
-  done
-done
-echo
-echo "### fleetrl with SB3's exact hyperparameters (throughput, no evaluation before the end)"
-echo "| run | seed | solved | env steps to target | wall s to target | env steps | wall s | env steps/s | final eval |"
-echo "|---|---|---|---|---|---|---|---|---|"
-sb3_dqn=(model.hidden_sizes=[256,256] algo.learning_rate=2.3e-3 algo.replay.n_step=1
-  algo.target.period=5 algo.publish_interval=1 algo.double_q=false eval.interval_env_steps=1000000
-  stop.total_env_steps=50000 stop.target_return=1000)
-sb3_sac=(model.hidden_sizes=[256,256] algo.replay.min_size=100 algo.explore.random_steps=0
-  eval.interval_env_steps=1000000 stop.total_env_steps=20000 stop.target_return=0)
-for run in dqn sac; do
-  if [ "$run" = dqn ]; then preset=cartpole-dqn; sets=("${sb3_dqn[@]}"); else preset=pendulum-sac; sets=("${sb3_sac[@]}"); fi
-  args=(); for s in "${sets[@]}"; do args+=(--set "$s"); done
-  target/release/fleetrl train --config "$preset" --set seed=1 "${args[@]}" --out "$out/exact-$run" \
-    >/dev/null 2>"$out/exact-$run.log"
-  summary "$out/exact-$run/summary.json" "$preset (SB3 hyperparameters)" 1
-done
-if [ "${SB3:-1}" != 0 ]; then
-  py=.venv/bin/python
+runs="$out/runs.tsv"
+: >"$runs"
+if [ "$sb3" != 0 ]; then
   "$py" -c 'import stable_baselines3' 2>/dev/null || "$py" -m pip install --quiet "stable-baselines3==2.9.2"
-  echo
-  echo "### Stable-Baselines3 2.9.2"
-  echo "| run | seed | solved | env steps to target | wall s (incl. imports) | env steps/s |"
-  echo "|---|---|---|---|---|---|"
-  for algo in dqn sac; do
-    for seed in $seeds; do
-      "$py" bench/sb3_offpolicy.py "$algo" "$seed" target > "$out/sb3-$algo-$seed.json"
-      python3 - "$out/sb3-$algo-$seed.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(f"| sb3 {r['algo']} (to target) | {r['seed']} | {r['solved']} | {r['steps_to_target'] or '-'} | "
-      f"{r['wall_seconds']:.1f} | - |")
-PY
-    done
-    steps=$([ "$algo" = dqn ] && echo 50000 || echo 20000)
-    "$py" bench/sb3_offpolicy.py "$algo" 1 throughput "$steps" > "$out/sb3-$algo-tp.json"
-    python3 - "$out/sb3-$algo-tp.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(f"| sb3 {r['algo']} (throughput) | 1 | - | - | {r['train_seconds']:.1f} | {r['env_steps_per_second']:.0f} |")
-PY
-  done
 fi
+
+now() { date +%s.%N; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+# record KIND NAME SEED JSON START_TIME
+record() {
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" \
+    "$(python3 -c "print($(now) - $5)")" "$(load)" >>"$runs"
+  echo "[bench] $1 $2 seed $3 done (load $(load))" >&2
+}
+# fleetrl_run KIND NAME SEED PRESET [--set k=v]...
+fleetrl_run() {
+  local kind=$1 name=$2 seed=$3 preset=$4 dir="$out/$1-$2-$3" t
+  shift 4
+  t=$(now)
+  target/release/fleetrl train --config "$preset" --set seed="$seed" "$@" --out "$dir" \
+    >/dev/null 2>"$dir.log"
+  record "$kind" "$name" "$seed" "$dir/summary.json" "$t"
+}
+# sb3_run KIND NAME SEED ARGS...
+sb3_run() {
+  local kind=$1 name=$2 seed=$3 json="$out/$1-$2-$3.json" t
+  shift 3
+  t=$(now)
+  "$py" bench/sb3_offpolicy.py "$@" >"$json"
+  record "$kind" "$name" "$seed" "$json" "$t"
+}
+
+for seed in $seeds; do
+  for group in cartpole:dqn pendulum:sac; do
+    env=${group%%:*} algo=${group##*:} ran=0
+    for preset in $presets; do
+      case $preset in "$env"-*) fleetrl_run fleetrl "$preset" "$seed" "$preset"; ran=1 ;; esac
+    done
+    if [ "$ran" = 1 ] && [ "$sb3" != 0 ]; then
+      sb3_run sb3 "$algo" "$seed" "$algo" "$seed" target
+    fi
+  done
+done
+
+# SB3's exact hyperparameters: RL-Zoo's DQN (lr 2.3e-3, n-step 1, no double Q, target copied
+# every 10 env steps = 5 updates, epsilon over 8k steps) and SB3's SAC defaults with lr 1e-3
+# (learning starts at 100 steps, no warm-up beyond them); 256x256 networks for both.
+dqn_steps=${EXACT_DQN_STEPS:-20000}
+sac_steps=${EXACT_SAC_STEPS:-3000}
+no_eval=(--set eval.interval_env_steps=100000000 --set eval.on_target_training_return=false)
+fleetrl_run fleetrl-exact "dqn CartPole-v1" 1 cartpole-dqn "${no_eval[@]}" \
+  --set 'model.hidden_sizes=[256,256]' --set algo.learning_rate=2.3e-3 \
+  --set algo.replay.n_step=1 --set algo.target.period=5 --set algo.publish_interval=1 \
+  --set algo.double_q=false --set algo.explore.epsilon_decay_steps=8000 \
+  --set stop.total_env_steps="$dqn_steps" --set stop.target_return=1000
+[ "$sb3" != 0 ] && sb3_run sb3-exact "dqn CartPole-v1" 1 dqn 1 throughput "$dqn_steps"
+fleetrl_run fleetrl-exact "sac Pendulum-v1" 1 pendulum-sac "${no_eval[@]}" \
+  --set 'model.hidden_sizes=[256,256]' --set algo.replay.min_size=100 \
+  --set algo.explore.random_steps=100 --set algo.publish_interval=1 \
+  --set stop.total_env_steps="$sac_steps" --set stop.target_return=0
+[ "$sb3" != 0 ] && sb3_run sb3-exact "sac Pendulum-v1" 1 sac 1 throughput "$sac_steps"
+
+echo
+python3 bench/offpolicy_table.py "$out"
 echo
 echo "raw outputs: $out"

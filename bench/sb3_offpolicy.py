@@ -1,6 +1,6 @@
 """Stable-Baselines3 DQN on CartPole-v1 and SAC on Pendulum-v1 with RL-Zoo's hyperparameters,
 measured the way `fleetrl train` measures its off-policy presets: evaluate the deterministic
-policy on 20 episodes every EVAL_EVERY env steps and stop at the target return or the budget
+policy on 20 episodes (20 envs at once) every EVAL_EVERY env steps and stop at the target return or the budget
 (`target` mode), or train a fixed number of steps without evaluation (`throughput` mode).
 
     python bench/sb3_offpolicy.py dqn|sac SEED target|throughput [STEPS]
@@ -20,12 +20,13 @@ import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
 from stable_baselines3 import DQN, SAC  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
 
 # env, target, budget, eval interval: as configs/cartpole-dqn.toml and configs/pendulum-sac.toml.
 SETUPS = {
     "dqn": ("CartPole-v1", 475.0, 100_000, 2_500),
-    "sac": ("Pendulum-v1", -200.0, 20_000, 2_000),
+    "sac": ("Pendulum-v1", -200.0, 20_000, 1_000),
 }
 EVAL_EPISODES = 20
 
@@ -73,8 +74,9 @@ def main(algo, seed, mode, steps):
         out = {"algo": algo, "seed": seed, "mode": mode, "env_steps": model.num_timesteps,
                "train_seconds": train_s, "env_steps_per_second": model.num_timesteps / train_s}
     else:
-        eval_env = gym.make(env_id)
-        eval_env.reset(seed=seed + 1_000_000)
+        # EVAL_EPISODES envs, one episode each, the policy batched over them: as fleetrl
+        # evaluates (a sequential single-env evaluation cost SB3 more than its training here).
+        eval_env = make_vec_env(env_id, n_envs=EVAL_EPISODES, seed=seed + 1_000_000)
         callback = EvalAndStop(eval_env, target, every)
         model.learn(total_timesteps=budget, callback=callback)
         out = {"algo": algo, "seed": seed, "mode": mode, "solved": callback.solved_at is not None,

@@ -102,7 +102,8 @@ async fn main() -> anyhow::Result<()> {
 
     // Off-policy actors insert single transitions: batch them per request and keep
     // TRANSITIONS_PER_REQUEST times as many in flight.
-    let per_request = match config.algo.is_off_policy() {
+    let off_policy = config.algo.is_off_policy();
+    let per_request = match off_policy {
         true => offpolicy::TRANSITIONS_PER_REQUEST,
         false => 1,
     };
@@ -118,7 +119,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut inserting = tokio::spawn(inserter.run(rollouts_rx));
     let (stop, stop_rx) = watch::channel(false);
-    let mut acting = if config.algo.is_off_policy() {
+    let mut acting = if off_policy {
         let runner = offpolicy::OffPolicyRunner {
             actor_id: args.actor_id,
             config,
@@ -150,8 +151,11 @@ async fn main() -> anyhow::Result<()> {
         result = &mut inserting => return result.context("inserter panicked")?,
     }
     let _ = stop.send(true);
-    // The acting thread finishes its rollout; the inserter flushes what it holds.
-    let _ = tokio::time::timeout(Duration::from_secs(10), acting).await;
-    let _ = tokio::time::timeout(Duration::from_secs(10), inserting).await;
+    // The acting thread finishes its rollout; the inserter flushes what it holds. An
+    // off-policy actor's last transitions can wait on the replay server's rate limiter until
+    // the learner catches up (seconds): at shutdown they are worth less than a prompt exit.
+    let grace = Duration::from_secs(if off_policy { 1 } else { 10 });
+    let _ = tokio::time::timeout(grace, acting).await;
+    let _ = tokio::time::timeout(grace, inserting).await;
     Ok(())
 }

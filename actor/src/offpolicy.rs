@@ -111,7 +111,8 @@ impl OffPolicyRunner {
         };
         let seed = self.config.seed + 1000 * self.actor_id as u64;
         tch::manual_seed((self.config.seed + 7919 * self.actor_id as u64) as i64);
-        let mut explorer = Explorer::new(&side.explore, &space, m, seed ^ 0x9e37_79b9);
+        let mut explorer = Explorer::new(&side.explore, &space, m, seed ^ 0x9e37_79b9)
+            .shared_by(self.config.actors.count);
         let mut nsteps: Vec<NStep> = (0..m)
             .map(|_| NStep::new(side.n_step, side.discount))
             .collect();

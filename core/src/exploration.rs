@@ -16,7 +16,11 @@ pub struct Explorer {
     rng: SmallRng,
     /// Ornstein-Uhlenbeck state per env and action dimension.
     ou: Vec<Vec<f64>>,
+    /// This explorer's own env steps.
     steps: u64,
+    /// Explorers (actor processes) that share the schedule: `random_steps` and
+    /// `epsilon_decay_steps` count the run's env steps, estimated as own steps times this.
+    sharers: u64,
 }
 
 impl Explorer {
@@ -28,17 +32,33 @@ impl Explorer {
             rng: SmallRng::seed_from_u64(seed),
             ou: vec![vec![0.0; space.flat_dim()]; m],
             steps: 0,
+            sharers: 1,
         }
+    }
+
+    /// Counts the schedule in the run's env steps, for `actors` actor processes stepping at
+    /// about the same rate (as `fleetrl train`'s local actors do), so that a preset's warm-up
+    /// and epsilon decay mean the same thing whatever the actor count. Knowing the exact
+    /// global count would take a round trip to the learner for every decision; the estimate
+    /// is off only while actors join or leave.
+    pub fn shared_by(mut self, actors: u32) -> Explorer {
+        self.sharers = u64::from(actors.max(1));
+        self
+    }
+
+    /// The run's env steps so far, as this explorer estimates them.
+    fn run_steps(&self) -> u64 {
+        self.steps * self.sharers
     }
 
     /// Whether the policy's output is needed for the next step (false in the random warm-up).
     pub fn needs_policy(&self) -> bool {
-        self.steps >= self.config.random_steps
+        self.run_steps() >= self.config.random_steps
     }
 
     /// The current epsilon (discrete actions).
     pub fn epsilon(&self) -> f64 {
-        self.config.epsilon(self.steps)
+        self.config.epsilon(self.run_steps())
     }
 
     /// Env actions for the next step from the policy's discrete choices or `[M * A]` continuous
@@ -161,6 +181,30 @@ mod tests {
         assert_eq!(
             e.actions(&[3, 1], &[], 2),
             vec![Action::Discrete(3), Action::Discrete(1)]
+        );
+    }
+
+    #[test]
+    fn a_shared_schedule_counts_every_actors_steps() {
+        let config = Exploration {
+            random_steps: 8,
+            epsilon_start: 1.0,
+            epsilon_end: 0.0,
+            epsilon_decay_steps: 100,
+            ..Exploration::default()
+        };
+        let mut e = Explorer::new(&config, &Space::Discrete { n: 2 }, 1, 1).shared_by(4);
+        e.actions(&[0], &[], 1);
+        assert!(!e.needs_policy(), "4 run steps of 8 random ones");
+        e.actions(&[0], &[], 1);
+        assert!(e.needs_policy());
+        for _ in 0..23 {
+            e.actions(&[0], &[], 1);
+        }
+        assert_eq!(
+            e.epsilon(),
+            0.0,
+            "25 own steps x 4 actors = the 100-step decay"
         );
     }
 

@@ -31,7 +31,8 @@ impl OffPolicyRunner {
         let width = model.state_size();
         let seed = self.config.seed + 1000 * self.actor_id as u64;
         tch::manual_seed((self.config.seed + 7919 * self.actor_id as u64) as i64);
-        let mut explorer = Explorer::new(&dqn.explore, &space, m, seed ^ 0x9e37_79b9);
+        let mut explorer = Explorer::new(&dqn.explore, &space, m, seed ^ 0x9e37_79b9)
+            .shared_by(self.config.actors.count);
         let mut builders = sequence_builders(&dqn, m)?;
         let mut state = RnnState::zeros(m as i64, width, Device::Cpu);
         let mut version = self.wait_for_weights(&mut model)?;

@@ -161,14 +161,14 @@ pub enum NoiseKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Exploration {
-    /// Env steps (per actor process, over its envs) of uniformly random actions at the
-    /// start, before the policy acts.
+    /// Env steps of the run (all actors, estimated as each actor's own steps times
+    /// `actors.count`) of uniformly random actions at the start, before the policy acts.
     pub random_steps: u64,
     /// Epsilon-greedy (discrete actions): epsilon at the start.
     pub epsilon_start: f64,
     /// Epsilon-greedy: epsilon after the decay.
     pub epsilon_end: f64,
-    /// Epsilon-greedy: env steps (per actor process) of linear decay.
+    /// Epsilon-greedy: env steps of the run (counted as `random_steps` is) of linear decay.
     pub epsilon_decay_steps: u64,
     /// Continuous actions: the noise added to the policy's action.
     pub noise: NoiseKind,

@@ -1,0 +1,116 @@
+//! Where an off-policy update's time goes, without the pipeline: one preset's gradient update
+//! on a synthetic batch of its batch size, decoding a sampled (stacked) batch into tch tensors,
+//! exporting the weights (what the learner publishes), importing them (what an actor does on a
+//! new version) and one action for one env. Compare the update's time with the learner's
+//! `fleetrl_learner_update_seconds` per update in a real run to see the pipeline's share.
+//!
+//! `cargo run --release -p fleetrl-core --example offpolicy_timing -- <preset> [key=value]...`
+
+use std::time::Instant;
+
+use fleetrl_core::algos::offpolicy::{build, build_model, replay_options};
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::envs::{make_configured, Space};
+use fleetrl_core::models::Policy;
+use fleetrl_core::transition::{field, TransitionBatch};
+use fleetrl_proto::{Tensor, TensorMap};
+
+/// A stacked batch of `b` transitions as the replay server sends it.
+fn stacked(obs: &Space, action: &Space, b: usize) -> TensorMap {
+    let d = obs.flat_dim();
+    let rows = |n: usize| {
+        (0..b * n)
+            .map(|i| (i % 13) as f32 / 13.0)
+            .collect::<Vec<f32>>()
+    };
+    let action = match action {
+        Space::Discrete { n } => Tensor::from_slice(
+            &[b as i64],
+            &(0..b as i64).map(|i| i % n).collect::<Vec<_>>(),
+        ),
+        Space::Box { .. } => {
+            let a = action.flat_dim();
+            Tensor::from_slice(&[b as i64, a as i64], &rows(a))
+        }
+    };
+    TensorMap::from_pairs([
+        (
+            field::OBS,
+            Tensor::from_slice(&[b as i64, d as i64], &rows(d)),
+        ),
+        (field::ACTION, action),
+        (field::REWARD, Tensor::from_slice(&[b as i64], &rows(1))),
+        (
+            field::DISCOUNT,
+            Tensor::from_slice(&[b as i64], &vec![0.99f32; b]),
+        ),
+        (
+            field::NEXT_OBS,
+            Tensor::from_slice(&[b as i64, d as i64], &rows(d)),
+        ),
+        (
+            field::POLICY_VERSION,
+            Tensor::from_slice(&[b as i64], &vec![0i64; b]),
+        ),
+    ])
+}
+
+/// Mean seconds of `f` over `n` calls, after 10 warm-up calls.
+fn time(n: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..10 {
+        f();
+    }
+    let start = Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    start.elapsed().as_secs_f64() / n as f64
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (preset, overrides) = args
+        .split_first()
+        .expect("usage: offpolicy_timing <preset> [key=value]...");
+    let config = RunConfig::load(preset, overrides).expect("the preset loads");
+    tch::set_num_threads(config.learner.torch_threads as i32);
+    tch::set_num_interop_threads(1);
+    let env = make_configured(&config.env).expect("env");
+    let (obs, action) = (env.observation_space(), env.action_space());
+    let cpu = tch::Device::Cpu;
+    let model = build_model(&config, &obs, &action, cpu).expect("model");
+    let target = build_model(&config, &obs, &action, cpu).expect("model");
+    let mut algo = build(&config, model, target);
+    let b = replay_options(&config.algo).expect("off-policy").batch_size as usize;
+    let sample = stacked(&obs, &action, b);
+    let batch = TransitionBatch::from_stacked(&sample, cpu).expect("batch");
+
+    let update = time(300, || {
+        algo.update(&batch);
+    });
+    let decode = time(300, || {
+        TransitionBatch::from_stacked(&sample, cpu).expect("batch");
+    });
+    let export = time(300, || {
+        algo.model().export().expect("export");
+    });
+    let weights = algo.model().export().expect("export");
+    let mut actor = build_model(&config, &obs, &action, cpu).expect("model");
+    let import = time(300, || actor.import(&weights).expect("import"));
+    let one = tch::Tensor::zeros([1, obs.flat_dim() as i64], (tch::Kind::Float, cpu));
+    let act = time(2000, || {
+        actor.act(&one, false);
+    });
+    println!(
+        "{} {}: update (batch {b}) {:.3} ms | decode batch {:.1} us | export weights {:.1} us | \
+         import weights {:.1} us | act (1 env) {:.1} us | learner bound {:.0} updates/s",
+        config.env.id,
+        config.algo.name(),
+        update * 1e3,
+        decode * 1e6,
+        export * 1e6,
+        import * 1e6,
+        act * 1e6,
+        1.0 / update,
+    );
+}
