@@ -68,8 +68,8 @@ pub async fn connect(addr: &str, patience: Duration) -> Result<Channel, ConnectE
 /// actor's link to the learner): hyper's adaptive flow control instead of the fixed windows
 /// (it starts at 64 KiB and grows the windows to twice the measured bandwidth-delay product,
 /// at most 16 MiB). Measured with `broadcast_bench` (50M f32, loopback, 2 shared cores, load
-/// 4-7, interleaved with the fixed windows): one subscriber received a version faster in
-/// 13 of 13 pairs (median 0.12 s vs 0.19 s); 16 subscribers, no difference (7 of 13).
+/// 3.6-6.9, interleaved with the fixed windows): one subscriber received a version faster in
+/// 14 of 14 pairs (median 0.13 s vs 0.20 s); 16 subscribers, no difference (8 of 14).
 /// Frame size stays at 1 MiB: 16 KiB frames were 1.2-1.6x slower in the same runs.
 pub async fn connect_weights_subscriber(
     addr: &str,
