@@ -70,7 +70,7 @@ pub async fn connect(addr: &str, patience: Duration) -> Result<Channel, ConnectE
 /// at most 16 MiB). Measured with `broadcast_bench` (50M f32, loopback, 2 shared cores, load
 /// 3.6-6.9, interleaved with the fixed windows): one subscriber received a version faster in
 /// 14 of 14 pairs (median 0.13 s vs 0.20 s); 16 subscribers, no difference (8 of 14).
-/// Frame size stays at 1 MiB: 16 KiB frames were 1.2-1.6x slower in the same runs.
+/// Frame size stays at 1 MiB: 16 KiB frames were up to 1.9x slower in the same runs.
 pub async fn connect_weights_subscriber(
     addr: &str,
     patience: Duration,
