@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("serving health on {}", args.health_listen))?;
     let patience = Duration::from_secs(args.connect_patience_s);
-    let learner = net::connect(&args.learner, patience)
+    let learner = net::connect_weights_subscriber(&args.learner, patience)
         .await
         .context("connecting to the learner")?;
     let spec = learner_link::client(learner.clone())

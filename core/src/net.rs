@@ -61,24 +61,51 @@ pub fn normalize_addr(addr: &str) -> String {
 /// Connects to `addr`, retrying every 100 ms for up to `patience` (servers may still be
 /// starting: the launcher, compose and Kubernetes start roles in any order).
 pub async fn connect(addr: &str, patience: Duration) -> Result<Channel, ConnectError> {
-    let uri = normalize_addr(addr);
-    let endpoint = Endpoint::from_shared(uri.clone())
-        .map_err(|e| ConnectError::BadAddress {
+    connect_endpoint(endpoint(addr)?, addr, patience).await
+}
+
+/// [`connect`] for a connection whose bulk traffic is the weight subscription coming in (an
+/// actor's link to the learner): hyper's adaptive flow control instead of the fixed windows
+/// (it starts at 64 KiB and grows the windows to twice the measured bandwidth-delay product,
+/// at most 16 MiB). Measured with `broadcast_bench` (50M f32, loopback, 2 shared cores, load
+/// 3.6-6.9, interleaved with the fixed windows): one subscriber received a version faster in
+/// 14 of 14 pairs (median 0.13 s vs 0.20 s); 16 subscribers, no difference (8 of 14).
+/// Frame size stays at 1 MiB: 16 KiB frames were up to 1.9x slower in the same runs.
+pub async fn connect_weights_subscriber(
+    addr: &str,
+    patience: Duration,
+) -> Result<Channel, ConnectError> {
+    connect_endpoint(endpoint(addr)?.http2_adaptive_window(true), addr, patience).await
+}
+
+/// `addr` with fleetrl's connection settings.
+fn endpoint(addr: &str) -> Result<Endpoint, ConnectError> {
+    let endpoint =
+        Endpoint::from_shared(normalize_addr(addr)).map_err(|e| ConnectError::BadAddress {
             addr: addr.to_string(),
             message: e.to_string(),
-        })?
+        })?;
+    Ok(endpoint
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES);
+        .max_frame_size(MAX_FRAME_BYTES))
+}
+
+/// Connects to `endpoint` (made from `addr`), retrying every 100 ms for up to `patience`.
+async fn connect_endpoint(
+    endpoint: Endpoint,
+    addr: &str,
+    patience: Duration,
+) -> Result<Channel, ConnectError> {
     let deadline = tokio::time::Instant::now() + patience;
     loop {
         match endpoint.connect().await {
             Ok(channel) => return Ok(channel),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(ConnectError::Unreachable {
-                    addr: uri,
+                    addr: normalize_addr(addr),
                     seconds: patience.as_secs_f64(),
                     message: e.to_string(),
                 });

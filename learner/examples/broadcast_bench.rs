@@ -128,7 +128,7 @@ async fn subscribe(
     start: watch::Receiver<Option<Instant>>,
     ready: Arc<AtomicU32>,
 ) -> anyhow::Result<(f64, u64)> {
-    let channel = net::connect(&addr, Duration::from_secs(10)).await?;
+    let channel = net::connect_weights_subscriber(&addr, Duration::from_secs(10)).await?;
     let mut client =
         LearnerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let request = SubscribeWeightsRequest {
