@@ -11,6 +11,7 @@ use anyhow::Context;
 use fleetrl_core::algos::offpolicy::build_model;
 use fleetrl_core::broadcast::Received;
 use fleetrl_core::config::{AlgoConfig, Exploration, RunConfig};
+use fleetrl_core::envs::VecEnv;
 use fleetrl_core::exploration::Explorer;
 use fleetrl_core::models::{OffPolicyModel, Policy};
 use fleetrl_core::policy_loader::load_policy;
@@ -118,8 +119,7 @@ impl OffPolicyRunner {
             .collect();
         let mut version = self.wait_for_weights(&mut model)?;
         let mut obs = envs.reset(seed).to_vec();
-        let report_every = self.config.actors.rollout_length.max(1) as u64;
-        let mut since_report = 0u64;
+        let mut unreported = 0u64;
         tracing::info!(
             actor_id = self.actor_id,
             version,
@@ -159,19 +159,37 @@ impl OffPolicyRunner {
                 }
             }
             obs.copy_from_slice(&out.obs);
-            for item in items {
-                if self.items.blocking_send(item).is_err() {
-                    return Ok(());
-                }
-            }
-            since_report += m as u64;
-            if since_report >= report_every {
-                self.report(envs.drain_episodes(), since_report, version);
-                since_report = 0;
-            }
-            version = self.refresh_weights(&mut model, version)?;
+            let next = self.finish_step(items, &mut envs, &mut unreported, &mut model, version)?;
+            let Some(next) = next else {
+                return Ok(());
+            };
+            version = next;
         }
         Ok(())
+    }
+
+    /// The end of one step of every env, shared by both acting loops: hands the step's items
+    /// to the inserter, reports progress once `actors.rollout_length` env steps are
+    /// unreported, and takes newer weights. `None`: the inserter is gone (the run is stopping).
+    fn finish_step(
+        &mut self,
+        items: Vec<TensorMap>,
+        envs: &mut VecEnv,
+        unreported: &mut u64,
+        model: &mut OffPolicyModel,
+        version: i64,
+    ) -> anyhow::Result<Option<i64>> {
+        for item in items {
+            if self.items.blocking_send(item).is_err() {
+                return Ok(None);
+            }
+        }
+        *unreported += envs.num_envs() as u64;
+        if *unreported >= self.config.actors.rollout_length.max(1) as u64 {
+            self.report(envs.drain_episodes(), *unreported, version);
+            *unreported = 0;
+        }
+        self.refresh_weights(model, version).map(Some)
     }
 
     fn report(&self, episodes: Vec<fleetrl_core::envs::Episode>, env_steps: u64, acted: i64) {

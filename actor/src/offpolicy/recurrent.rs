@@ -37,8 +37,7 @@ impl OffPolicyRunner {
         let mut state = RnnState::zeros(m as i64, width, Device::Cpu);
         let mut version = self.wait_for_weights(&mut model)?;
         let mut obs = envs.reset(seed).to_vec();
-        let report_every = self.config.actors.rollout_length.max(1) as u64;
-        let mut since_report = 0u64;
+        let mut unreported = 0u64;
         tracing::info!(actor_id = self.actor_id, version, envs = m, "acting (R2D2)");
         while !*self.stop.borrow() {
             let batch = Tensor::from_slice(&obs).view([m as i64, obs_dim as i64]);
@@ -77,17 +76,11 @@ impl OffPolicyRunner {
             }
             state = next.masked(&Tensor::from_slice(&keep));
             obs.copy_from_slice(&out.obs);
-            for item in items {
-                if self.items.blocking_send(item).is_err() {
-                    return Ok(());
-                }
-            }
-            since_report += m as u64;
-            if since_report >= report_every {
-                self.report(envs.drain_episodes(), since_report, version);
-                since_report = 0;
-            }
-            version = self.refresh_weights(&mut model, version)?;
+            let next = self.finish_step(items, &mut envs, &mut unreported, &mut model, version)?;
+            let Some(next) = next else {
+                return Ok(());
+            };
+            version = next;
         }
         Ok(())
     }
