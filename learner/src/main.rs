@@ -16,10 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
 use fleetrl_core::replay_client;
 use fleetrl_core::telemetry::{self, EventWriter};
-use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::setup::{build_algorithm, Restored};
@@ -138,23 +136,7 @@ async fn main() -> anyhow::Result<()> {
             config.learner.broadcast_dtype,
         )),
     };
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<LearnerServiceServer<service::Learner>>()
-        .await;
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    telemetry::announce_listening(listener.local_addr()?);
-    fleetrl_core::net::server()
-        .add_service(health_service)
-        .add_service(
-            LearnerServiceServer::new(service)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
-        )
-        .serve_with_incoming_shutdown(net::incoming(listener), net::shutdown_signal())
-        .await?;
+    service::serve(&args.listen, service).await?;
 
     tracing::info!("shutting down: writing a final checkpoint");
     prefetch.abort();

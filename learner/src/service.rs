@@ -15,8 +15,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status};
 
+use anyhow::Context;
 use fleetrl_core::broadcast::{self, EncodedCache};
-use fleetrl_core::net::MAX_MESSAGE_BYTES;
+use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
+use fleetrl_core::telemetry;
+use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
 
 use crate::metrics::LearnerMetrics;
 use crate::stats::Stats;
@@ -156,4 +159,25 @@ impl LearnerService for Learner {
             policy_version: version,
         }))
     }
+}
+
+/// Serves the learner service and health on `listen` until a shutdown signal: the same for
+/// the on- and the off-policy learner.
+pub(crate) async fn serve(listen: &str, service: Learner) -> anyhow::Result<()> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<LearnerServiceServer<Learner>>().await;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    telemetry::announce_listening(listener.local_addr()?);
+    net::server()
+        .add_service(health_service)
+        .add_service(
+            LearnerServiceServer::new(service)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .serve_with_incoming_shutdown(net::incoming(listener), net::shutdown_signal())
+        .await?;
+    Ok(())
 }

@@ -248,22 +248,46 @@ impl Trainer {
             let stats = self.stats.lock().expect("stats lock poisoned");
             (stats.policy_version, stats.env_steps_trained)
         };
-        let meta = CheckpointMeta {
-            policy_version: version,
+        let learned = Learned {
+            params: self.algo.model().named_parameters(),
+            state: self.algo.state(),
             updates: self.algo.updates(),
-            env_steps,
-            env_id: self.config.env.id.clone(),
         };
-        let model = self.algo.model().named_parameters();
-        let path = checkpoint::save_and_prune(
+        save_checkpoint(
             &self.checkpoint_dir,
-            &model,
-            &self.algo.state(),
-            &meta,
             &self.config,
+            learned,
+            version,
+            env_steps,
         )
-        .map_err(|e| e.to_string())?;
-        tracing::debug!(path = %path.display(), version, "checkpoint written");
-        Ok((path, version))
     }
+}
+
+/// What a checkpoint keeps of an algorithm, on- or off-policy: the model's parameters, the
+/// optimiser (and target network) state and the update count.
+pub(crate) struct Learned {
+    pub(crate) params: Vec<(String, tch::Tensor)>,
+    pub(crate) state: Vec<(String, tch::Tensor)>,
+    pub(crate) updates: u64,
+}
+
+/// Writes a checkpoint of policy `version` after `env_steps` (pruning old ones): the one
+/// place both trainers save.
+pub(crate) fn save_checkpoint(
+    dir: &std::path::Path,
+    config: &RunConfig,
+    learned: Learned,
+    version: i64,
+    env_steps: u64,
+) -> Saved {
+    let meta = CheckpointMeta {
+        policy_version: version,
+        updates: learned.updates,
+        env_steps,
+        env_id: config.env.id.clone(),
+    };
+    let path = checkpoint::save_and_prune(dir, &learned.params, &learned.state, &meta, config)
+        .map_err(|e| e.to_string())?;
+    tracing::debug!(path = %path.display(), version, "checkpoint written");
+    Ok((path, version))
 }

@@ -17,11 +17,9 @@ use fleetrl_core::buffers::RateLimiterSpec;
 use fleetrl_core::checkpoint;
 use fleetrl_core::config::{AlgoConfig, RunConfig};
 use fleetrl_core::envs;
-use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
 use fleetrl_core::replay_client::{self, sample_stream, SampleOptions};
-use fleetrl_core::telemetry::{self, EventWriter};
+use fleetrl_core::telemetry::EventWriter;
 use fleetrl_core::transition;
-use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::setup::run_spec;
@@ -124,7 +122,7 @@ pub(crate) async fn run(config: RunConfig, at: Endpoints) -> anyhow::Result<()> 
             config.learner.broadcast_dtype,
         )),
     };
-    serve(&at.listen, service).await?;
+    service::serve(&at.listen, service).await?;
 
     tracing::info!("shutting down: writing a final checkpoint");
     sampling.abort();
@@ -221,26 +219,4 @@ async fn bridge_checkpoints(mut work: mpsc::Receiver<Work>, tasks: mpsc::Sender<
             }
         }
     }
-}
-
-/// Serves the learner service and health until a shutdown signal.
-async fn serve(listen: &str, service: service::Learner) -> anyhow::Result<()> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<LearnerServiceServer<service::Learner>>()
-        .await;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding {listen}"))?;
-    telemetry::announce_listening(listener.local_addr()?);
-    net::server()
-        .add_service(health_service)
-        .add_service(
-            LearnerServiceServer::new(service)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
-        )
-        .serve_with_incoming_shutdown(net::incoming(listener), net::shutdown_signal())
-        .await?;
-    Ok(())
 }

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use fleetrl_core::algos::offpolicy::{publish_interval, OffPolicyAlgorithm};
 use fleetrl_core::algos::Metrics;
-use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::{ReplayOptions, RunConfig};
 use fleetrl_core::replay_client::ShardBatch;
 use fleetrl_core::telemetry::EventWriter;
@@ -18,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::priorities::PriorityUpdate;
 use crate::metrics::LearnerMetrics;
 use crate::stats::Stats;
-use crate::trainer::Saved;
+use crate::trainer::{save_checkpoint, Learned, Saved};
 
 /// What the trainer thread is asked to do, in arrival order.
 pub(crate) enum Task {
@@ -205,21 +204,17 @@ impl OffPolicyTrainer {
             let stats = self.stats.lock().expect("stats lock poisoned");
             (stats.policy_version, stats.env_steps_reported())
         };
-        let meta = CheckpointMeta {
-            policy_version: version,
+        let learned = Learned {
+            params: self.algo.model().named_parameters(),
+            state: self.algo.state(),
             updates: self.algo.updates(),
-            env_steps,
-            env_id: self.config.env.id.clone(),
         };
-        let model = self.algo.model().named_parameters();
-        let path = checkpoint::save_and_prune(
+        save_checkpoint(
             &self.checkpoint_dir,
-            &model,
-            &self.algo.state(),
-            &meta,
             &self.config,
+            learned,
+            version,
+            env_steps,
         )
-        .map_err(|e| e.to_string())?;
-        Ok((path, version))
     }
 }
