@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fleetrl_core::broadcast::{Received, Receiver, DEFAULT_CHUNK_BYTES};
+use fleetrl_core::broadcast::{wire, Received, Receiver, DEFAULT_CHUNK_BYTES};
 use fleetrl_core::net::MAX_MESSAGE_BYTES;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::{ReportEpisodesRequest, SubscribeWeightsRequest};
@@ -20,14 +20,14 @@ pub(crate) fn client(channel: Channel) -> LearnerServiceClient<Channel> {
 }
 
 /// Keeps `latest` set to the newest published weights, resubscribing after errors. Weights
-/// arrive in chunks ([`fleetrl_core::broadcast`]) that are written into f32 tensors here, off
-/// the env loop, which only copies the finished tensors into its model between rollouts.
+/// arrive in chunks ([`fleetrl_core::broadcast`]), read straight off the HTTP/2 stream
+/// ([`wire::subscribe`]) and written into f32 tensors here, off the env loop, which only
+/// copies the finished tensors into its model between rollouts.
 pub(crate) async fn follow_weights(
     channel: Channel,
     latest: watch::Sender<Option<Arc<Received>>>,
     metrics: Arc<ActorMetrics>,
 ) {
-    let mut client = client(channel);
     let mut after_version = -1;
     // Outlives resubscriptions, so its tensors are reused across them.
     let mut receiver = Receiver::default();
@@ -36,11 +36,10 @@ pub(crate) async fn follow_weights(
             after_version,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
         };
-        match client.subscribe_weights(request).await {
-            Ok(response) => {
-                let mut stream = response.into_inner();
+        match wire::subscribe(channel.clone(), request).await {
+            Ok(mut stream) => {
                 while let Ok(Some(message)) = stream.message().await {
-                    let weights = match receiver.push(message) {
+                    let weights = match receiver.push_wire(message) {
                         Ok(Some(weights)) => weights,
                         Ok(None) => continue,
                         Err(error) => {

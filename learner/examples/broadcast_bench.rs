@@ -6,96 +6,34 @@
 //! The server streams with [`fleetrl_core::broadcast::subscription`] (what the learner's
 //! `SubscribeWeights` runs for chunked subscribers) behind a real tonic server; each subscriber
 //! is a task with its own connection that runs the actor's receive path: chunked subscription
-//! into a [`Receiver`]. Like an actor, which already holds its model, each subscriber first
-//! receives one untimed version of the same model, so the timed version is written into
-//! tensors it already owns. `--stages` times each stage of the path for one subscriber, without
-//! the network, including the swap an actor's env loop does (copying into its model).
+//! into a [`Receiver`]. `--framing wire` (the default) frames the stream as the learner and
+//! the actors do ([`fleetrl_core::broadcast::wire`]); `--framing tonic` through tonic's codec
+//! and generated client, for comparison. Like an actor in a run, each subscriber first
+//! receives two untimed versions of the same model, so the timed version is written into
+//! tensors it already owns, and the learner's f16 version into buffers of a version everyone
+//! is done with (the first versions of a run pay for fresh memory once). `--stages` times each
+//! stage of the path for one
+//! subscriber, without the network, including the swap an actor's env loop does (copying
+//! into its model).
 //!
 //!   broadcast_bench --params 1000000,50000000 --subscribers 1,16,64 --dtype f32
 //!   broadcast_bench --stages --params 50000000 --dtype f32,f16
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fleetrl_core::broadcast::{self, EncodedCache, Receiver, DEFAULT_CHUNK_BYTES};
+use fleetrl_core::broadcast::wire::{LearnerRoutes, WeightsOnly};
+use fleetrl_core::broadcast::{self, Receiver, DEFAULT_CHUNK_BYTES};
 use fleetrl_core::config::BroadcastDtype;
 use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
-use fleetrl_proto::v1::learner_service_server::{LearnerService, LearnerServiceServer};
-use fleetrl_proto::v1::{
-    GetRunSpecRequest, GetStatusRequest, LearnerStatus, ReportEpisodesRequest,
-    ReportEpisodesResponse, RunSpec, SaveCheckpointRequest, SaveCheckpointResponse,
-    SubscribeWeightsRequest, Weights,
-};
+use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
+use fleetrl_proto::v1::{SubscribeWeightsRequest, Weights};
 use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
-use futures::{Stream, StreamExt};
-use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
-use tonic::{Request, Response, Status};
-
-/// Only the weight stream; the learner's other calls are not part of this benchmark.
-struct Publisher {
-    weights: watch::Receiver<Arc<Weights>>,
-    cache: Arc<EncodedCache>,
-    subscribers: Arc<AtomicU32>,
-}
-
-type WeightStream = Pin<Box<dyn Stream<Item = Result<Weights, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl LearnerService for Publisher {
-    async fn get_run_spec(
-        &self,
-        _: Request<GetRunSpecRequest>,
-    ) -> Result<Response<RunSpec>, Status> {
-        Err(Status::unimplemented("benchmark"))
-    }
-
-    type SubscribeWeightsStream = WeightStream;
-
-    async fn subscribe_weights(
-        &self,
-        request: Request<SubscribeWeightsRequest>,
-    ) -> Result<Response<WeightStream>, Status> {
-        let request = request.into_inner();
-        let count = self.subscribers.clone();
-        count.fetch_add(1, Ordering::SeqCst);
-        let stream = broadcast::subscription(
-            self.weights.clone(),
-            self.cache.clone(),
-            request.after_version,
-            request.chunk_bytes.max(1) as usize,
-            move || count.load(Ordering::Relaxed),
-        )
-        .map(|m| m.map_err(|e| Status::internal(e.to_string())));
-        Ok(Response::new(Box::pin(stream)))
-    }
-
-    async fn report_episodes(
-        &self,
-        _: Request<ReportEpisodesRequest>,
-    ) -> Result<Response<ReportEpisodesResponse>, Status> {
-        Err(Status::unimplemented("benchmark"))
-    }
-
-    async fn get_status(
-        &self,
-        _: Request<GetStatusRequest>,
-    ) -> Result<Response<LearnerStatus>, Status> {
-        Err(Status::unimplemented("benchmark"))
-    }
-
-    async fn save_checkpoint(
-        &self,
-        _: Request<SaveCheckpointRequest>,
-    ) -> Result<Response<SaveCheckpointResponse>, Status> {
-        Err(Status::unimplemented("benchmark"))
-    }
-}
 
 /// A model of `params` f32 parameters in tensors of at most 1M elements.
 fn model(params: usize, version: i64) -> Weights {
@@ -120,30 +58,62 @@ fn model(params: usize, version: i64) -> Weights {
     }
 }
 
+/// How messages are framed on the wire: by tonic's codec (the generated server and client),
+/// or by [`broadcast::wire`] (what the learner and the actors use).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Framing {
+    Tonic,
+    Wire,
+}
+
 /// One subscriber: the actor's receive path, until version `want` is in its tensors. Returns
 /// the seconds from `start` and the bytes of the timed version it received.
 async fn subscribe(
     addr: String,
+    framing: Framing,
     want: i64,
     start: watch::Receiver<Option<Instant>>,
     ready: Arc<AtomicU32>,
 ) -> anyhow::Result<(f64, u64)> {
     let channel = net::connect_weights_subscriber(&addr, Duration::from_secs(10)).await?;
-    let mut client =
-        LearnerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let request = SubscribeWeightsRequest {
         after_version: -1,
         chunk_bytes: DEFAULT_CHUNK_BYTES,
     };
-    let mut stream = client.subscribe_weights(request).await?.into_inner();
     let mut receiver = Receiver::default();
     let mut bytes = 0u64;
-    while let Some(message) = stream.message().await? {
-        if message.version == want {
-            bytes += message.chunk.len() as u64;
+    let mut stock = None;
+    let mut wire = None;
+    if framing == Framing::Tonic {
+        let mut client =
+            LearnerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+        stock = Some(client.subscribe_weights(request).await?.into_inner());
+    } else {
+        wire = Some(broadcast::wire::subscribe(channel, request).await?);
+    }
+    loop {
+        let (version, chunk, done) = if let Some(stream) = stock.as_mut() {
+            let Some(message) = stream.message().await? else {
+                break;
+            };
+            (
+                message.version,
+                message.chunk.len(),
+                receiver.push(message)?,
+            )
+        } else {
+            let stream = wire.as_mut().expect("one of the two");
+            let Some(message) = stream.message().await? else {
+                break;
+            };
+            let chunk = message.chunk_len();
+            (message.header.version, chunk, receiver.push_wire(message)?)
+        };
+        if version == want {
+            bytes += chunk as u64;
         }
         // Earlier versions are dropped at once: their tensors go back for the next to reuse.
-        let Some(weights) = receiver.push(message)? else {
+        let Some(weights) = done else {
             continue;
         };
         if weights.version < want {
@@ -162,38 +132,44 @@ async fn broadcast_case(
     params: usize,
     subscribers: usize,
     dtype: BroadcastDtype,
+    framing: Framing,
 ) -> anyhow::Result<serde_json::Value> {
     let (tx, rx) = watch::channel(Arc::new(model(params, 0)));
-    let count = Arc::new(AtomicU32::new(0));
-    let service = Publisher {
-        weights: rx,
-        cache: Arc::new(EncodedCache::new(dtype)),
-        subscribers: count.clone(),
-    };
+    let service = WeightsOnly::new(rx, dtype);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let server = tokio::spawn(
-        net::server()
-            .add_service(
+    let incoming = net::incoming(listener);
+    let server = tokio::spawn(async move {
+        let router = if framing == Framing::Tonic {
+            net::server().add_service(
                 LearnerServiceServer::new(service)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES),
             )
-            .serve_with_incoming(net::incoming(listener)),
-    );
-    let next = model(params, 1);
+        } else {
+            net::server().add_service(LearnerRoutes::new(service))
+        };
+        router.serve_with_incoming(incoming).await
+    });
     let (start_tx, start_rx) = watch::channel(None);
     let ready = Arc::new(AtomicU32::new(0));
     let tasks: Vec<_> = (0..subscribers)
         .map(|_| {
             let addr = format!("http://{addr}");
-            tokio::spawn(subscribe(addr, 1, start_rx.clone(), ready.clone()))
+            tokio::spawn(subscribe(addr, framing, 2, start_rx.clone(), ready.clone()))
         })
         .collect();
-    // Every subscriber receives an untimed version 0 (its model); then time version 1.
-    while (ready.load(Ordering::SeqCst) as usize) < subscribers {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    // Every subscriber receives untimed versions 0 (its model) and 1 (as in a run, where the
+    // version before the last is done with and its buffers are reused); then time version 2.
+    for warmup in 1..=2 {
+        while (ready.load(Ordering::SeqCst) as usize) < warmup * subscribers {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if warmup == 1 {
+            tx.send_replace(Arc::new(model(params, 1)));
+        }
     }
+    let next = model(params, 2);
     start_tx.send_replace(Some(Instant::now()));
     tx.send_replace(Arc::new(Weights {
         published_unix_nanos: broadcast::now_unix_nanos(),
@@ -212,6 +188,7 @@ async fn broadcast_case(
     let all = *times.last().expect("at least one subscriber");
     Ok(serde_json::json!({
         "kind": "grpc",
+        "framing": format!("{framing:?}").to_lowercase(),
         "params": params,
         "subscribers": subscribers,
         "dtype": format!("{dtype:?}").to_lowercase(),
@@ -293,43 +270,41 @@ fn timed<R>(f: impl FnOnce() -> R) -> (f64, R) {
 }
 
 /// Each stage of one version's way to one subscriber, without the network (which the
-/// broadcast cases measure): the learner's preparation (once per version), what each
-/// subscriber's stream costs the learner (prost encoding of the chunk messages into a reused
-/// buffer, as tonic's encoder does), the actor's prost decoding and writing into its tensors
-/// (a second version, so the tensors are reused), and the env loop's swap into the model.
+/// broadcast cases measure): the learner's preparation (once per version, into the buffers of a finished one), what each
+/// subscriber's stream costs the learner (framing the messages: [`broadcast::wire::frames`]),
+/// the actor's writing into its tensors (a second version, so the tensors are reused), and
+/// the env loop's swap into the model.
 fn stages_case(params: usize, dtype: BroadcastDtype) -> anyhow::Result<serde_json::Value> {
     let (old, new) = (model(params, 0), model(params, 1));
     let mut receiver = Receiver::default();
+    let pool = broadcast::HalfPool::default();
     for m in broadcast::chunked(
-        &broadcast::encode(&old, dtype)?,
+        &broadcast::encode_with(&old, dtype, &pool)?,
         DEFAULT_CHUNK_BYTES as usize,
         1,
     ) {
         receiver.push(m)?;
     }
-    let (encode_s, encoded) = timed(|| broadcast::encode(&new, dtype));
+    let (encode_s, encoded) = timed(|| broadcast::encode_with(&new, dtype, &pool));
     let messages = broadcast::chunked(&encoded?, DEFAULT_CHUNK_BYTES as usize, 1);
-    let mut buf = Vec::new();
-    let (send_s, ()) = timed(|| {
-        for m in &messages {
-            buf.clear();
-            buf.reserve(m.encoded_len());
-            m.encode(&mut buf).expect("a Vec grows");
-        }
-    });
-    let wire: Vec<bytes::Bytes> = messages
-        .iter()
-        .map(|m| bytes::Bytes::from(m.encode_to_vec()))
-        .collect();
-    let (decode_s, decoded) = timed(|| {
-        wire.iter()
-            .map(|b| Weights::decode(b.clone()))
-            .collect::<Result<Vec<_>, _>>()
+    let (send_s, framed) = timed(|| {
+        messages
+            .iter()
+            .map(|m| broadcast::wire::frames(m.clone()))
+            .collect::<Vec<_>>()
     });
     let (receive_s, received) = timed(|| -> anyhow::Result<_> {
         let mut done = None;
-        for m in decoded? {
-            done = receiver.push(m)?.or(done);
+        for (m, (_, chunk)) in messages.into_iter().zip(framed) {
+            let header = Weights {
+                chunk: Default::default(),
+                ..m
+            };
+            let wire = broadcast::wire::WireWeights {
+                header,
+                chunk: vec![chunk],
+            };
+            done = receiver.push_wire(wire)?.or(done);
         }
         done.context("the version completes")
     });
@@ -349,8 +324,7 @@ fn stages_case(params: usize, dtype: BroadcastDtype) -> anyhow::Result<serde_jso
         "params": params,
         "dtype": format!("{dtype:?}").to_lowercase(),
         "learner_encode_s": encode_s,
-        "per_subscriber_prost_encode_s": send_s,
-        "prost_decode_s": decode_s,
+        "per_subscriber_framing_s": send_s,
         "receive_into_tensors_s": receive_s,
         "swap_into_model_s": swap_s,
     }))
@@ -394,6 +368,16 @@ async fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    let framings: Vec<Framing> = list(&args, "--framing", "wire")
+        .iter()
+        .map(|f| match f.as_str() {
+            "wire" => Ok(Framing::Wire),
+            "tonic" => Ok(Framing::Tonic),
+            other => Err(anyhow::anyhow!(
+                "--framing must be wire or tonic, got `{other}`"
+            )),
+        })
+        .collect::<anyhow::Result<_>>()?;
     let tcp_bytes: usize = list(&args, "--tcp-bytes", "1000000000")[0].parse()?;
     println!("{}", tcp_case(tcp_bytes, 1).await?);
     for &s in &subscribers {
@@ -408,12 +392,15 @@ async fn main() -> anyhow::Result<()> {
                 // carrying what one subscriber receives, right before and right after the
                 // case (the machine's load varies); the faster of the two is the limit.
                 let each = p * if dtype == BroadcastDtype::F16 { 2 } else { 4 };
-                let before = tcp_case(each, s).await?;
-                let mut case = broadcast_case(p, s, dtype).await?;
-                let after = tcp_case(each, s).await?;
-                let rate = |r: &serde_json::Value| r["aggregate_mb_per_s"].as_f64().unwrap_or(0.0);
-                case["tcp_mb_per_s"] = rate(&before).max(rate(&after)).into();
-                println!("{case}");
+                for &framing in &framings {
+                    let before = tcp_case(each, s).await?;
+                    let mut case = broadcast_case(p, s, dtype, framing).await?;
+                    let after = tcp_case(each, s).await?;
+                    let rate =
+                        |r: &serde_json::Value| r["aggregate_mb_per_s"].as_f64().unwrap_or(0.0);
+                    case["tcp_mb_per_s"] = rate(&before).max(rate(&after)).into();
+                    println!("{case}");
+                }
             }
         }
     }

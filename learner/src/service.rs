@@ -172,11 +172,7 @@ pub(crate) async fn serve(listen: &str, service: Learner) -> anyhow::Result<()> 
     telemetry::announce_listening(listener.local_addr()?);
     net::server()
         .add_service(health_service)
-        .add_service(
-            LearnerServiceServer::new(service)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
-        )
+        .add_service(broadcast::wire::LearnerRoutes::new(service))
         .serve_with_incoming_shutdown(net::incoming(listener), net::shutdown_signal())
         .await?;
     Ok(())

@@ -10,11 +10,20 @@
 //! version to version (f16 widened as it arrives) and hands back a whole [`Received`] version:
 //! no reassembly buffer, no decode pass, no fresh model-sized allocation per version.
 
+mod narrow;
 mod receive;
 mod send;
+pub mod wire;
 
+pub use narrow::{convert, convert_with, HalfPool};
 pub use receive::{Received, Receiver};
-pub use send::{chunked, convert, encode, subscription, Encoded, EncodedCache, EncodedTensor};
+pub use send::{chunked, encode, encode_with, subscription, Encoded, EncodedCache, EncodedTensor};
+
+// Tensor bytes go on the wire as they lie in memory: little-endian.
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "the weight broadcast assumes a little-endian machine"
+);
 
 use fleetrl_proto::TensorError;
 

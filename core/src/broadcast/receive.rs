@@ -4,11 +4,13 @@
 
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use fleetrl_proto::v1::{Weights, WeightsSlice};
 use fleetrl_proto::{Dtype, Tensor as ProtoTensor};
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use tch::{Kind, Tensor};
 
+use super::wire::WireWeights;
 use super::BroadcastError;
 
 /// Sets of tensors that finished versions gave back, for the next versions to write into.
@@ -103,19 +105,35 @@ pub struct Receiver {
 impl Receiver {
     /// Takes the next message of the stream; returns the version it completes, if any.
     pub fn push(&mut self, msg: Weights) -> Result<Option<Received>, BroadcastError> {
+        let chunk = [msg.chunk.clone()];
+        self.push_parts(&msg, &chunk)
+    }
+
+    /// [`Receiver::push`] for a message read by [`super::wire::subscribe`]: the chunk's
+    /// pieces are written into place one after the other, never joined.
+    pub fn push_wire(&mut self, msg: WireWeights) -> Result<Option<Received>, BroadcastError> {
+        self.push_parts(&msg.header, &msg.chunk)
+    }
+
+    /// `msg` with its chunk in `chunk` (`msg.chunk` is not read).
+    fn push_parts(
+        &mut self,
+        msg: &Weights,
+        chunk: &[Bytes],
+    ) -> Result<Option<Received>, BroadcastError> {
         if let Some(params) = &msg.params {
             let mut tensors = Vec::with_capacity(params.tensors.len());
             for (name, t) in &params.tensors {
                 tensors.push((name.clone(), to_f32_tensor(t)?));
             }
             tensors.sort_by(|a, b| a.0.cmp(&b.0));
-            return Ok(Some(self.finish(&msg, tensors)));
+            return Ok(Some(self.finish(msg, tensors)));
         }
         let slice = msg
             .slice
             .as_ref()
             .ok_or(BroadcastError::Empty(msg.version))?;
-        let result = self.write(&msg, slice);
+        let result = self.write(msg, slice, chunk);
         if result.is_err() {
             if let Some(partial) = self.partial.take() {
                 self.pool.give(partial.done);
@@ -128,6 +146,7 @@ impl Receiver {
         &mut self,
         msg: &Weights,
         slice: &WeightsSlice,
+        chunk: &[Bytes],
     ) -> Result<Option<Received>, BroadcastError> {
         if slice.index == 0 && slice.offset == 0 {
             if slice.count == 0 {
@@ -149,7 +168,7 @@ impl Receiver {
                 message: format!("continues tensor {} under another name", slice.index),
             });
         }
-        partial.write_chunk(msg.version, &slice.name, &msg.chunk)?;
+        partial.write_chunk(msg.version, &slice.name, chunk)?;
         if partial.offset < partial.wire_bytes {
             return Ok(None);
         }
@@ -253,15 +272,17 @@ impl Partial {
         Ok(())
     }
 
-    /// Writes `chunk` at the current offset of the current tensor, widening f16.
+    /// Writes `chunk` (its pieces one after the other) at the current offset of the current
+    /// tensor, widening f16.
     fn write_chunk(
         &mut self,
         version: i64,
         name: &str,
-        chunk: &[u8],
+        chunk: &[Bytes],
     ) -> Result<(), BroadcastError> {
         let size = self.wire.size();
-        let end = self.offset + chunk.len() as u64;
+        let length: usize = chunk.iter().map(Bytes::len).sum();
+        let end = self.offset + length as u64;
         if end > self.wire_bytes {
             return Err(BroadcastError::Overrun {
                 version,
@@ -270,13 +291,12 @@ impl Partial {
                 size: self.wire_bytes,
             });
         }
-        if !chunk.len().is_multiple_of(size) {
+        if !length.is_multiple_of(size) {
             return Err(BroadcastError::BadSlice {
                 version,
                 name: name.to_string(),
                 message: format!(
-                    "{} bytes is not a whole number of {:?} elements",
-                    chunk.len(),
+                    "{length} bytes is not a whole number of {:?} elements",
                     self.wire
                 ),
             });
@@ -287,11 +307,15 @@ impl Partial {
             .expect("begin_tensor pushed the destination");
         let first = self.offset as usize / size;
         if self.wire == Dtype::F16 {
-            let out = &mut elements_mut::<f32>(dest)[first..first + chunk.len() / 2];
-            widen_f16(chunk, out);
+            let out = &mut elements_mut::<f32>(dest)[first..first + length / 2];
+            widen_f16_pieces(chunk, out);
         } else {
-            let start = self.offset as usize;
-            elements_mut::<u8>(dest)[start..start + chunk.len()].copy_from_slice(chunk);
+            let mut at = self.offset as usize;
+            let dest = elements_mut::<u8>(dest);
+            for piece in chunk {
+                dest[at..at + piece.len()].copy_from_slice(piece);
+                at += piece.len();
+            }
         }
         self.offset = end;
         Ok(())
@@ -318,15 +342,49 @@ fn elements_mut<T>(t: &mut Tensor) -> &mut [T] {
     unsafe { std::slice::from_raw_parts_mut(ptr, len) }
 }
 
-/// Widens little-endian f16 `bytes` into `out` (same element count). The bytes of a received
-/// chunk need not be 2-byte aligned, so they go through an aligned buffer of bits first.
+/// Widens the little-endian f16 elements in `pieces` (joined, a whole number of elements)
+/// into `out`. A piece may end inside an element: frames are cut wherever flow control cuts.
+fn widen_f16_pieces(pieces: &[Bytes], out: &mut [f32]) {
+    let mut at = 0;
+    let mut low: Option<u8> = None;
+    for piece in pieces {
+        let mut bytes = &piece[..];
+        if let (Some(b), Some((&high, rest))) = (low, bytes.split_first()) {
+            out[at] = half::f16::from_le_bytes([b, high]).to_f32();
+            at += 1;
+            low = None;
+            bytes = rest;
+        }
+        let whole = bytes.len() / 2;
+        widen_f16(&bytes[..whole * 2], &mut out[at..at + whole]);
+        at += whole;
+        if bytes.len() % 2 == 1 {
+            low = Some(bytes[bytes.len() - 1]);
+        }
+    }
+}
+
+/// Widens little-endian f16 `bytes` into `out` (same element count), with the CPU's vector
+/// conversion (F16C on x86) and no allocation. A received chunk need not be 2-byte aligned;
+/// one that is not goes through a small aligned buffer.
 fn widen_f16(bytes: &[u8], out: &mut [f32]) {
-    let bits: Vec<u16> = bytes
-        .chunks_exact(2)
-        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-        .collect();
-    bits.reinterpret_cast::<half::f16>()
-        .convert_to_f32_slice(out);
+    // SAFETY: every bit pattern is a valid u16; `align_to` only reinterprets the aligned middle.
+    let (head, bits, tail) = unsafe { bytes.align_to::<u16>() };
+    if cfg!(target_endian = "little") && head.is_empty() && tail.is_empty() {
+        bits.reinterpret_cast::<half::f16>()
+            .convert_to_f32_slice(out);
+        return;
+    }
+    const BLOCK: usize = 4096;
+    let mut buffer = [0u16; BLOCK];
+    for (bytes, out) in bytes.chunks(BLOCK * 2).zip(out.chunks_mut(BLOCK)) {
+        let bits = &mut buffer[..out.len()];
+        for (b, pair) in bits.iter_mut().zip(bytes.chunks_exact(2)) {
+            *b = u16::from_le_bytes([pair[0], pair[1]]);
+        }
+        bits.reinterpret_cast::<half::f16>()
+            .convert_to_f32_slice(out);
+    }
 }
 
 fn kind_of(dtype: Dtype) -> Kind {

@@ -5,41 +5,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use fleetrl_proto::v1::{Weights, WeightsSlice};
-use fleetrl_proto::{Dtype, Tensor as ProtoTensor, TensorError, TensorMap};
+use fleetrl_proto::Dtype;
 use futures::{Stream, StreamExt};
 use tokio::sync::{watch, Mutex};
 use tokio_stream::wrappers::WatchStream;
 
+use super::narrow::{convert_with, HalfPool};
 use super::BroadcastError;
 use crate::config::BroadcastDtype;
-
-/// Largest finite f16 value; f32 tensors with larger magnitudes (a running count in the
-/// observation statistics) stay f32 rather than overflow.
-const F16_MAX: f64 = 65504.0;
-
-/// `params` with every f32 tensor in `dtype` (others, and f32 tensors f16 cannot hold,
-/// unchanged).
-pub fn convert(params: &TensorMap, dtype: BroadcastDtype) -> Result<TensorMap, TensorError> {
-    if dtype == BroadcastDtype::F32 {
-        return Ok(params.clone());
-    }
-    let mut out = TensorMap::default();
-    for (name, t) in &params.tensors {
-        let converted = if t.checked_dtype()? == Dtype::F32 {
-            let full = tch::Tensor::try_from(t)?;
-            let fits = full.numel() == 0 || full.abs().max().double_value(&[]) <= F16_MAX;
-            if fits {
-                ProtoTensor::try_from(&full.to_kind(tch::Kind::Half))?
-            } else {
-                t.clone()
-            }
-        } else {
-            t.clone()
-        };
-        out.tensors.insert(name.clone(), converted);
-    }
-    Ok(out)
-}
 
 /// One tensor of a prepared version: its bytes as they go on the wire.
 #[derive(Debug, Clone)]
@@ -75,12 +48,21 @@ impl Encoded {
 /// Prepares the params of `weights` in `dtype`. In f32 nothing is copied: the tensors' bytes
 /// are shared with `weights`.
 pub fn encode(weights: &Weights, dtype: BroadcastDtype) -> Result<Encoded, BroadcastError> {
+    encode_with(weights, dtype, &HalfPool::default())
+}
+
+/// [`encode`], f16 tensors written into buffers of earlier versions from `pool`.
+pub fn encode_with(
+    weights: &Weights,
+    dtype: BroadcastDtype,
+    pool: &HalfPool,
+) -> Result<Encoded, BroadcastError> {
     let params = weights
         .params
         .as_ref()
         .ok_or(BroadcastError::Empty(weights.version))?;
     let mut tensors = Vec::with_capacity(params.tensors.len());
-    for (name, t) in convert(params, dtype)?.tensors {
+    for (name, t) in convert_with(params, dtype, pool)?.tensors {
         tensors.push(EncodedTensor {
             dtype: t.validate()?,
             name,
@@ -138,10 +120,12 @@ pub fn chunked(encoded: &Encoded, chunk_bytes: usize, subscribers: u32) -> Vec<W
 
 /// The newest prepared version, shared by all subscribers: the first to ask for a version
 /// prepares it (on a blocking thread: f16 conversion is tensor work), the others reuse it.
+/// f16 versions are written into the buffers of versions every subscriber is done with.
 #[derive(Debug)]
 pub struct EncodedCache {
     dtype: BroadcastDtype,
     newest: Mutex<Option<Arc<Encoded>>>,
+    pool: HalfPool,
 }
 
 impl EncodedCache {
@@ -150,6 +134,7 @@ impl EncodedCache {
         EncodedCache {
             dtype,
             newest: Mutex::new(None),
+            pool: HalfPool::default(),
         }
     }
 
@@ -159,8 +144,8 @@ impl EncodedCache {
         if let Some(e) = newest.as_ref().filter(|e| e.version == weights.version) {
             return Ok(e.clone());
         }
-        let dtype = self.dtype;
-        let encoded = tokio::task::spawn_blocking(move || encode(&weights, dtype))
+        let (dtype, pool) = (self.dtype, self.pool.clone());
+        let encoded = tokio::task::spawn_blocking(move || encode_with(&weights, dtype, &pool))
             .await
             .map_err(|e| BroadcastError::Encode(e.to_string()))??;
         let encoded = Arc::new(encoded);
@@ -201,6 +186,8 @@ pub fn subscription(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broadcast::convert;
+    use fleetrl_proto::TensorMap;
     use crate::broadcast::test_weights as weights;
 
     #[test]

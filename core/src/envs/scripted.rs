@@ -68,7 +68,7 @@ impl Env for Scripted {
         self.t += 1;
         self.last_action = a as f32;
         if let Some(lives) = &mut self.lives {
-            if self.t % (self.len / 2).max(1) == 0 {
+            if self.t.is_multiple_of((self.len / 2).max(1)) {
                 *lives = lives.saturating_sub(1);
             }
         }
