@@ -85,9 +85,22 @@ impl ActorMetrics {
         }
     }
 
+    /// Copies the received weights `w` into the acting model with `load`, timing the env
+    /// loop's pause, and records the swap; `w`'s version.
+    pub(crate) fn apply_weights<E: std::error::Error + Send + Sync + 'static>(
+        &self,
+        w: &fleetrl_core::broadcast::Received,
+        load: impl FnOnce(&[(String, tch::Tensor)]) -> Result<(), E>,
+    ) -> anyhow::Result<i64> {
+        let swap = std::time::Instant::now();
+        w.with_tensors(load)?;
+        self.record_weights_applied(w.published_unix_nanos, swap.elapsed());
+        Ok(w.version)
+    }
+
     /// Records a swap to weights the learner published at `published_unix_nanos`, which
     /// paused the env loop for `swap`.
-    pub(crate) fn record_weights_applied(&self, published_unix_nanos: i64, swap: Duration) {
+    fn record_weights_applied(&self, published_unix_nanos: i64, swap: Duration) {
         self.weights_swap.set(swap.as_secs_f64());
         let latency = fleetrl_core::broadcast::seconds_since(published_unix_nanos);
         self.weights_apply_latency.set(latency);

@@ -193,8 +193,9 @@ impl OffPolicyRunner {
     }
 
     fn report(&self, episodes: Vec<fleetrl_core::envs::Episode>, env_steps: u64, acted: i64) {
+        let newest = self.weights.borrow().as_ref().map_or(acted, |w| w.version);
         self.metrics
-            .record_rollout(env_steps, &episodes, acted, acted);
+            .record_rollout(env_steps, &episodes, acted, newest);
         let mut progress = self.progress.lock().expect("progress lock poisoned");
         progress.episodes.extend(episodes);
         progress.env_steps += env_steps;
@@ -203,8 +204,9 @@ impl OffPolicyRunner {
     fn wait_for_weights(&mut self, model: &mut OffPolicyModel) -> anyhow::Result<i64> {
         loop {
             if let Some(w) = self.weights.borrow_and_update().clone() {
-                w.with_tensors(|tensors| model.load_named(tensors))?;
-                return Ok(w.version);
+                return self
+                    .metrics
+                    .apply_weights(&w, |tensors| model.load_named(tensors));
             }
             if *self.stop.borrow() {
                 anyhow::bail!("stopped before the first weights arrived");
@@ -224,8 +226,8 @@ impl OffPolicyRunner {
         if w.version <= version {
             return Ok(version);
         }
-        w.with_tensors(|tensors| model.load_named(tensors))?;
-        Ok(w.version)
+        self.metrics
+            .apply_weights(&w, |tensors| model.load_named(tensors))
     }
 }
 

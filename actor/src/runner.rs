@@ -116,11 +116,9 @@ impl Runner {
     fn wait_for_weights(&mut self, model: &mut ActorCritic) -> anyhow::Result<i64> {
         loop {
             if let Some(w) = self.weights.borrow_and_update().clone() {
-                let swap = std::time::Instant::now();
-                w.with_tensors(|tensors| model.load_named(tensors))?;
-                self.metrics
-                    .record_weights_applied(w.published_unix_nanos, swap.elapsed());
-                return Ok(w.version);
+                return self
+                    .metrics
+                    .apply_weights(&w, |tensors| model.load_named(tensors));
             }
             if *self.stop.borrow() {
                 anyhow::bail!("stopped before the first weights arrived");
@@ -170,10 +168,7 @@ impl Runner {
         if w.version <= version {
             return Ok(version);
         }
-        let swap = std::time::Instant::now();
-        w.with_tensors(|tensors| model.load_named(tensors))?;
         self.metrics
-            .record_weights_applied(w.published_unix_nanos, swap.elapsed());
-        Ok(w.version)
+            .apply_weights(&w, |tensors| model.load_named(tensors))
     }
 }

@@ -187,8 +187,8 @@ pub fn subscription(
 mod tests {
     use super::*;
     use crate::broadcast::convert;
-    use fleetrl_proto::TensorMap;
     use crate::broadcast::test_weights as weights;
+    use fleetrl_proto::TensorMap;
 
     #[test]
     fn chunks_follow_tensor_boundaries_in_whole_elements() {
