@@ -32,7 +32,7 @@ use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
 use fleetrl_proto::v1::{SubscribeWeightsRequest, Weights};
 use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 /// A model of `params` f32 parameters in tensors of at most 1M elements.
@@ -66,15 +66,23 @@ enum Framing {
     Wire,
 }
 
-/// One subscriber: the actor's receive path, until version `want` is in its tensors. Returns
-/// the seconds from `start` and the bytes of the timed version it received.
+/// Where subscribers run: as tasks of this process, or each in a process of its own (this
+/// program with `--subscriber ADDR`), as actors do.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Placement {
+    Tasks,
+    Processes,
+}
+
+/// One subscriber: the actor's receive path, until version `want` is in its tensors; calls
+/// `ready` as each earlier version is complete. Returns when it finished (Unix nanoseconds)
+/// and the bytes of version `want` it received.
 async fn subscribe(
     addr: String,
     framing: Framing,
     want: i64,
-    start: watch::Receiver<Option<Instant>>,
-    ready: Arc<AtomicU32>,
-) -> anyhow::Result<(f64, u64)> {
+    ready: impl Fn(),
+) -> anyhow::Result<(i64, u64)> {
     let channel = net::connect_weights_subscriber(&addr, Duration::from_secs(10)).await?;
     let request = SubscribeWeightsRequest {
         after_version: -1,
@@ -117,15 +125,60 @@ async fn subscribe(
             continue;
         };
         if weights.version < want {
-            ready.fetch_add(1, Ordering::SeqCst);
+            ready();
             continue;
         }
+        let finished = broadcast::now_unix_nanos();
         let floats = weights.with_tensors(|t| t.iter().all(|(_, t)| t.kind() == tch::Kind::Float));
         anyhow::ensure!(floats, "every tensor arrives as f32");
-        let started = start.borrow().context("measured before the start")?;
-        return Ok((started.elapsed().as_secs_f64(), bytes));
+        return Ok((finished, bytes));
     }
     anyhow::bail!("stream ended before version {want}")
+}
+
+/// Runs a part of the benchmark in a process of its own (`--subscriber` or `--tcp-reader`),
+/// on the runtime an actor has (tokio's default): says `ready` on stdout for each untimed
+/// version and `done NANOS BYTES` at the end.
+fn child_process(args: &[String], framing: Framing) -> anyhow::Result<()> {
+    // Ends with the benchmark, even one killed: its end closes our stdin.
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(1);
+    });
+    let runtime = tokio::runtime::Runtime::new()?;
+    let arg = |name: &str| list(args, name, "").pop().filter(|a| !a.is_empty());
+    let (finished, bytes) = if let Some(addr) = arg("--tcp-reader") {
+        runtime.block_on(read_stream(addr))?
+    } else {
+        let addr = arg("--subscriber").context("--subscriber ADDR or --tcp-reader ADDR")?;
+        let want = list(args, "--want", "2")[0].parse()?;
+        runtime.block_on(subscribe(addr, framing, want, || println!("ready")))?
+    };
+    println!("done {finished} {bytes}");
+    Ok(())
+}
+
+/// Runs this program with `args` (a [`child_process`]); counts its `ready` lines into
+/// `ready`; what it says when done.
+async fn spawn_self(args: Vec<String>, ready: Arc<AtomicU32>) -> anyhow::Result<(i64, u64)> {
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .args(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().context("piped stdout")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line == "ready" {
+            ready.fetch_add(1, Ordering::SeqCst);
+        } else if let Some(rest) = line.strip_prefix("done ") {
+            let (nanos, bytes) = rest.split_once(' ').context("done NANOS BYTES")?;
+            child.wait().await?;
+            return Ok((nanos.parse()?, bytes.parse()?));
+        }
+    }
+    anyhow::bail!("{args:?} ended without finishing: {}", child.wait().await?)
 }
 
 async fn broadcast_case(
@@ -133,6 +186,7 @@ async fn broadcast_case(
     subscribers: usize,
     dtype: BroadcastDtype,
     framing: Framing,
+    placement: Placement,
 ) -> anyhow::Result<serde_json::Value> {
     let (tx, rx) = watch::channel(Arc::new(model(params, 0)));
     let service = WeightsOnly::new(rx, dtype);
@@ -151,12 +205,23 @@ async fn broadcast_case(
         };
         router.serve_with_incoming(incoming).await
     });
-    let (start_tx, start_rx) = watch::channel(None);
     let ready = Arc::new(AtomicU32::new(0));
     let tasks: Vec<_> = (0..subscribers)
         .map(|_| {
-            let addr = format!("http://{addr}");
-            tokio::spawn(subscribe(addr, framing, 2, start_rx.clone(), ready.clone()))
+            let (addr, ready) = (format!("http://{addr}"), ready.clone());
+            match placement {
+                Placement::Tasks => tokio::spawn(async move {
+                    subscribe(addr, framing, 2, || {
+                        ready.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .await
+                }),
+                Placement::Processes => {
+                    let framing = format!("{framing:?}").to_lowercase();
+                    let args = ["--subscriber", &addr, "--framing", &framing, "--want", "2"];
+                    tokio::spawn(spawn_self(args.map(String::from).to_vec(), ready))
+                }
+            }
         })
         .collect();
     // Every subscriber receives untimed versions 0 (its model) and 1 (as in a run, where the
@@ -170,17 +235,17 @@ async fn broadcast_case(
         }
     }
     let next = model(params, 2);
-    start_tx.send_replace(Some(Instant::now()));
+    let published = broadcast::now_unix_nanos();
     tx.send_replace(Arc::new(Weights {
-        published_unix_nanos: broadcast::now_unix_nanos(),
+        published_unix_nanos: published,
         ..Weights::clone(&next)
     }));
     drop(next);
     let mut times = Vec::new();
     let mut bytes = 0;
     for t in tasks {
-        let (seconds, b) = t.await??;
-        times.push(seconds);
+        let (finished, b) = t.await??;
+        times.push((finished - published) as f64 * 1e-9);
         bytes += b;
     }
     server.abort();
@@ -189,6 +254,7 @@ async fn broadcast_case(
     Ok(serde_json::json!({
         "kind": "grpc",
         "framing": format!("{framing:?}").to_lowercase(),
+        "subscribers_as": format!("{placement:?}").to_lowercase(),
         "params": params,
         "subscribers": subscribers,
         "dtype": format!("{dtype:?}").to_lowercase(),
@@ -201,17 +267,36 @@ async fn broadcast_case(
     }))
 }
 
-/// `streams` plain TCP connections on loopback, each carrying `bytes`; aggregate rate.
-async fn tcp_case(bytes: usize, streams: usize) -> anyhow::Result<serde_json::Value> {
+/// `streams` plain TCP connections on loopback, each carrying `bytes`, read by tasks of this
+/// process or by processes of their own; aggregate rate from the first byte written to the
+/// last byte read.
+async fn tcp_case(
+    bytes: usize,
+    streams: usize,
+    placement: Placement,
+) -> anyhow::Result<serde_json::Value> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let sender = tokio::spawn(async move {
-        let block = vec![7u8; 4 << 20];
-        let mut writers = Vec::new();
-        for _ in 0..streams {
-            let (mut socket, _) = listener.accept().await?;
+    let addr = listener.local_addr()?.to_string();
+    let readers: Vec<_> = (0..streams)
+        .map(|_| match placement {
+            Placement::Tasks => tokio::spawn(read_stream(addr.clone())),
+            Placement::Processes => tokio::spawn(spawn_self(
+                vec!["--tcp-reader".into(), addr.clone()],
+                Arc::default(),
+            )),
+        })
+        .collect();
+    let mut sockets = Vec::new();
+    for _ in 0..streams {
+        sockets.push(listener.accept().await?.0);
+    }
+    let start = broadcast::now_unix_nanos();
+    let block = Arc::new(vec![7u8; 4 << 20]);
+    let writers: Vec<_> = sockets
+        .into_iter()
+        .map(|mut socket| {
             let block = block.clone();
-            writers.push(tokio::spawn(async move {
+            tokio::spawn(async move {
                 let mut left = bytes;
                 while left > 0 {
                     let n = left.min(block.len());
@@ -219,47 +304,57 @@ async fn tcp_case(bytes: usize, streams: usize) -> anyhow::Result<serde_json::Va
                     left -= n;
                 }
                 socket.shutdown().await
-            }));
-        }
-        for w in writers {
-            w.await??;
-        }
-        anyhow::Ok(())
-    });
-    let mut sockets = Vec::new();
-    for _ in 0..streams {
-        sockets.push(tokio::net::TcpStream::connect(addr).await?);
-    }
-    let start = Instant::now();
-    let readers: Vec<_> = sockets
-        .into_iter()
-        .map(|mut s| {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4 << 20];
-                let mut got = 0usize;
-                loop {
-                    let n = s.read(&mut buf).await?;
-                    if n == 0 {
-                        return anyhow::Ok(got);
-                    }
-                    got += n;
-                }
             })
         })
         .collect();
-    let mut total = 0;
-    for r in readers {
-        total += r.await??;
+    for w in writers {
+        w.await??;
     }
-    let seconds = start.elapsed().as_secs_f64();
-    sender.await??;
+    let (mut total, mut last) = (0, start);
+    for r in readers {
+        let (finished, got) = r.await??;
+        total += got;
+        last = last.max(finished);
+    }
+    let seconds = (last - start) as f64 * 1e-9;
     Ok(serde_json::json!({
         "kind": "tcp",
         "streams": streams,
+        "readers_as": format!("{placement:?}").to_lowercase(),
         "bytes_per_stream": bytes,
         "seconds": seconds,
         "aggregate_mb_per_s": total as f64 / seconds / 1e6,
     }))
+}
+
+/// Reads one TCP stream to its end; when it ended (Unix nanoseconds) and its bytes.
+async fn read_stream(addr: String) -> anyhow::Result<(i64, u64)> {
+    let mut socket = tokio::net::TcpStream::connect(addr).await?;
+    let mut buf = vec![0u8; 4 << 20];
+    let mut got = 0u64;
+    loop {
+        let n = socket.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((broadcast::now_unix_nanos(), got));
+        }
+        got += n as u64;
+    }
+}
+
+/// Whether `subscribers` processes, each holding a `params`-parameter f32 model and the
+/// version arriving into its spare tensors, plus what libtorch and the runtime allocate
+/// (RssAnon peaked at 188 MB in a 1M-parameter subscriber), fit in three quarters of the
+/// memory the kernel says is available.
+fn fits_in_memory(params: usize, subscribers: usize) -> bool {
+    let available_kb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?.to_string();
+            line.split_whitespace().nth(1)?.parse::<usize>().ok()
+        })
+        .unwrap_or(0);
+    let each = params * 4 * 2 + (200 << 20);
+    subscribers * each <= available_kb * 1024 / 4 * 3
 }
 
 /// Seconds `f` takes, and what it returns.
@@ -340,10 +435,27 @@ fn list(args: &[String], name: &str, default: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     tch::set_num_threads(1);
+    let framings: Vec<Framing> = list(&args, "--framing", "wire")
+        .iter()
+        .map(|f| match f.as_str() {
+            "wire" => Ok(Framing::Wire),
+            "tonic" => Ok(Framing::Tonic),
+            other => Err(anyhow::anyhow!(
+                "--framing must be wire or tonic, got `{other}`"
+            )),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if args.iter().any(|a| a == "--subscriber" || a == "--tcp-reader") {
+        return child_process(&args, framings[0]);
+    }
+    tokio::runtime::Runtime::new()?.block_on(benchmark(&args, &framings))
+}
+
+async fn benchmark(args: &[String], framings: &[Framing]) -> anyhow::Result<()> {
+    let args = args.to_vec();
     let params: Vec<usize> = list(&args, "--params", "1000000,50000000")
         .iter()
         .map(|p| p.parse())
@@ -368,21 +480,23 @@ async fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let framings: Vec<Framing> = list(&args, "--framing", "wire")
+    let placements: Vec<Placement> = list(&args, "--subscribers-as", "processes")
         .iter()
         .map(|f| match f.as_str() {
-            "wire" => Ok(Framing::Wire),
-            "tonic" => Ok(Framing::Tonic),
+            "processes" => Ok(Placement::Processes),
+            "tasks" => Ok(Placement::Tasks),
             other => Err(anyhow::anyhow!(
-                "--framing must be wire or tonic, got `{other}`"
+                "--subscribers-as must be processes or tasks, got `{other}`"
             )),
         })
         .collect::<anyhow::Result<_>>()?;
     let tcp_bytes: usize = list(&args, "--tcp-bytes", "1000000000")[0].parse()?;
-    println!("{}", tcp_case(tcp_bytes, 1).await?);
-    for &s in &subscribers {
-        if s > 1 {
-            println!("{}", tcp_case(tcp_bytes / s, s).await?);
+    for &placement in &placements {
+        println!("{}", tcp_case(tcp_bytes, 1, placement).await?);
+        for &s in &subscribers {
+            if s > 1 {
+                println!("{}", tcp_case(tcp_bytes / s, s, placement).await?);
+            }
         }
     }
     for &p in &params {
@@ -392,14 +506,25 @@ async fn main() -> anyhow::Result<()> {
                 // carrying what one subscriber receives, right before and right after the
                 // case (the machine's load varies); the faster of the two is the limit.
                 let each = p * if dtype == BroadcastDtype::F16 { 2 } else { 4 };
-                for &framing in &framings {
-                    let before = tcp_case(each, s).await?;
-                    let mut case = broadcast_case(p, s, dtype, framing).await?;
-                    let after = tcp_case(each, s).await?;
-                    let rate =
-                        |r: &serde_json::Value| r["aggregate_mb_per_s"].as_f64().unwrap_or(0.0);
-                    case["tcp_mb_per_s"] = rate(&before).max(rate(&after)).into();
-                    println!("{case}");
+                for &placement in &placements {
+                    if placement == Placement::Processes && !fits_in_memory(p, s) {
+                        let skipped = serde_json::json!({
+                            "kind": "skipped", "params": p, "subscribers": s,
+                            "why": "subscriber processes would not fit in the available memory",
+                        });
+                        println!("{skipped}");
+                        continue;
+                    }
+                    for &framing in framings {
+                        let before = tcp_case(each, s, placement).await?;
+                        let mut case = broadcast_case(p, s, dtype, framing, placement).await?;
+                        let after = tcp_case(each, s, placement).await?;
+                        let rate = |r: &serde_json::Value| {
+                            r["aggregate_mb_per_s"].as_f64().unwrap_or(0.0)
+                        };
+                        case["tcp_mb_per_s"] = rate(&before).max(rate(&after)).into();
+                        println!("{case}");
+                    }
                 }
             }
         }
