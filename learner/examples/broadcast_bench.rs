@@ -349,7 +349,10 @@ fn fits_in_memory(params: usize, subscribers: usize) -> bool {
     let available_kb = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?.to_string();
+            let line = m
+                .lines()
+                .find(|l| l.starts_with("MemAvailable:"))?
+                .to_string();
             line.split_whitespace().nth(1)?.parse::<usize>().ok()
         })
         .unwrap_or(0);
@@ -448,7 +451,10 @@ fn main() -> anyhow::Result<()> {
             )),
         })
         .collect::<anyhow::Result<_>>()?;
-    if args.iter().any(|a| a == "--subscriber" || a == "--tcp-reader") {
+    if args
+        .iter()
+        .any(|a| a == "--subscriber" || a == "--tcp-reader")
+    {
         return child_process(&args, framings[0]);
     }
     tokio::runtime::Runtime::new()?.block_on(benchmark(&args, &framings))
@@ -519,9 +525,8 @@ async fn benchmark(args: &[String], framings: &[Framing]) -> anyhow::Result<()> 
                         let before = tcp_case(each, s, placement).await?;
                         let mut case = broadcast_case(p, s, dtype, framing, placement).await?;
                         let after = tcp_case(each, s, placement).await?;
-                        let rate = |r: &serde_json::Value| {
-                            r["aggregate_mb_per_s"].as_f64().unwrap_or(0.0)
-                        };
+                        let rate =
+                            |r: &serde_json::Value| r["aggregate_mb_per_s"].as_f64().unwrap_or(0.0);
                         case["tcp_mb_per_s"] = rate(&before).max(rate(&after)).into();
                         println!("{case}");
                     }

@@ -32,6 +32,19 @@ pub struct Sandbox {
     replay: Role,
     learner: Role,
     actors: Vec<Actor>,
+    /// Where each role serves Prometheus metrics, when asked for ([`SandboxBuilder::metrics`]).
+    metrics: Option<Metrics>,
+}
+
+/// The metrics addresses of a sandbox's roles.
+#[derive(Debug, Clone, Copy)]
+pub struct Metrics {
+    /// The replay server's.
+    pub replay: SocketAddr,
+    /// The learner's.
+    pub learner: SocketAddr,
+    /// The first actor's.
+    pub actor: SocketAddr,
 }
 
 /// A running actor and the address of its health service.
@@ -47,6 +60,7 @@ pub struct SandboxBuilder {
     preset: String,
     actors: u32,
     overrides: Vec<String>,
+    metrics: bool,
 }
 
 impl Sandbox {
@@ -57,7 +71,14 @@ impl Sandbox {
             preset: "cartpole-ppo".to_string(),
             actors: 2,
             overrides: Vec::new(),
+            metrics: false,
         }
+    }
+
+    /// Where the roles serve metrics; `None` unless the sandbox was built with
+    /// [`SandboxBuilder::metrics`].
+    pub fn metrics(&self) -> Option<Metrics> {
+        self.metrics
     }
 
     /// A learner client.
@@ -105,7 +126,9 @@ impl Sandbox {
     /// Starts another actor with this id and waits for its health service.
     pub async fn add_actor(&mut self, id: u32) -> anyhow::Result<()> {
         let log = self.dir.join(format!("actor-{id}.log"));
-        let mut role = start_actor(&log, id, self.learner_addr, self.replay_addr).await?;
+        let metrics = self.metrics.filter(|_| self.actors.is_empty() && id == 0);
+        let extra = metrics_args(metrics.map(|m| m.actor));
+        let mut role = start_actor(&log, id, self.learner_addr, self.replay_addr, &extra).await?;
         let health_addr = role.listening_addr(PATIENCE, &log).await?;
         self.actors.push(Actor {
             id,
@@ -152,8 +175,9 @@ async fn start_actor(
     id: u32,
     learner: SocketAddr,
     replay: SocketAddr,
+    extra: &[String],
 ) -> anyhow::Result<Role> {
-    let args = [
+    let mut args = vec![
         "--learner".to_string(),
         learner.to_string(),
         "--replay".to_string(),
@@ -163,7 +187,19 @@ async fn start_actor(
         "--health-listen".to_string(),
         "127.0.0.1:0".to_string(),
     ];
+    args.extend_from_slice(extra);
     Role::start(&format!("actor-{id}"), "fleet-actor", &args, log).await
+}
+
+/// `--metrics-listen ADDR`, or nothing.
+fn metrics_args(addr: Option<SocketAddr>) -> Vec<String> {
+    addr.map(|a| vec!["--metrics-listen".to_string(), a.to_string()])
+        .unwrap_or_default()
+}
+
+/// A loopback address with a port that was free a moment ago.
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 impl SandboxBuilder {
@@ -185,6 +221,13 @@ impl SandboxBuilder {
         self
     }
 
+    /// Has the replay server, the learner and the first actor serve Prometheus metrics
+    /// ([`Sandbox::metrics`]).
+    pub fn metrics(mut self) -> Self {
+        self.metrics = true;
+        self
+    }
+
     /// Starts the processes and waits until both servers listen.
     pub async fn start(self) -> anyhow::Result<Sandbox> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -203,17 +246,28 @@ impl SandboxBuilder {
         std::fs::write(&config_path, config.to_toml())?;
         let cfg = config_path.display().to_string();
         let s = |x: &str| x.to_string();
+        let metrics = if self.metrics {
+            Some(Metrics {
+                replay: free_addr()?,
+                learner: free_addr()?,
+                actor: free_addr()?,
+            })
+        } else {
+            None
+        };
         let replay_log = dir.join("replay-server.log");
+        let mut replay_args = vec![s("--listen"), s("127.0.0.1:0"), s("--config"), cfg.clone()];
+        replay_args.extend(metrics_args(metrics.map(|m| m.replay)));
         let mut replay = Role::start(
             "replay-server",
             "fleet-replay-server",
-            &[s("--listen"), s("127.0.0.1:0"), s("--config"), cfg.clone()],
+            &replay_args,
             &replay_log,
         )
         .await?;
         let replay_addr = replay.listening_addr(PATIENCE, &replay_log).await?;
         let learner_log = dir.join("learner.log");
-        let learner_args = [
+        let mut learner_args = vec![
             s("--listen"),
             s("127.0.0.1:0"),
             s("--replay"),
@@ -223,6 +277,7 @@ impl SandboxBuilder {
             s("--run-dir"),
             dir.display().to_string(),
         ];
+        learner_args.extend(metrics_args(metrics.map(|m| m.learner)));
         let mut learner =
             Role::start("learner", "fleet-learner", &learner_args, &learner_log).await?;
         let learner_addr = learner.listening_addr(PATIENCE, &learner_log).await?;
@@ -233,6 +288,7 @@ impl SandboxBuilder {
             replay,
             learner,
             actors: Vec::new(),
+            metrics,
         };
         for id in 0..self.actors {
             sandbox.add_actor(id).await?;
