@@ -260,7 +260,7 @@ fn ppod_with_one_demo_solves_sparse_mountain_car_where_ppo_does_not() -> anyhow:
         .iter()
         .filter(|e| e["env_steps"].as_u64().unwrap() <= solved_at)
         .filter_map(|e| e["mean_return"].as_f64())
-        .last()
+        .next_back()
         .unwrap_or(0.0);
     assert!(ppo_then < 0.5, "plain PPO at {solved_at} steps: {ppo:#}");
     std::fs::remove_dir_all(&dir)?;
