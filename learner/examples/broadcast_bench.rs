@@ -438,19 +438,34 @@ fn list(args: &[String], name: &str, default: &str) -> Vec<String> {
         .collect()
 }
 
+/// The values of option `name` (comma-separated, `default` when absent), each one of `options`.
+fn choices<T: Copy>(
+    args: &[String],
+    name: &str,
+    default: &str,
+    options: &[(&str, T)],
+) -> anyhow::Result<Vec<T>> {
+    list(args, name, default)
+        .iter()
+        .map(|v| {
+            let found = options.iter().find(|(o, _)| o == v).map(|(_, t)| *t);
+            found.ok_or_else(|| {
+                let names: Vec<&str> = options.iter().map(|(o, _)| *o).collect();
+                anyhow::anyhow!("{name} must be one of {}, got `{v}`", names.join(", "))
+            })
+        })
+        .collect()
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     tch::set_num_threads(1);
-    let framings: Vec<Framing> = list(&args, "--framing", "wire")
-        .iter()
-        .map(|f| match f.as_str() {
-            "wire" => Ok(Framing::Wire),
-            "tonic" => Ok(Framing::Tonic),
-            other => Err(anyhow::anyhow!(
-                "--framing must be wire or tonic, got `{other}`"
-            )),
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let framings = choices(
+        &args,
+        "--framing",
+        "wire",
+        &[("wire", Framing::Wire), ("tonic", Framing::Tonic)],
+    )?;
     if args
         .iter()
         .any(|a| a == "--subscriber" || a == "--tcp-reader")
@@ -470,14 +485,12 @@ async fn benchmark(args: &[String], framings: &[Framing]) -> anyhow::Result<()> 
         .iter()
         .map(|p| p.parse())
         .collect::<Result<_, _>>()?;
-    let dtypes: Vec<BroadcastDtype> = list(&args, "--dtype", "f32")
-        .iter()
-        .map(|d| match d.as_str() {
-            "f16" => Ok(BroadcastDtype::F16),
-            "f32" => Ok(BroadcastDtype::F32),
-            other => Err(anyhow::anyhow!("--dtype must be f32 or f16, got `{other}`")),
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let dtypes = choices(
+        &args,
+        "--dtype",
+        "f32",
+        &[("f32", BroadcastDtype::F32), ("f16", BroadcastDtype::F16)],
+    )?;
     if args.iter().any(|a| a == "--stages") {
         for &p in &params {
             for &dtype in &dtypes {
@@ -486,16 +499,15 @@ async fn benchmark(args: &[String], framings: &[Framing]) -> anyhow::Result<()> 
         }
         return Ok(());
     }
-    let placements: Vec<Placement> = list(&args, "--subscribers-as", "processes")
-        .iter()
-        .map(|f| match f.as_str() {
-            "processes" => Ok(Placement::Processes),
-            "tasks" => Ok(Placement::Tasks),
-            other => Err(anyhow::anyhow!(
-                "--subscribers-as must be processes or tasks, got `{other}`"
-            )),
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let placements = choices(
+        &args,
+        "--subscribers-as",
+        "processes",
+        &[
+            ("processes", Placement::Processes),
+            ("tasks", Placement::Tasks),
+        ],
+    )?;
     let tcp_bytes: usize = list(&args, "--tcp-bytes", "1000000000")[0].parse()?;
     for &placement in &placements {
         println!("{}", tcp_case(tcp_bytes, 1, placement).await?);

@@ -23,7 +23,8 @@ const F16_MAX: f32 = 65504.0;
 /// cost more than they save).
 const PARALLEL_BYTES: usize = 4 << 20;
 
-/// Most buffers a pool keeps (a few versions of a model of many tensors).
+/// Most buffers a pool keeps between two conversions (a few versions of a model of many
+/// tensors).
 const POOL_BUFFERS: usize = 1024;
 
 /// f16 buffers that earlier versions are done with (every subscriber has sent their chunks),
@@ -47,6 +48,13 @@ impl HalfPool {
         };
         buffer.clear();
         buffer
+    }
+
+    /// Drops every spare: what a conversion did not take is surplus (buffers of versions a
+    /// slow subscriber held longer), so between conversions the pool holds at most the
+    /// buffers of the versions finished since the last one.
+    fn drop_spares(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// Bytes that share `halves` and give them back to the pool when the last one is dropped.
@@ -146,6 +154,7 @@ pub fn convert_with(
                 .collect()
         })
     };
+    pool.drop_spares();
     let mut out = params.clone();
     for (i, halves) in narrowed {
         let (name, t) = todo[i];
@@ -262,5 +271,26 @@ mod tests {
         let second = convert_with(&params, BroadcastDtype::F16, &pool).unwrap();
         assert_eq!(second.tensors["t0"].data.as_ptr(), address, "reused");
         assert_eq!(second, convert(&params, BroadcastDtype::F16).unwrap());
+    }
+
+    #[test]
+    fn a_conversion_drops_the_spares_it_did_not_need() {
+        let pool = HalfPool::default();
+        let params = params(&[1000]);
+        let held: Vec<_> = (0..3)
+            .map(|_| convert_with(&params, BroadcastDtype::F16, &pool).unwrap())
+            .collect();
+        drop(held);
+        assert_eq!(
+            pool.0.lock().unwrap().len(),
+            6,
+            "three versions' worth back"
+        );
+        let _next = convert_with(&params, BroadcastDtype::F16, &pool).unwrap();
+        assert_eq!(
+            pool.0.lock().unwrap().len(),
+            0,
+            "one version's worth reused, the rest dropped"
+        );
     }
 }

@@ -364,13 +364,14 @@ fn widen_f16_pieces(pieces: &[Bytes], out: &mut [f32]) {
     }
 }
 
-/// Widens little-endian f16 `bytes` into `out` (same element count), with the CPU's vector
-/// conversion (F16C on x86) and no allocation. A received chunk need not be 2-byte aligned;
+/// Widens little-endian f16 `bytes` into `out` (same element count; the machine is
+/// little-endian, see `super`), with the CPU's vector conversion (F16C on x86) and no
+/// allocation. A received chunk need not be 2-byte aligned;
 /// one that is not goes through a small aligned buffer.
 fn widen_f16(bytes: &[u8], out: &mut [f32]) {
     // SAFETY: every bit pattern is a valid u16; `align_to` only reinterprets the aligned middle.
     let (head, bits, tail) = unsafe { bytes.align_to::<u16>() };
-    if cfg!(target_endian = "little") && head.is_empty() && tail.is_empty() {
+    if head.is_empty() && tail.is_empty() {
         bits.reinterpret_cast::<half::f16>()
             .convert_to_f32_slice(out);
         return;
