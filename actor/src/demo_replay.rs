@@ -1,5 +1,5 @@
 //! PPO+D on the actor: the collector that replays demos at episode starts
-//! (`fleetrl_core::ppod`) and its link to the replay server's `DemoService` (on the first
+//! (`fleetrl_core::acting::ppod`) and its link to the replay server's `DemoService` (on the first
 //! replay shard): sync the demo buffers before each rollout, offer the finished episodes
 //! after it, and mirror rho, phi, the threshold and the demo counts into the metrics.
 
@@ -7,15 +7,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
+use fleetrl_core::acting::ppod::{DemoActing, DemoSet, ReplayDemo};
 use fleetrl_core::acting::{Acting, ActingError};
 use fleetrl_core::buffers::demos::DemoKind;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::demo::Demo;
 use fleetrl_core::envs::VecEnv;
+use fleetrl_core::items::demo::Demo;
+use fleetrl_core::items::rollout::{Bootstrap, RolloutBuilder};
 use fleetrl_core::models::Policy;
 use fleetrl_core::net;
-use fleetrl_core::ppod::{DemoActing, DemoSet, ReplayDemo};
-use fleetrl_core::rollout::{Bootstrap, RolloutBuilder};
 use fleetrl_core::telemetry::metrics::{Gauge, Registry};
 use fleetrl_proto::v1::demo_service_client::DemoServiceClient;
 use fleetrl_proto::v1::{

@@ -8,15 +8,15 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
+use fleetrl_core::acting::exploration::Explorer;
+use fleetrl_core::acting::policy_loader::load_policy;
 use fleetrl_core::algos::offpolicy::build_model;
 use fleetrl_core::broadcast::Received;
 use fleetrl_core::config::{AlgoConfig, Exploration, RunConfig};
 use fleetrl_core::envs::VecEnv;
-use fleetrl_core::exploration::Explorer;
+use fleetrl_core::items::rollout::Actions;
+use fleetrl_core::items::transition::{NStep, StepIn};
 use fleetrl_core::models::{OffPolicyModel, Policy};
-use fleetrl_core::policy_loader::load_policy;
-use fleetrl_core::rollout::Actions;
-use fleetrl_core::transition::{NStep, StepIn};
 use fleetrl_proto::TensorMap;
 use tokio::sync::{mpsc, watch};
 

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use anyhow::Context;
+use fleetrl_core::acting::eval::{eval_seed, evaluate_env, EvalResult};
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::eval::{eval_seed, evaluate_env, EvalResult};
 use fleetrl_core::models::Policy;
 
 /// Plays `episodes` deterministic episodes with the policy in checkpoint `path`.
@@ -26,7 +26,7 @@ pub(crate) fn evaluate_checkpoint(
 /// The policy saved in checkpoint `path` (any algorithm), on the CPU, and the run config it
 /// was trained with.
 pub(crate) fn load_policy(path: &Path) -> anyhow::Result<(Box<dyn Policy>, RunConfig)> {
-    Ok(fleetrl_core::policy_loader::load_policy(path)?)
+    Ok(fleetrl_core::acting::policy_loader::load_policy(path)?)
 }
 
 /// The `eval` subcommand: prints the mean return and writes `<checkpoint>/eval.json`.

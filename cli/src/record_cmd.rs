@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use fleetrl_core::demo::{self, DemoSource};
-use fleetrl_core::eval::record_episode_env;
+use fleetrl_core::acting::eval::record_episode_env;
+use fleetrl_core::items::demo::{self, DemoSource};
 
 use crate::eval_cmd::load_policy;
 
@@ -63,7 +63,7 @@ pub(crate) fn run(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Res
                 &mut std::io::stdin().lock(),
                 &mut std::io::stderr(),
             )?,
-            None => fleetrl_core::scripted::play(&env_id, seed, DemoSource::Scripted)?,
+            None => fleetrl_core::acting::scripted::play(&env_id, seed, DemoSource::Scripted)?,
         };
         let total = episode.total_reward();
         if args.min_return.is_some_and(|min| total < min) {

@@ -11,8 +11,8 @@ use std::time::Instant;
 use fleetrl_core::algos::offpolicy::{build, build_model, replay_options};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::{make_configured, Space};
+use fleetrl_core::items::transition::{field, TransitionBatch};
 use fleetrl_core::models::Policy;
-use fleetrl_core::transition::{field, TransitionBatch};
 use fleetrl_proto::{Tensor, TensorMap};
 
 /// A stacked batch of `b` transitions as the replay server sends it.

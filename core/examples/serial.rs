@@ -4,13 +4,13 @@
 //!
 //! `cargo run --release -p fleetrl-core --example serial -- configs/cartpole-a2c.toml [key=value]...`
 
+use fleetrl_core::acting::eval::evaluate;
 use fleetrl_core::acting::Acting;
 use fleetrl_core::algos;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::VecEnv;
-use fleetrl_core::eval::evaluate;
+use fleetrl_core::items::rollout::{RolloutBatch, RolloutBuilder};
 use fleetrl_core::models::ActorCritic;
-use fleetrl_core::rollout::{RolloutBatch, RolloutBuilder};
 use fleetrl_proto::{Tensor, TensorMap};
 
 fn main() {

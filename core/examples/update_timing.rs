@@ -8,8 +8,8 @@ use std::time::Instant;
 use fleetrl_core::algos::{Algorithm, Ppo};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::make;
+use fleetrl_core::items::rollout::{Actions, RolloutBatch};
 use fleetrl_core::models::{ActorCritic, Policy};
-use fleetrl_core::rollout::{Actions, RolloutBatch};
 use tch::Tensor;
 
 fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {

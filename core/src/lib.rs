@@ -4,7 +4,8 @@
 //! - [`models`]: tch networks and the policy the actors and learner share.
 //! - [`algos`]: the learning algorithms; their math is pure and unit-tested without an env.
 //! - [`buffers`]: replay tables (signature, samplers, removers, rate limiters).
-//! - [`rollout`]: the rollout item actors insert and the learner trains on.
+//! - [`items`]: what actors write (rollouts, transitions, sequences, demos).
+//! - [`acting`]: acting loops, exploration, PPO+D demo replay, evaluation.
 //! - [`config`]: the run configuration every binary reads.
 //! - [`telemetry`], [`checkpoint`]: logs, TensorBoard event files, checkpoints.
 
@@ -14,19 +15,11 @@ pub mod broadcast;
 pub mod buffers;
 pub mod checkpoint;
 pub mod config;
-pub mod demo;
 pub mod envs;
-pub mod eval;
-pub mod exploration;
+pub mod items;
 pub mod launch;
 pub mod models;
 pub mod net;
 pub mod optim;
-pub mod policy_loader;
-pub mod ppod;
 pub mod replay_client;
-pub mod rollout;
-pub mod scripted;
-pub mod sequences;
 pub mod telemetry;
-pub mod transition;

@@ -1,13 +1,13 @@
 //! PPO learns CartPole-v1 in one process with no policy lag (the serial mode): acting and
 //! updating alternate, as in SB3. Checks the algorithm apart from the distributed plumbing.
 
+use fleetrl_core::acting::eval::evaluate;
 use fleetrl_core::acting::Acting;
 use fleetrl_core::algos::{Algorithm, Ppo};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::VecEnv;
-use fleetrl_core::eval::evaluate;
+use fleetrl_core::items::rollout::{RolloutBatch, RolloutBuilder};
 use fleetrl_core::models::ActorCritic;
-use fleetrl_core::rollout::{RolloutBatch, RolloutBuilder};
 use fleetrl_proto::{Tensor, TensorMap};
 
 fn preset() -> RunConfig {

@@ -5,8 +5,8 @@
 use fleetrl_core::acting::Acting;
 use fleetrl_core::config::ModelConfig;
 use fleetrl_core::envs::VecEnv;
+use fleetrl_core::items::rollout::{RolloutBatch, RolloutBuilder};
 use fleetrl_core::models::{ActorCritic, RnnState, Sequence};
-use fleetrl_core::rollout::{RolloutBatch, RolloutBuilder};
 use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
 use tch::{Device, Tensor};
 

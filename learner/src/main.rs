@@ -114,7 +114,8 @@ async fn main() -> anyhow::Result<()> {
     if config.ppod.enabled && config.learner.tensorboard {
         demo_stats.spawn_poller(shards[0].clone(), Duration::from_secs(2));
     }
-    let table = fleetrl_core::rollout::table_spec(&config).context("building the rollout table")?;
+    let table =
+        fleetrl_core::items::rollout::table_spec(&config).context("building the rollout table")?;
     replay_client::ensure_table(&shards, &table, Duration::from_secs(120))
         .await
         .context("creating the rollout table on the replay server")?;

@@ -10,7 +10,7 @@ use std::time::Instant;
 use fleetrl_core::algos::{self, Algorithm, Metrics};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::rollout::RolloutBatch;
+use fleetrl_core::items::rollout::RolloutBatch;
 use fleetrl_core::telemetry::EventWriter;
 use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;

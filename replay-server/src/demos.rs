@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use fleetrl_core::buffers::demos::{self, DemoKind, DemoStore, DemoStoreConfig};
 use fleetrl_core::config::{PpodConfig, RunConfig};
-use fleetrl_core::demo::{self, Demo, DemoError};
 use fleetrl_core::envs::{self, Space};
+use fleetrl_core::items::demo::{self, Demo, DemoError};
 use fleetrl_proto::v1::demo_service_server::DemoService;
 use fleetrl_proto::v1::{
     self as pb, ConfigureDemosRequest, DemoState, DemoStateRequest, OfferDemosRequest,
@@ -300,10 +300,10 @@ impl DemoService for Demos {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetrl_core::demo::DemoSource;
+    use fleetrl_core::items::demo::DemoSource;
 
     fn scripted(seed: u64, source: DemoSource) -> Demo {
-        fleetrl_core::scripted::play("SparseMountainCar-v0", seed, source).unwrap()
+        fleetrl_core::acting::scripted::play("SparseMountainCar-v0", seed, source).unwrap()
     }
 
     /// Every `save_every` offers the server reads new supplementary demos (once each, a bad

@@ -80,7 +80,8 @@ async fn main() -> anyhow::Result<()> {
         // depends on the algorithm and, for BC, on the demos).
         if !run.algo.is_off_policy() {
             tables.push(
-                fleetrl_core::rollout::table_spec(&run).context("building the rollout table")?,
+                fleetrl_core::items::rollout::table_spec(&run)
+                    .context("building the rollout table")?,
             );
         }
     }

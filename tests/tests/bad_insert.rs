@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use fleetrl_core::envs;
-use fleetrl_core::rollout::{self, field};
+use fleetrl_core::items::rollout::{self, field};
 use fleetrl_proto::v1::InsertRequest;
 use fleetrl_proto::{Tensor, TensorMap};
 use fleetrl_tests::Sandbox;

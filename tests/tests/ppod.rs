@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::demo::{self, Demo, DemoSource, Recorder};
 use fleetrl_core::envs::{self, Action};
+use fleetrl_core::items::demo::{self, Demo, DemoSource, Recorder};
 use fleetrl_proto::v1::demo_service_client::DemoServiceClient;
 use fleetrl_proto::v1::{
     CandidateDemo, CheckpointRequest, ConfigureDemosRequest, OfferDemosRequest, SyncDemosRequest,
@@ -36,7 +36,7 @@ signature = [{ name = "x", dtype = "f32", shape = [1] }]
 /// (which never reaches the goal, and drops CartPole's pole at once).
 fn episode(env_id: &str, seed: u64, scripted: bool) -> Demo {
     if scripted {
-        return fleetrl_core::scripted::play(env_id, seed, DemoSource::Scripted).unwrap();
+        return fleetrl_core::acting::scripted::play(env_id, seed, DemoSource::Scripted).unwrap();
     }
     let mut env = envs::make(env_id).unwrap();
     let obs = env.reset(Some(seed));

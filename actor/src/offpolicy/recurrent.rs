@@ -6,12 +6,12 @@
 //! actor; n-step targets are the learner's job here, so steps go in raw.
 
 use anyhow::Context;
+use fleetrl_core::acting::exploration::Explorer;
 use fleetrl_core::algos::offpolicy::build_model;
 use fleetrl_core::config::{AlgoConfig, DqnConfig};
-use fleetrl_core::exploration::Explorer;
+use fleetrl_core::items::sequence::{keep_first_state, SequenceStep};
 use fleetrl_core::models::{Policy, RnnState};
 use fleetrl_core::replay_client::SequenceBuilder;
-use fleetrl_core::sequences::{keep_first_state, SequenceStep};
 use fleetrl_proto::TensorMap;
 use tch::{Device, Tensor};
 

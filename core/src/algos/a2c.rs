@@ -12,9 +12,9 @@ use super::pg::{explained_variance, linear_schedule, load_counter, tensor, Sampl
 use super::returns::{gae, normalize_advantage};
 use super::{Algorithm, Metrics};
 use crate::config::A2cConfig;
+use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
 use crate::optim::Adam;
-use crate::rollout::RolloutBatch;
 
 /// The actor-critic loss terms: policy gradient, value regression, entropy.
 pub fn a2c_loss(

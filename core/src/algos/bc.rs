@@ -12,9 +12,9 @@ use tch::{Kind, Tensor};
 use super::offpolicy::{state_scalar, OffPolicyAlgorithm, Update};
 use super::Metrics;
 use crate::config::{BcConfig, BcLoss};
+use crate::items::transition::TransitionBatch;
 use crate::models::{OffPolicyModel, PolicyKind};
 use crate::optim::Adam;
-use crate::transition::TransitionBatch;
 
 /// The BC loss of `model` on expert `action`s at `obs`, averaged over rows.
 pub fn bc_loss(model: &OffPolicyModel, obs: &Tensor, action: &Tensor, loss: BcLoss) -> Tensor {

@@ -19,10 +19,10 @@ use super::offpolicy::{
 use super::r2d2::sequence_loss;
 use super::Metrics;
 use crate::config::DqnConfig;
+use crate::items::sequence::SequenceBatch;
+use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
 use crate::optim::Adam;
-use crate::sequences::SequenceBatch;
-use crate::transition::TransitionBatch;
 use fleetrl_proto::{TensorError, TensorMap};
 
 /// The TD target `reward + discount * Q_target(next, a*)`, `[B]`. `next_online` are the online

@@ -18,9 +18,9 @@ use super::returns::{normalize_advantage, StepData};
 use super::vtrace::{vtrace, VtraceParams};
 use super::{Algorithm, Metrics};
 use crate::config::ImpalaConfig;
+use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
 use crate::optim::Adam;
-use crate::rollout::RolloutBatch;
 
 /// IMPALA's learner state.
 #[derive(Debug)]

@@ -28,8 +28,8 @@ pub use trpo::Trpo;
 pub use vpg::Vpg;
 
 use crate::config::{AlgoConfig, RunConfig};
+use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
-use crate::rollout::RolloutBatch;
 
 /// The algorithm `config.algo` names, training `model`. Linear schedules span the run's step
 /// budget; PPO splits its minibatches over `learner.update_threads` threads.

@@ -4,7 +4,7 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::config::{EntropyMethod, PgOptions};
-use crate::rollout::RolloutBatch;
+use crate::items::rollout::RolloutBatch;
 
 /// A batch flattened to `N = T x B` rows on one device.
 #[derive(Debug)]

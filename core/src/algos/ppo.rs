@@ -16,9 +16,9 @@ use super::replicas::Replicas;
 use super::returns::{gae, Returns};
 use super::{Algorithm, Metrics};
 use crate::config::PpoConfig;
+use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Heads, RnnState, Sequence};
 use crate::optim::Adam;
-use crate::rollout::RolloutBatch;
 
 /// The clipped surrogate objective, negated to a loss, and the probability ratio.
 pub fn clipped_surrogate(
@@ -520,7 +520,7 @@ mod tests {
     }
 
     fn tiny_batch() -> RolloutBatch {
-        use crate::rollout::Actions;
+        use crate::items::rollout::Actions;
         let (t, b) = (4usize, 2usize);
         let n = t * b;
         RolloutBatch {

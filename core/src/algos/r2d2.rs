@@ -18,8 +18,8 @@ use tch::{Kind, Tensor};
 
 use super::dqn::td_loss;
 use crate::config::DqnConfig;
+use crate::items::sequence::SequenceBatch;
 use crate::models::{RecurrentQ, RnnState, Unrolled};
-use crate::sequences::SequenceBatch;
 
 /// `Q_target(s, argmax_a picker(s, a))` along the last dimension: `picker` is the online
 /// network's Q values with `double_q`, else the target's own.

@@ -152,7 +152,7 @@ mod tests {
     use crate::algos::testing::{cartpole_model, tiny_batch};
     use crate::algos::{Algorithm, Metrics, Ppo};
     use crate::config::PpoConfig;
-    use crate::rollout::RolloutBatch;
+    use crate::items::rollout::RolloutBatch;
 
     /// The fixture's 8-row batch, varied by `k`.
     fn batch(k: usize) -> RolloutBatch {

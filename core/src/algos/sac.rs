@@ -14,9 +14,9 @@ use super::offpolicy::{load_target, mean, state_scalar, target_state, OffPolicyA
 use super::td3::critic_loss;
 use super::Metrics;
 use crate::config::{CapsOptions, SacConfig};
+use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
 use crate::optim::Adam;
-use crate::transition::TransitionBatch;
 
 /// The soft TD target `reward + discount * (min_q - alpha * log_prob)`, `[B]`.
 pub fn soft_target(

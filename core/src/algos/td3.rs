@@ -12,9 +12,9 @@ use tch::{Kind, Tensor};
 use super::offpolicy::{load_target, mean, state_scalar, target_state, OffPolicyAlgorithm, Update};
 use super::Metrics;
 use crate::config::Td3Config;
+use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
 use crate::optim::Adam;
-use crate::transition::TransitionBatch;
 
 /// The critics' regression loss: `sum_k mean(w (Q_k - y)^2)` for `qs` `[K, B]`, `y` and `w` `[B]`.
 pub fn critic_loss(qs: &Tensor, y: &Tensor, weights: &Tensor) -> Tensor {

@@ -4,8 +4,8 @@ use tch::Device;
 
 use crate::config::ModelConfig;
 use crate::envs::Space;
+use crate::items::rollout::{Actions, RolloutBatch};
 use crate::models::ActorCritic;
-use crate::rollout::{Actions, RolloutBatch};
 
 /// A fresh CartPole-shaped (4 observations, 2 actions) actor-critic, seeded.
 pub(crate) fn cartpole_model(seed: i64) -> ActorCritic {

@@ -20,9 +20,9 @@ use super::pg::{entropy_bonus, explained_variance, load_counter, tensor, Samples
 use super::vpg::{fit_baseline, pg_returns};
 use super::{Algorithm, Metrics};
 use crate::config::{PgOptions, TrpoConfig};
+use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Dist};
 use crate::optim::Adam;
-use crate::rollout::RolloutBatch;
 
 /// Solves `A x = b` for symmetric positive-definite `A`, given as its product `avp(v) = A v`,
 /// in at most `iters` conjugate-gradient iterations.

@@ -19,9 +19,9 @@ use super::pg::{
 use super::returns::{gae, StepData};
 use super::{Algorithm, Metrics};
 use crate::config::{PgOptions, VpgConfig};
+use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
 use crate::optim::Adam;
-use crate::rollout::RolloutBatch;
 
 /// The REINFORCE surrogate: its gradient is the policy gradient `-E[grad log pi(a|s) A]`.
 pub fn reinforce_loss(log_prob: &Tensor, advantage: &Tensor) -> Tensor {

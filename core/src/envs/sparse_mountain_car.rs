@@ -56,14 +56,14 @@ pub fn mountain_car_controller(obs: &[f32]) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::DemoSource;
     use crate::envs::check_env_contract;
+    use crate::items::demo::DemoSource;
 
     #[test]
     fn keeps_the_contract_and_rewards_only_the_goal() {
         check_env_contract(&mut SparseMountainCar::new());
         let episode =
-            crate::scripted::play("SparseMountainCar-v0", 3, DemoSource::Scripted).unwrap();
+            crate::acting::scripted::play("SparseMountainCar-v0", 3, DemoSource::Scripted).unwrap();
         assert!(
             episode.terminated,
             "the controller reaches the goal in time"

@@ -8,9 +8,9 @@ use std::time::Instant;
 use fleetrl_core::algos::offpolicy::{publish_interval, OffPolicyAlgorithm};
 use fleetrl_core::algos::Metrics;
 use fleetrl_core::config::{ReplayOptions, RunConfig};
+use fleetrl_core::items::transition::importance_weights;
 use fleetrl_core::replay_client::ShardBatch;
 use fleetrl_core::telemetry::EventWriter;
-use fleetrl_core::transition::importance_weights;
 use fleetrl_proto::v1::Weights;
 use tokio::sync::{mpsc, oneshot, watch};
 

@@ -39,7 +39,7 @@ mod persist;
 #[cfg(test)]
 mod tests;
 
-use crate::demo::{Demo, DemoError};
+use crate::items::demo::{Demo, DemoError};
 
 pub use persist::{load, save};
 
@@ -421,8 +421,8 @@ pub fn truncated_after_last_reward(mut demo: Demo) -> Demo {
         values.truncate(keep);
     }
     match &mut demo.actions {
-        crate::demo::DemoActions::Discrete { actions, .. } => actions.truncate(keep),
-        crate::demo::DemoActions::Continuous { low, actions, .. } => {
+        crate::items::demo::DemoActions::Discrete { actions, .. } => actions.truncate(keep),
+        crate::items::demo::DemoActions::Continuous { low, actions, .. } => {
             actions.truncate(keep * low.len())
         }
     }

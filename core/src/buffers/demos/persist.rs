@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{DemoKind, DemoStore, DemoStoreConfig, StoredDemo};
-use crate::demo::{self, DemoError};
+use crate::items::demo::{self, DemoError};
 
 /// The persisted format's version.
 const STATE_VERSION: u32 = 1;

@@ -1,11 +1,17 @@
 //! One rollout of acting: step a [`VecEnv`] with a policy for T steps and record what the
 //! learner needs. Shared by the actor binary and the single-process (serial) mode.
 
+pub mod eval;
+pub mod exploration;
+pub mod policy_loader;
+pub mod ppod;
+pub mod scripted;
+
 use tch::Tensor;
 
 use crate::envs::{Action, EnvError, Space, VecEnv};
+use crate::items::rollout::{Actions, Bootstrap, RolloutBuilder, StepRecord};
 use crate::models::{Policy, RnnState};
-use crate::rollout::{Actions, Bootstrap, RolloutBuilder, StepRecord};
 
 /// Why a rollout could not be collected.
 #[derive(Debug, thiserror::Error)]

@@ -17,10 +17,10 @@ use rand::{Rng, SeedableRng};
 
 use crate::acting::{batch, clipped, ActingError};
 use crate::buffers::demos::{value_weights, DemoKind};
-use crate::demo::{Demo, DemoSource, Recorder};
 use crate::envs::{Action, VecEnv};
+use crate::items::demo::{Demo, DemoSource, Recorder};
+use crate::items::rollout::{Actions, Bootstrap, RolloutBuilder, StepRecord};
 use crate::models::Policy;
-use crate::rollout::{Actions, Bootstrap, RolloutBuilder, StepRecord};
 
 /// A demo an actor may replay.
 #[derive(Debug, Clone, PartialEq)]
@@ -385,7 +385,8 @@ mod tests {
         )
         .unwrap();
         let mut acting = DemoActing::new(envs, "SparseMountainCar-v0", 3);
-        let demo = crate::scripted::play("SparseMountainCar-v0", 11, DemoSource::Scripted).unwrap();
+        let demo = crate::acting::scripted::play("SparseMountainCar-v0", 11, DemoSource::Scripted)
+            .unwrap();
         let stored = ReplayDemo {
             id: 4,
             kind: DemoKind::Initial,

@@ -83,7 +83,7 @@ pub fn table_spec(config: &RunConfig, replay: &ReplayOptions) -> Result<TableSpe
         allow_non_finite: false,
         signature: match config.recurrent_dqn() {
             // R2D2: each item is a stored sequence with the LSTM state at its first step.
-            Some(_) => crate::sequences::signature(
+            Some(_) => crate::items::sequence::signature(
                 &env.observation_space(),
                 replay.sequence_length,
                 config.model.lstm_size as i64,
