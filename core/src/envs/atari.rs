@@ -60,7 +60,7 @@ impl<E: Env> AtariPreprocessing<E> {
     }
 
     /// Writes the grayscale of `obs` (ITU-R 601 luma, as OpenCV) into `gray[slot]`.
-    fn to_gray(&mut self, obs: &[f32], slot: usize) {
+    fn write_gray(&mut self, obs: &[f32], slot: usize) {
         let out = &mut self.gray[slot];
         if self.channels == 1 {
             out.copy_from_slice(obs);
@@ -178,8 +178,8 @@ impl<E: Env> Env for AtariPreprocessing<E> {
         }
         self.game_over = false;
         self.lives = self.env.lives().unwrap_or(0);
-        self.to_gray(&obs, 0);
-        self.to_gray(&obs, 1);
+        self.write_gray(&obs, 0);
+        self.write_gray(&obs, 1);
         self.frame()
     }
 
@@ -190,7 +190,7 @@ impl<E: Env> Env for AtariPreprocessing<E> {
             let step = self.raw_step(action)?;
             reward += step.reward;
             if k + 2 >= FRAME_SKIP {
-                self.to_gray(&step.obs, k + 2 - FRAME_SKIP);
+                self.write_gray(&step.obs, k + 2 - FRAME_SKIP);
             }
             let done = step.terminated || step.truncated;
             last = Some(step);
@@ -202,8 +202,8 @@ impl<E: Env> Env for AtariPreprocessing<E> {
         if last.terminated || last.truncated {
             // Ended before the pool's second frame: pool the last frame with itself.
             let obs = last.obs;
-            self.to_gray(&obs, 0);
-            self.to_gray(&obs, 1);
+            self.write_gray(&obs, 0);
+            self.write_gray(&obs, 1);
         }
         let lives = self.env.lives().unwrap_or(0);
         let life_lost = lives < self.lives && lives > 0;
