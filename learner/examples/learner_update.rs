@@ -56,7 +56,7 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let devices: Vec<Device> = arg(&args, "--devices", "cpu")
         .split(',')
-        .map(|d| parse_device(d.trim()).map_err(anyhow::Error::msg))
+        .map(|d| parse_device(d.trim()).map_err(anyhow::Error::from))
         .collect::<anyhow::Result<_>>()
         .context("--devices")?;
     let batch: i64 = arg(&args, "--batch", "2048").parse()?;

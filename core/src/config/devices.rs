@@ -41,14 +41,19 @@ pub enum BroadcastDtype {
 /// Only algorithms that can split an update across devices accept more than one.
 const MULTI_DEVICE_ALGOS: [&str; 1] = ["ppo"];
 
+/// A device name that is none of `cpu`, `cuda`, `cuda:N`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be cpu, cuda or cuda:N, got `{0}`")]
+pub struct UnknownDevice(pub String);
+
 /// Parses `cpu`, `cuda` or `cuda:N`.
-pub fn parse_device(name: &str) -> Result<Device, String> {
+pub fn parse_device(name: &str) -> Result<Device, UnknownDevice> {
     match name {
         "cpu" => Ok(Device::Cpu),
         "cuda" => Ok(Device::Cuda(0)),
         other => match other.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
             Some(n) => Ok(Device::Cuda(n)),
-            None => Err(format!("must be cpu, cuda or cuda:N, got `{other}`")),
+            None => Err(UnknownDevice(other.to_string())),
         },
     }
 }
@@ -63,14 +68,15 @@ impl LearnerConfig {
     /// name the key at fault: an unknown device, `device` and `devices` disagreeing, or an
     /// algorithm `algo` that trains on one device only.
     pub fn resolve_devices(&self, algo: &str) -> Result<Vec<Device>, ConfigError> {
-        let single = parse_device(&self.device).map_err(|m| invalid("learner.device", m))?;
+        let single =
+            parse_device(&self.device).map_err(|e| invalid("learner.device", e.to_string()))?;
         let devices = match &self.devices {
             DeviceList::List(names) if names.is_empty() => return Ok(vec![single]),
             DeviceList::List(names) => names
                 .iter()
                 .map(|n| parse_device(n))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|m| invalid("learner.devices", m))?,
+                .map_err(|e| invalid("learner.devices", e.to_string()))?,
             DeviceList::Word(word) if word == "auto" => {
                 let gpus = tch::Cuda::device_count();
                 if gpus > 0 {

@@ -17,7 +17,7 @@ pub use algo::{
     A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, PgOptions, PpoConfig, TrpoConfig,
     VpgConfig, ALGO_NAMES,
 };
-pub use devices::{parse_device, BroadcastDtype, DeviceList};
+pub use devices::{parse_device, BroadcastDtype, DeviceList, UnknownDevice};
 pub use offpolicy::{
     BcConfig, BcLoss, CapsOptions, DqnConfig, Exploration, NoiseKind, ReplayOptions, SacConfig,
     TargetUpdate, Td3Config,
