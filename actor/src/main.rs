@@ -55,7 +55,11 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    telemetry::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     telemetry::init("info");
     let args = Args::parse();
     tch::set_num_threads(1);

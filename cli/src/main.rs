@@ -112,7 +112,11 @@ fn default_out(config: &str) -> PathBuf {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    telemetry::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     telemetry::init("warn");
     tch::set_num_threads(1);
     match Cli::parse().command {

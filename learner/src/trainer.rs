@@ -101,7 +101,7 @@ impl Trainer {
                     self.train(&batch);
                     let updating = started.elapsed().as_secs_f64();
                     self.timing.updating += updating;
-                    self.metrics.update_seconds.add(updating);
+                    self.metrics.update_seconds.observe(updating);
                     self.timing.updates += 1;
                 }
                 Work::Checkpoint(reply) => {

@@ -20,11 +20,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fleetrl_core::buffers::TableSpec;
+use fleetrl_core::telemetry::Registry;
 use fleetrl_proto::v1::replay_service_server::ReplayServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+pub use metrics::ReplayMetrics;
 use persistence::Checkpointer;
 use service::{Replay, Tables};
 
@@ -50,16 +52,19 @@ pub struct ServerOptions {
     pub checkpoint_interval: Option<Duration>,
     /// Largest item a table may declare, in bytes.
     pub max_item_bytes: u64,
+    /// Where the service records insert and sample latency (in the binary's registry).
+    pub metrics: ReplayMetrics,
 }
 
 impl ServerOptions {
-    /// In-memory tables, no checkpoints.
+    /// In-memory tables, no checkpoints, metrics in a registry of their own (not served).
     pub fn in_memory(tables: Vec<TableSpec>) -> ServerOptions {
         ServerOptions {
             tables,
             checkpoint_dir: None,
             checkpoint_interval: None,
             max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
+            metrics: ReplayMetrics::new(Registry::new("fleetrl_replay")),
         }
     }
 }
@@ -80,7 +85,7 @@ pub async fn serve(
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let tables = Tables::new(options.max_item_bytes);
+    let tables = Tables::new(options.max_item_bytes, options.metrics.clone());
     let demo_hub = Arc::new(demos::DemoHub::new(options.checkpoint_dir.clone()));
     let checkpointer = options
         .checkpoint_dir

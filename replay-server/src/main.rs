@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use fleet_replay_server::ServerOptions;
+use fleet_replay_server::{ReplayMetrics, ServerOptions};
 use fleetrl_core::buffers::TableSpec;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::telemetry;
@@ -68,7 +68,11 @@ struct TablesFile {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    telemetry::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init("info");
     let shutdown = shutdown_signal()?;
@@ -102,19 +106,20 @@ async fn main() -> anyhow::Result<()> {
             "table declared"
         );
     }
+    let registry = telemetry::Registry::new("fleetrl_replay");
     let options = ServerOptions {
         tables,
         checkpoint_interval: (args.checkpoint_dir.is_some() && args.checkpoint_interval_s > 0)
             .then(|| Duration::from_secs(args.checkpoint_interval_s)),
         checkpoint_dir: args.checkpoint_dir,
         max_item_bytes: args.max_item_bytes,
+        metrics: ReplayMetrics::new(registry.clone()),
     };
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
     if args.metrics_listen.is_some() {
-        let registry = telemetry::Registry::new("fleetrl_replay");
         telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
         fleet_replay_server::metrics::spawn_exporter(registry, local);
     }

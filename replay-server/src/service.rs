@@ -25,6 +25,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, instrument, warn, Instrument, Span};
 
 use crate::error::{task_failed, to_status};
+use crate::metrics::ReplayMetrics;
 use crate::persistence::Checkpointer;
 
 /// A boxed response stream, as tonic wants for streaming RPCs.
@@ -36,14 +37,18 @@ type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + '
 pub(crate) struct Tables {
     map: Arc<RwLock<BTreeMap<String, Arc<Table>>>>,
     max_item_bytes: u64,
+    /// Where inserts and samples record their latency.
+    metrics: ReplayMetrics,
 }
 
 impl Tables {
-    /// An empty registry whose tables' items may take at most `max_item_bytes`.
-    pub(crate) fn new(max_item_bytes: u64) -> Tables {
+    /// An empty registry whose tables' items may take at most `max_item_bytes`, recording
+    /// inserts and samples in `metrics`.
+    pub(crate) fn new(max_item_bytes: u64, metrics: ReplayMetrics) -> Tables {
         Tables {
             map: Arc::default(),
             max_item_bytes,
+            metrics,
         }
     }
 
@@ -328,7 +333,9 @@ impl InsertStream {
             .insert_many(items.into_iter().zip(priorities).collect())
             .await
             .map_err(to_status)?;
-        crate::metrics::INSERT_WAITS.record(started.elapsed());
+        self.tables
+            .metrics
+            .record_insert(table.name(), started.elapsed());
         Ok(InsertResponse { keys })
     }
 }
@@ -336,6 +343,7 @@ impl InsertStream {
 /// One learner's sample stream: a batch at a time, each built when the previous was taken.
 struct SampleStream {
     table: Arc<Table>,
+    metrics: ReplayMetrics,
     batch_size: usize,
     timeout: Option<Duration>,
     /// Batches still to send; `None` streams until the client cancels.
@@ -356,6 +364,7 @@ impl SampleStream {
                 .then(|| Duration::from_millis(request.rate_limiter_timeout_ms));
             Ok(SampleStream {
                 table,
+                metrics: tables.metrics.clone(),
                 batch_size,
                 timeout,
                 remaining,
@@ -407,11 +416,13 @@ impl SampleStream {
             .take(self.batch_size, self.timeout)
             .await
             .map_err(to_status)?;
-        crate::metrics::SAMPLE_WAITS.record(started.elapsed());
+        let waited = started.elapsed();
         let table = self.table.clone();
         let stacked = tokio::task::spawn_blocking(move || taken.stack(table.signature()))
             .await
             .map_err(task_failed)?;
+        self.metrics
+            .record_sample(self.table.name(), waited, started.elapsed());
         Ok(stacked.map_err(to_status)?.into())
     }
 }

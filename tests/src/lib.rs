@@ -3,10 +3,12 @@
 //! launcher does, and gives the test clients and handles to kill or add actors.
 //!
 //! The binaries must be built first (`cargo build --release --bins`; the README's test command
-//! does it). One scenario per file in `tests/`. [`compose`] runs the same roles in containers.
+//! does it). One scenario per file in `tests/`. [`compose`] runs the same roles in containers;
+//! [`requires`] decides whether a test that needs a tool or a GPU runs, skips or fails.
 
 pub mod cli;
 pub mod compose;
+pub mod requires;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,8 @@
 //! training progress, scales to 4 actors without restarting the learner, kills an actor,
 //! restarts the replay server (its checkpoint restored) and the learner (it resumes with its
 //! step counter), and ends with a checkpoint whose 20-episode evaluation solves CartPole.
-//! Skipped, with a message saying why, where no Docker engine or compose is installed.
+//! Skipped, with a message saying why, where no Docker engine or compose is installed; a
+//! failure instead under `CI=true` (see `fleetrl_tests::requires`).
 //!
 //! Prints the deployment timings: image size and build time, `up` to the first learner
 //! update, env steps/s with 2 and with 4 actors.
@@ -16,6 +17,7 @@ use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{GetStatusRequest, InfoRequest, SaveCheckpointRequest};
 use fleetrl_tests::compose::{self, metric, poll, Compose};
+use fleetrl_tests::requires::{self, Need};
 
 const IMAGE: &str = "fleetrl:test";
 const PRESET: &str = "compose-test";
@@ -30,8 +32,7 @@ const CONNECTED: &str = "fleetrl_learner_actors_connected";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_cluster_trains_scales_and_survives_restarts() -> anyhow::Result<()> {
-    if let Some(why) = compose::docker_unavailable() {
-        eprintln!("SKIPPED compose_cluster: {why}");
+    if !requires::should_run("compose_cluster", Need::Tool, compose::docker_unavailable())? {
         return Ok(());
     }
     let built = Instant::now();

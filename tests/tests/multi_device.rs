@@ -8,6 +8,7 @@ use std::time::Duration;
 use fleetrl_core::broadcast::Receiver;
 use fleetrl_proto::v1::SubscribeWeightsRequest;
 use fleetrl_proto::Dtype;
+use fleetrl_tests::requires::{self, Need};
 use fleetrl_tests::Sandbox;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,8 +139,9 @@ fn devices_the_learner_cannot_use_are_refused_by_name() -> anyhow::Result<()> {
 #[test]
 fn learner_binary_links_libtorch_cuda() -> anyhow::Result<()> {
     let libtorch = fleetrl_tests::compose::repo_root().join(".venv/libtorch/lib");
-    if !libtorch.join("libtorch_cuda.so").exists() {
-        eprintln!("skipped: {} has no libtorch_cuda.so", libtorch.display());
+    let missing = (!libtorch.join("libtorch_cuda.so").exists())
+        .then(|| format!("{} has no libtorch_cuda.so", libtorch.display()));
+    if !requires::should_run("learner_binary_links_libtorch_cuda", Need::Gpu, missing)? {
         return Ok(());
     }
     let learner = fleetrl_core::launch::bin_dir()?.join("fleet-learner");

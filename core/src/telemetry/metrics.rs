@@ -1,63 +1,62 @@
-//! Prometheus metrics: a registry of counters and gauges, rendered in the text exposition
-//! format (version 0.0.4), and a tiny HTTP endpoint that serves it on `GET /metrics`.
+//! Prometheus metrics: counters, gauges and latency histograms kept by the `prometheus-client`
+//! crate, rendered in the OpenMetrics text format and served on `GET /metrics` over hyper (the
+//! HTTP stack tonic already brings).
 //!
-//! Each binary creates one [`Registry`] in `main` with its prefix (`fleetrl_actor`, ...), its
-//! crate's `metrics.rs` registers what it counts, and [`serve`] exposes it when the binary is
-//! given `--metrics-listen ADDR` (env `FLEETRL_METRICS_LISTEN`). Updating a metric is one
-//! atomic operation, so the hot paths (acting, updating) pay nothing measurable.
+//! Each binary creates one [`Registry`] at startup with its prefix (`fleetrl_actor`, ...) and
+//! passes it down; its crate's `metrics.rs` registers what it counts, and [`serve_if`] exposes it
+//! when the binary is given `--metrics-listen ADDR` (env `FLEETRL_METRICS_LISTEN`). Updating a
+//! counter or gauge is one atomic operation and observing a histogram one short lock, so the hot
+//! paths (acting, updating, inserting) pay nothing measurable.
+//!
+//! Names follow OpenMetrics: a counter registered as `x_total` is exposed as the sample
+//! `<prefix>_x_total` of the family `<prefix>_x`; a histogram `h` as `<prefix>_h_bucket{le=..}`,
+//! `<prefix>_h_sum` and `<prefix>_h_count`.
 
-use std::fmt::Write as _;
+use std::collections::HashMap;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::{counter, gauge, histogram};
+use tokio::net::TcpListener;
 
-/// An `f64` that threads update without locks.
-#[derive(Debug, Default)]
-struct AtomicF64(AtomicU64);
-
-impl AtomicF64 {
-    fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-
-    fn set(&self, value: f64) {
-        self.0.store(value.to_bits(), Ordering::Relaxed);
-    }
-
-    fn add(&self, delta: f64) {
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                Some((f64::from_bits(bits) + delta).to_bits())
-            });
-    }
-}
+/// A label set as stored: `(key, escaped value)` pairs in the caller's order.
+type Labels = Vec<(String, String)>;
 
 /// A monotonically increasing total (Prometheus `counter`); rates come from `rate()`.
-#[derive(Debug, Clone)]
-pub struct Counter(Arc<AtomicF64>);
+#[derive(Debug, Clone, Default)]
+pub struct Counter(counter::Counter<f64, AtomicU64>);
 
 impl Counter {
     /// Adds one.
     pub fn inc(&self) {
-        self.0.add(1.0);
+        self.0.inc();
     }
 
-    /// Adds `delta` (negative deltas are ignored: a counter never goes down).
+    /// Adds `delta` (negative or NaN deltas are ignored: a counter never goes down).
     pub fn add(&self, delta: f64) {
         if delta > 0.0 {
-            self.0.add(delta);
+            self.0.inc_by(delta);
         }
     }
 
     /// Mirrors a total kept elsewhere (e.g. a table's `num_inserted`), if it grew.
     pub fn set_total(&self, total: f64) {
-        if total > self.0.get() {
-            self.0.set(total);
-        }
+        let _ = self
+            .0
+            .inner()
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                (total > f64::from_bits(bits)).then(|| total.to_bits())
+            });
     }
 
     /// The current total.
@@ -67,8 +66,8 @@ impl Counter {
 }
 
 /// A value that goes up and down (Prometheus `gauge`).
-#[derive(Debug, Clone)]
-pub struct Gauge(Arc<AtomicF64>);
+#[derive(Debug, Clone, Default)]
+pub struct Gauge(gauge::Gauge<f64, AtomicU64>);
 
 impl Gauge {
     /// Sets the value.
@@ -82,119 +81,188 @@ impl Gauge {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Counter,
-    Gauge,
-}
+/// A distribution of durations in seconds (Prometheus `histogram`), bucketed by
+/// [`LATENCY_BUCKETS`].
+#[derive(Debug, Clone)]
+pub struct Histogram(histogram::Histogram);
 
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-        }
+impl Histogram {
+    /// Records one observation, in seconds.
+    pub fn observe(&self, seconds: f64) {
+        self.0.observe(seconds);
+    }
+
+    /// Records one duration.
+    pub fn observe_duration(&self, elapsed: Duration) {
+        self.0.observe(elapsed.as_secs_f64());
     }
 }
 
-#[derive(Debug)]
-struct Series {
-    /// Full name, prefix included.
-    name: String,
-    help: String,
-    kind: Kind,
-    /// Rendered label set, `{k="v",...}`, or empty.
-    labels: String,
-    value: Arc<AtomicF64>,
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram(histogram::Histogram::new(LATENCY_BUCKETS))
+    }
 }
 
-/// The metrics of one process, all under one name prefix.
+/// Bucket upper bounds for latencies, in seconds: 100 µs to a minute in 1-2.5-5 steps, so one
+/// set fits an insert (sub-millisecond) and a slow update or weight swap (seconds) alike.
+pub const LATENCY_BUCKETS: [f64; 18] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0,
+];
+
+/// Builds a family's histograms with [`LATENCY_BUCKETS`].
+#[derive(Debug, Clone, Copy, Default)]
+struct LatencyHistogram;
+
+impl MetricConstructor<histogram::Histogram> for LatencyHistogram {
+    fn new_metric(&self) -> histogram::Histogram {
+        Histogram::default().0
+    }
+}
+
+/// One registered name: a single series, or a family of label sets.
+#[derive(Debug, Clone)]
+enum Entry {
+    Counter(Counter),
+    Gauge(Gauge),
+    Histogram(Histogram),
+    Counters(Family<Labels, counter::Counter<f64, AtomicU64>>),
+    Gauges(Family<Labels, gauge::Gauge<f64, AtomicU64>>),
+    Histograms(Family<Labels, histogram::Histogram, LatencyHistogram>),
+}
+
+/// What was registered, and the name lookup that returns the same series on a second call.
+#[derive(Debug)]
+struct Inner {
+    registry: prometheus_client::registry::Registry,
+    entries: HashMap<String, Entry>,
+}
+
+/// The metrics of one process, all under one name prefix. Registration takes `&self`, so
+/// metrics can be created where they are first needed (a table's size, an algorithm's loss).
 #[derive(Debug)]
 pub struct Registry {
-    prefix: String,
-    series: Mutex<Vec<Series>>,
+    inner: Mutex<Inner>,
 }
 
 impl Registry {
     /// An empty registry whose metric names start with `prefix` and `_`.
     pub fn new(prefix: &str) -> Arc<Registry> {
+        let registry = prometheus_client::registry::Registry::with_prefix(sanitize(prefix));
         Arc::new(Registry {
-            prefix: prefix.to_string(),
-            series: Mutex::new(Vec::new()),
+            inner: Mutex::new(Inner {
+                registry,
+                entries: HashMap::new(),
+            }),
         })
     }
 
-    /// The counter `<prefix>_<name>`, created on first use.
+    /// The counter `<prefix>_<name>`, created on first use. `name` ends in `_total` (added if
+    /// missing, as OpenMetrics requires of counters).
     pub fn counter(&self, name: &str, help: &str) -> Counter {
-        Counter(self.register(name, help, Kind::Counter, &[]))
+        match self.entry(&sanitize(counter_family(name)), help, || {
+            Entry::Counter(Counter::default())
+        }) {
+            Entry::Counter(c) => c,
+            other => mismatch(name, &other, Counter::default()),
+        }
     }
 
     /// The gauge `<prefix>_<name>`, created on first use.
     pub fn gauge(&self, name: &str, help: &str) -> Gauge {
-        Gauge(self.register(name, help, Kind::Gauge, &[]))
+        match self.entry(&sanitize(name), help, || Entry::Gauge(Gauge::default())) {
+            Entry::Gauge(g) => g,
+            other => mismatch(name, &other, Gauge::default()),
+        }
     }
 
-    /// The counter `<prefix>_<name>{labels}`, created on first use.
+    /// The latency histogram `<prefix>_<name>` (seconds), created on first use.
+    pub fn histogram(&self, name: &str, help: &str) -> Histogram {
+        match self.entry(&sanitize(name), help, || {
+            Entry::Histogram(Histogram::default())
+        }) {
+            Entry::Histogram(h) => h,
+            other => mismatch(name, &other, Histogram::default()),
+        }
+    }
+
+    /// The counter `<prefix>_<name>{labels}`, created on first use (see [`Registry::counter`]).
     pub fn counter_with(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Counter {
-        Counter(self.register(name, help, Kind::Counter, labels))
+        match self.entry(&sanitize(counter_family(name)), help, || {
+            Entry::Counters(Family::default())
+        }) {
+            Entry::Counters(f) => Counter(f.get_or_create_owned(&label_set(labels))),
+            other => mismatch(name, &other, Counter::default()),
+        }
     }
 
     /// The gauge `<prefix>_<name>{labels}`, created on first use.
     pub fn gauge_with(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Gauge {
-        Gauge(self.register(name, help, Kind::Gauge, labels))
-    }
-
-    fn register(
-        &self,
-        name: &str,
-        help: &str,
-        kind: Kind,
-        labels: &[(&str, &str)],
-    ) -> Arc<AtomicF64> {
-        let name = format!("{}_{}", self.prefix, sanitize(name));
-        let labels = render_labels(labels);
-        let mut series = self.series.lock().expect("metrics lock poisoned");
-        if let Some(s) = series.iter().find(|s| s.name == name && s.labels == labels) {
-            debug_assert_eq!(s.kind, kind, "metric {name} registered as two kinds");
-            return s.value.clone();
+        match self.entry(&sanitize(name), help, || Entry::Gauges(Family::default())) {
+            Entry::Gauges(f) => Gauge(f.get_or_create_owned(&label_set(labels))),
+            other => mismatch(name, &other, Gauge::default()),
         }
-        let value = Arc::new(AtomicF64::default());
-        series.push(Series {
-            name,
-            help: help.to_string(),
-            kind,
-            labels,
-            value: value.clone(),
-        });
-        value
     }
 
-    /// Every series in the text exposition format; series of one name are grouped under one
-    /// `# HELP` and `# TYPE` line, in registration order.
+    /// The latency histogram `<prefix>_<name>{labels}` (seconds), created on first use.
+    pub fn histogram_with(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Histogram {
+        match self.entry(&sanitize(name), help, || {
+            Entry::Histograms(Family::new_with_constructor(LatencyHistogram))
+        }) {
+            Entry::Histograms(f) => Histogram(f.get_or_create_owned(&label_set(labels))),
+            other => mismatch(name, &other, Histogram::default()),
+        }
+    }
+
+    /// The entry registered as `name`, or a new one from `make`, registered with `help`.
+    fn entry(&self, name: &str, help: &str, make: impl FnOnce() -> Entry) -> Entry {
+        let mut inner = self.inner.lock().expect("metrics lock poisoned");
+        if let Some(entry) = inner.entries.get(name) {
+            return entry.clone();
+        }
+        let entry = make();
+        // The encoder appends the full stop itself.
+        let help = help.trim_end().trim_end_matches('.').replace('\n', " ");
+        let registry = &mut inner.registry;
+        match entry.clone() {
+            Entry::Counter(c) => registry.register(name, help, c.0),
+            Entry::Gauge(g) => registry.register(name, help, g.0),
+            Entry::Histogram(h) => registry.register(name, help, h.0),
+            Entry::Counters(f) => registry.register(name, help, f),
+            Entry::Gauges(f) => registry.register(name, help, f),
+            Entry::Histograms(f) => registry.register(name, help, f),
+        }
+        inner.entries.insert(name.to_string(), entry.clone());
+        entry
+    }
+
+    /// Every series in the OpenMetrics text format (ending in `# EOF`), in registration order.
     pub fn render(&self) -> String {
-        let series = self.series.lock().expect("metrics lock poisoned");
-        let mut names: Vec<&str> = Vec::new();
-        for s in series.iter() {
-            if !names.contains(&s.name.as_str()) {
-                names.push(&s.name);
-            }
-        }
+        let inner = self.inner.lock().expect("metrics lock poisoned");
         let mut out = String::new();
-        for name in names {
-            let mut members = series.iter().filter(|s| s.name == name).peekable();
-            if let Some(first) = members.peek() {
-                let _ = writeln!(out, "# HELP {name} {}", first.help.replace('\n', " "));
-                let _ = writeln!(out, "# TYPE {name} {}", first.kind.as_str());
-            }
-            for s in members {
-                let _ = writeln!(out, "{name}{} {}", s.labels, format_value(s.value.get()));
-            }
+        // Writing into a String cannot fail, and every label value was escaped on the way in.
+        if let Err(error) = encode(&mut out, &inner.registry) {
+            tracing::warn!(%error, "metrics: encoding failed");
         }
         out
     }
 }
 
-/// Metric names allow `[a-zA-Z0-9_:]`; anything else becomes `_`.
+/// A name registered twice as different kinds is a programming error: flagged in debug builds;
+/// in release the second caller gets a series that is never exported.
+fn mismatch<M>(name: &str, existing: &Entry, detached: M) -> M {
+    debug_assert!(false, "metric {name} registered as two kinds");
+    tracing::warn!(metric = name, existing = ?existing, "metric registered as two kinds");
+    detached
+}
+
+/// A counter's family name: `name` without its `_total` suffix, which the encoder adds.
+fn counter_family(name: &str) -> &str {
+    name.strip_suffix("_total").unwrap_or(name)
+}
+
+/// Metric and label names allow `[a-zA-Z0-9_:]`; anything else becomes `_`.
 fn sanitize(name: &str) -> String {
     name.chars()
         .map(|c| {
@@ -207,51 +275,32 @@ fn sanitize(name: &str) -> String {
         .collect()
 }
 
-fn render_labels(labels: &[(&str, &str)]) -> String {
-    if labels.is_empty() {
-        return String::new();
-    }
-    let parts: Vec<String> = labels
+/// `labels` with sanitized keys and escaped values (the encoder writes values verbatim).
+fn label_set(labels: &[(&str, &str)]) -> Labels {
+    labels
         .iter()
         .map(|(k, v)| {
             let v = v
                 .replace('\\', "\\\\")
                 .replace('"', "\\\"")
                 .replace('\n', "\\n");
-            format!("{}=\"{v}\"", sanitize(k))
+            (sanitize(k), v)
         })
-        .collect();
-    format!("{{{}}}", parts.join(","))
+        .collect()
 }
 
-fn format_value(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
-    }
-}
+/// The exposition's media type (OpenMetrics; Prometheus scrapers ask for it).
+const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// How long a client gets to send its request head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds `addr` and serves `registry` on `GET /metrics` (any other path: 404) in the
 /// background; returns the bound address (port 0 picks a free one).
 pub async fn serve(addr: &str, registry: Arc<Registry>) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, _)) => {
-                    tokio::spawn(answer(stream, registry.clone()));
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "metrics endpoint: accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-            }
-        }
-    });
+    tokio::spawn(accept_loop(listener, registry));
     tracing::info!(addr = %local, "serving Prometheus metrics on /metrics");
     Ok(local)
 }
@@ -267,49 +316,60 @@ pub async fn serve_if(addr: Option<&str>, registry: &Arc<Registry>) -> anyhow::R
     Ok(())
 }
 
-/// Largest request head read; scrapers send a few hundred bytes.
-const MAX_REQUEST_BYTES: usize = 16 * 1024;
-
-/// One HTTP/1.x exchange, then the connection closes.
-async fn answer(mut stream: TcpStream, registry: Arc<Registry>) {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    let read = async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST_BYTES {
-            let n = stream.read(&mut buf).await?;
-            if n == 0 {
-                break;
+/// Accepts scrapers forever, one HTTP/1.1 connection task each; a connection serves one
+/// request, then closes.
+async fn accept_loop(listener: TcpListener, registry: Arc<Registry>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "metrics endpoint: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
             }
-            head.extend_from_slice(&buf[..n]);
-        }
-        Ok::<(), std::io::Error>(())
-    };
-    if tokio::time::timeout(std::time::Duration::from_secs(5), read)
-        .await
-        .is_err()
-    {
-        return;
+        };
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let response = respond(&registry, &request);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            // One exchange per connection, as scrapers expect; an idle one would otherwise
+            // stay open for good.
+            let served = hyper::server::conn::http1::Builder::new()
+                .keep_alive(false)
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(error) = served {
+                tracing::debug!(%error, "metrics endpoint: connection failed");
+            }
+        });
     }
-    let request_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let request_line = String::from_utf8_lossy(request_line);
-    let mut parts = request_line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, body) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", registry.render()),
-        ("GET", _) => (
-            "404 Not Found",
+}
+
+/// The answer to one request: the exposition on `GET /metrics`, else 404 or 405.
+fn respond<B>(registry: &Registry, request: &Request<B>) -> Response<Full<Bytes>> {
+    let (status, body, content_type) = match (request.method(), request.uri().path()) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, registry.render(), CONTENT_TYPE_OPENMETRICS),
+        (&Method::GET, _) => (
+            StatusCode::NOT_FOUND,
             "not found; metrics are on /metrics\n".into(),
+            "text/plain; charset=utf-8",
         ),
-        _ => ("405 Method Not Allowed", "only GET\n".into()),
+        _ => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only GET\n".into(),
+            "text/plain; charset=utf-8",
+        ),
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }
 
 /// Reads one value from a text exposition: the series whose name and label set (as rendered,
@@ -327,6 +387,8 @@ pub fn parse_value(exposition: &str, series: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
     #[test]
     fn renders_help_type_and_labels() {
@@ -336,14 +398,21 @@ mod tests {
         r.gauge_with("size", "Items.", &[("table", "b\"x")])
             .set(3.5);
         let text = r.render();
-        let expected = "# HELP fleetrl_test_steps_total Env steps.\n\
-                        # TYPE fleetrl_test_steps_total counter\n\
-                        fleetrl_test_steps_total 5\n\
-                        # HELP fleetrl_test_size Items.\n\
-                        # TYPE fleetrl_test_size gauge\n\
-                        fleetrl_test_size{table=\"a\"} 2\n\
-                        fleetrl_test_size{table=\"b\\\"x\"} 3.5\n";
-        assert_eq!(text, expected);
+        let head = "# HELP fleetrl_test_steps Env steps.\n\
+                    # TYPE fleetrl_test_steps counter\n\
+                    fleetrl_test_steps_total 5.0\n\
+                    # HELP fleetrl_test_size Items.\n\
+                    # TYPE fleetrl_test_size gauge\n";
+        assert!(text.starts_with(head), "{text}");
+        assert!(
+            text.contains("fleetrl_test_size{table=\"a\"} 2.0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fleetrl_test_size{table=\"b\\\"x\"} 3.5\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
         assert_eq!(parse_value(&text, "fleetrl_test_steps_total"), Some(5.0));
         assert_eq!(
             parse_value(&text, "fleetrl_test_size{table=\"a\"}"),
@@ -355,15 +424,56 @@ mod tests {
     #[test]
     fn same_name_and_labels_share_one_series() {
         let r = Registry::new("p");
-        r.counter("n", "N.").inc();
-        r.counter("n", "N.").inc();
-        let c = r.counter("n", "N.");
+        r.counter("n_total", "N.").inc();
+        r.counter("n_total", "N.").inc();
+        let c = r.counter("n_total", "N.");
         c.add(-4.0);
+        c.add(f64::NAN);
         assert_eq!(c.get(), 2.0);
         c.set_total(10.0);
         c.set_total(7.0);
         assert_eq!(c.get(), 10.0);
-        assert_eq!(r.render().matches("# TYPE").count(), 1);
+        let labelled = r.counter_with("m_total", "M.", &[("op", "insert")]);
+        labelled.add(3.0);
+        r.counter_with("m_total", "M.", &[("op", "insert")]).inc();
+        let text = r.render();
+        assert_eq!(text.matches("# TYPE").count(), 2, "{text}");
+        assert_eq!(parse_value(&text, "p_m_total{op=\"insert\"}"), Some(4.0));
+    }
+
+    #[test]
+    fn histograms_count_sum_and_bucket() {
+        let r = Registry::new("p");
+        let h = r.histogram("update_seconds", "Update time.");
+        h.observe(0.002);
+        h.observe_duration(Duration::from_millis(30));
+        r.histogram_with("insert_seconds", "Insert time.", &[("table", "t")])
+            .observe(5e-5);
+        let text = r.render();
+        assert!(
+            text.contains("# TYPE p_update_seconds histogram\n"),
+            "{text}"
+        );
+        assert_eq!(parse_value(&text, "p_update_seconds_count"), Some(2.0));
+        let sum = parse_value(&text, "p_update_seconds_sum").expect("a sum");
+        assert!((sum - 0.032).abs() < 1e-12, "{sum}");
+        // Cumulative buckets: 100 µs holds none, 2.5 ms the first, +Inf both.
+        assert_eq!(
+            parse_value(&text, "p_update_seconds_bucket{le=\"0.0001\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            parse_value(&text, "p_update_seconds_bucket{le=\"0.0025\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            parse_value(&text, "p_update_seconds_bucket{le=\"+Inf\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            parse_value(&text, "p_insert_seconds_count{table=\"t\"}"),
+            Some(1.0)
+        );
     }
 
     #[test]
@@ -372,8 +482,11 @@ mod tests {
         r.gauge("a-b.c", "x").set(f64::NAN);
         r.gauge("inf", "x").set(f64::INFINITY);
         let text = r.render();
-        assert!(text.contains("p_a_b_c NaN\n"), "{text}");
-        assert!(text.contains("p_inf +Inf\n"), "{text}");
+        assert!(
+            parse_value(&text, "p_a_b_c").is_some_and(f64::is_nan),
+            "{text}"
+        );
+        assert_eq!(parse_value(&text, "p_inf"), Some(f64::INFINITY), "{text}");
     }
 
     #[tokio::test]
@@ -383,6 +496,7 @@ mod tests {
         let addr = serve("127.0.0.1:0", r).await.unwrap();
         let get = |path: &'static str| async move {
             let mut s = TcpStream::connect(addr).await.unwrap();
+            // No `Connection: close`: the server closes after one exchange anyway.
             let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
             s.write_all(req.as_bytes()).await.unwrap();
             let mut out = String::new();
@@ -391,7 +505,9 @@ mod tests {
         };
         let ok = get("/metrics").await;
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
-        assert!(ok.ends_with("p_hits_total 3\n"), "{ok}");
+        assert!(ok.contains("\r\n\r\n"), "{ok}");
+        assert!(ok.contains("\np_hits_total 3.0\n"), "{ok}");
+        assert!(ok.ends_with("# EOF\n"), "{ok}");
         assert!(get("/other").await.starts_with("HTTP/1.1 404"));
     }
 }

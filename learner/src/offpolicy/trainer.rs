@@ -143,7 +143,7 @@ impl OffPolicyTrainer {
         }
         self.metrics
             .update_seconds
-            .add(started.elapsed().as_secs_f64());
+            .observe_duration(started.elapsed());
         self.metrics
             .record_update(updates, env_steps, version, &update.metrics);
         self.record(version, env_steps, &update.metrics);
