@@ -16,9 +16,14 @@ pub fn exit_code(result: anyhow::Result<()>) -> ExitCode {
         return ExitCode::SUCCESS;
     };
     let mut stderr = std::io::stderr().lock();
-    let _ = writeln!(stderr, "error: {error}");
+    let _ = writeln!(stderr, "error: {}", indented(&error));
     for cause in error.chain().skip(1) {
-        let _ = writeln!(stderr, "  caused by: {cause}");
+        let _ = writeln!(stderr, "  caused by: {}", indented(cause));
     }
     ExitCode::FAILURE
+}
+
+/// `message` on one line, or with its further lines indented under the first.
+fn indented(message: &dyn std::fmt::Display) -> String {
+    message.to_string().trim_end().replace('\n', "\n    ")
 }
