@@ -1,19 +1,18 @@
-//! The `fleetrl.v1.DemoService` handlers: PPO+D's demo buffers (`fleetrl_core::buffers::demos`)
+//! The `fleetrl.v1.DemoService` handlers: PPO+D's demo buffers (`crate::buffers::demos`)
 //! behind one lock, configured by the first actor that joins, saved with every checkpoint
 //! into `<checkpoint-dir>/demos` and restored from there.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use fleetrl_core::buffers::demos::{self, DemoKind, DemoStore, DemoStoreConfig};
-use fleetrl_core::config::{PpodConfig, RunConfig};
-use fleetrl_core::envs::{self, Space};
-use fleetrl_core::items::demo::{self, Demo, DemoError};
+use crate::buffers::demos::{self, DemoStore, DemoStoreConfig};
+use fleetrl_proto::space::Space;
 use fleetrl_proto::v1::demo_service_server::DemoService;
 use fleetrl_proto::v1::{
     self as pb, ConfigureDemosRequest, DemoState, DemoStateRequest, OfferDemosRequest,
     SyncDemosRequest, SyncDemosResponse,
 };
+use fleetrl_runtime::demo::{self, Demo, DemoError, DemoKind};
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
@@ -21,7 +20,7 @@ use tracing::{info, warn};
 #[derive(Debug)]
 struct Active {
     store: DemoStore,
-    ppod: PpodConfig,
+    ppod: pb::DemoBuffersSpec,
     env_id: String,
     obs: Space,
     action: Space,
@@ -81,22 +80,25 @@ impl DemoHub {
         Ok(())
     }
 
-    fn configure(&self, config: RunConfig) -> Result<DemoState, Status> {
+    fn configure(&self, ppod: pb::DemoBuffersSpec) -> Result<DemoState, Status> {
         let mut active = self.active.lock().expect("demo lock poisoned");
         if let Some(a) = active.as_ref() {
-            if a.env_id != config.env.id {
+            if a.env_id != ppod.env_id {
                 return Err(Status::already_exists(format!(
                     "demo buffers are configured for {}, not {}",
-                    a.env_id, config.env.id
+                    a.env_id, ppod.env_id
                 )));
             }
             return Ok(a.state());
         }
-        let ppod = config.ppod.clone();
-        if !ppod.enabled {
-            return Err(invalid("ppod.enabled is false in this run config"));
-        }
-        let env = envs::make(&config.env.id).map_err(invalid)?;
+        let space = |which: &str, space: &Option<pb::Space>| {
+            space
+                .as_ref()
+                .ok_or_else(|| invalid(format!("the {which} space is missing")))
+                .and_then(|s| Space::try_from(s).map_err(|e| invalid(format!("{which}: {e}"))))
+        };
+        let obs = space("observation", &ppod.observation_space)?;
+        let action = space("action", &ppod.action_space)?;
         let store_config = DemoStoreConfig {
             capacity: ppod.capacity as usize,
             rho: ppod.rho,
@@ -111,10 +113,10 @@ impl DemoHub {
         };
         let mut next = Active {
             store: DemoStore::new(store_config.clone(), Vec::new()).map_err(invalid)?,
+            env_id: ppod.env_id.clone(),
             ppod,
-            env_id: config.env.id.clone(),
-            obs: env.observation_space(),
-            action: env.action_space(),
+            obs,
+            action,
         };
         next.store = match restored {
             Some(store) => {
@@ -214,10 +216,12 @@ impl DemoService for Demos {
         &self,
         request: Request<ConfigureDemosRequest>,
     ) -> Result<Response<DemoState>, Status> {
-        let text = request.into_inner().config_toml;
-        let config = RunConfig::from_toml(&text, "the Configure request").map_err(invalid)?;
+        let spec = request
+            .into_inner()
+            .spec
+            .ok_or_else(|| invalid("the Configure request has no spec"))?;
         let hub = self.hub.clone();
-        let state = tokio::task::spawn_blocking(move || hub.configure(config))
+        let state = tokio::task::spawn_blocking(move || hub.configure(spec))
             .await
             .map_err(crate::error::task_failed)??;
         Ok(Response::new(state))
@@ -300,7 +304,7 @@ impl DemoService for Demos {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetrl_core::items::demo::DemoSource;
+    use fleetrl_runtime::demo::DemoSource;
 
     fn scripted(seed: u64, source: DemoSource) -> Demo {
         fleetrl_core::acting::scripted::play("SparseMountainCar-v0", seed, source).unwrap()
@@ -317,23 +321,28 @@ mod tests {
         std::fs::create_dir_all(&extra).unwrap();
         let name = |n: &str| format!("{n}{}", demo::EXTENSION);
         demo::write(&scripted(5, DemoSource::Human), &initial.join(name("h"))).unwrap();
-        let mut config = RunConfig::default();
-        config.env.id = "SparseMountainCar-v0".into();
-        config.ppod.enabled = true;
-        config.ppod.save_every = 2;
-        config.ppod.save_top_k = 1;
-        config.ppod.demos_dir = initial.display().to_string();
-        config.ppod.supplementary_dir = extra.display().to_string();
-        config.ppod.target_dir = target.display().to_string();
+        let mut ppod = fleetrl_core::config::PpodConfig {
+            enabled: true,
+            save_every: 2,
+            save_top_k: 1,
+            ..Default::default()
+        };
+        ppod.demos_dir = initial.display().to_string();
+        ppod.supplementary_dir = extra.display().to_string();
+        ppod.target_dir = target.display().to_string();
+        let env = fleetrl_core::envs::make("SparseMountainCar-v0").unwrap();
+        let spec = ppod.buffers_spec(
+            "SparseMountainCar-v0",
+            &env.observation_space(),
+            &env.action_space(),
+        );
         let demos = Demos {
             hub: Arc::new(DemoHub::new(None)),
         };
         let offer = || Request::new(OfferDemosRequest::default());
         assert!(demos.offer(offer()).await.is_err(), "not configured yet");
         let state = demos
-            .configure(Request::new(ConfigureDemosRequest {
-                config_toml: config.to_toml(),
-            }))
+            .configure(Request::new(ConfigureDemosRequest { spec: Some(spec) }))
             .await
             .unwrap()
             .into_inner();

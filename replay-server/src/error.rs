@@ -1,6 +1,6 @@
 //! The one place where errors become gRPC status codes.
 
-use fleetrl_core::buffers::ReplayError;
+use fleetrl_proto::table::ReplayError;
 use tonic::{Code, Status};
 
 /// The wire code of each [`ReplayError`] variant.

@@ -2,10 +2,11 @@
 //!
 //! [`serve`] runs `fleetrl.v1.ReplayService` (stream protocols in
 //! `proto/proto/fleetrl/v1/replay.proto`) and `grpc.health.v1.Health` until a shutdown future
-//! resolves. The tables themselves live in `fleetrl_core::buffers`; `service` only
+//! resolves. The table engine is [`buffers`]; `service` only
 //! adapts them to gRPC and `error` maps their errors to status codes. The binary is
 //! `src/main.rs`.
 
+pub mod buffers;
 mod demos;
 mod error;
 pub mod metrics;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use fleetrl_core::buffers::TableSpec;
+use fleetrl_proto::table::TableSpec;
 use fleetrl_proto::v1::replay_service_server::ReplayServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -114,8 +115,8 @@ pub async fn serve(
     health.set_serving::<ReplayServiceServer<Replay>>().await;
 
     let mut server_stop = stop_rx;
-    let incoming = fleetrl_core::net::incoming(listener);
-    let server = fleetrl_core::net::server()
+    let incoming = fleetrl_runtime::net::incoming(listener);
+    let server = fleetrl_runtime::net::server()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(health_service)
@@ -133,7 +134,7 @@ pub async fn serve(
     let mut server = pin!(server);
     info!(%addr, tables = ?tables.names(), "replay server serving");
     // Announced only now, with every table restored: whoever waits for this line may use them.
-    fleetrl_core::telemetry::announce_listening(addr);
+    fleetrl_runtime::telemetry::announce_listening(addr);
 
     let periodic = async {
         match (&checkpointer, options.checkpoint_interval) {

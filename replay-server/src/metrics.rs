@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fleetrl_core::telemetry::metrics::Registry;
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::InfoRequest;
+use fleetrl_runtime::telemetry::metrics::Registry;
 
 /// A wait longer than this counts as a rate-limiter wait (a free table answers in microseconds).
 const WAIT_THRESHOLD: Duration = Duration::from_millis(1);
@@ -99,7 +99,8 @@ async fn poll(
     server: SocketAddr,
     last: &mut HashMap<String, (Instant, u64, u64)>,
 ) -> anyhow::Result<()> {
-    let channel = fleetrl_core::net::connect(&server.to_string(), Duration::from_secs(1)).await?;
+    let channel =
+        fleetrl_runtime::net::connect(&server.to_string(), Duration::from_secs(1)).await?;
     let info = ReplayServiceClient::new(channel)
         .info(InfoRequest {})
         .await?

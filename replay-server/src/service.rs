@@ -11,7 +11,8 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use fleetrl_core::buffers::{difference, split_stacked, ReplayError, Table, TableSpec};
+use crate::buffers::Table;
+use fleetrl_proto::table::{difference, split_stacked, ReplayError, TableSpec};
 use fleetrl_proto::v1::replay_service_server::ReplayService;
 use fleetrl_proto::v1::{
     CheckpointRequest, CheckpointResponse, DeleteRequest, DeleteResponse, EnsureTableRequest,

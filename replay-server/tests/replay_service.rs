@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fleet_replay_server::{serve, ServerOptions};
-use fleetrl_core::buffers::{FieldSpec, Signature, TableSpec};
+use fleetrl_proto::table::{FieldSpec, Signature, TableSpec};
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{
     InfoRequest, InsertRequest, InsertResponse, SampleRequest, SampleResponse,

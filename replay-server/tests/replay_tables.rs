@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use fleet_replay_server::{serve, ServerOptions};
-use fleetrl_core::buffers::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
+use fleetrl_proto::table::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{
     CheckpointRequest, DeleteRequest, EnsureTableRequest, InfoRequest, InsertRequest, ResetRequest,
@@ -56,7 +56,7 @@ async fn start(options: ServerOptions) -> Server {
     let task = tokio::spawn(serve(listener, options, async {
         let _ = stopped.await;
     }));
-    let channel = fleetrl_core::net::connect(&addr.to_string(), LIMIT)
+    let channel = fleetrl_runtime::net::connect(&addr.to_string(), LIMIT)
         .await
         .unwrap();
     Server {

@@ -19,9 +19,9 @@
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
-use crate::buffers::{FieldSpec, Signature};
-use crate::envs::Space;
 use crate::models::RnnState;
+use fleetrl_proto::space::Space;
+use fleetrl_proto::table::{FieldSpec, Signature};
 
 /// Field names.
 pub mod field {
@@ -191,8 +191,8 @@ impl SequenceBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffers::TakenItems;
     use crate::replay_client::SequenceBuilder;
+    use fleetrl_proto::table::TakenItems;
 
     /// Steps cut by the builder, trimmed to their first state, pass the table's signature,
     /// stack into a batch and come back as time-major tensors with the stored state of each

@@ -17,9 +17,10 @@ use std::collections::VecDeque;
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
-use crate::buffers::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
 use crate::config::{ReplayOptions, RunConfig};
-use crate::envs::{self, Action, EnvError, Space};
+use crate::envs::{self, EnvError};
+use fleetrl_proto::space::{Action, Space};
+use fleetrl_proto::table::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
 
 /// Field names.
 pub mod field {

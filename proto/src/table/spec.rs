@@ -2,7 +2,7 @@
 //! signature. Specs come from the server's TOML file, from `EnsureTable` requests, and from
 //! checkpoints; [`TableSpec::check`] rejects every combination that could never work.
 
-use fleetrl_proto::Dtype;
+use crate::Dtype;
 use serde::{Deserialize, Serialize};
 
 use super::ReplayError;
@@ -360,7 +360,7 @@ impl TableSpec {
 
 /// Serialises [`Dtype`] by its short lowercase name (`"f32"`, `"u8"`, ...).
 mod dtype_name {
-    use fleetrl_proto::Dtype;
+    use crate::Dtype;
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
     const NAMES: [(Dtype, &str); 6] = [
@@ -393,9 +393,9 @@ mod dtype_name {
     }
 }
 
-impl From<&FieldSpec> for fleetrl_proto::v1::FieldSpec {
+impl From<&FieldSpec> for crate::v1::FieldSpec {
     fn from(spec: &FieldSpec) -> Self {
-        fleetrl_proto::v1::FieldSpec {
+        crate::v1::FieldSpec {
             name: spec.name.clone(),
             dtype: spec.dtype as i32,
             shape: spec.shape.clone(),
