@@ -2,7 +2,8 @@
 //! path returns an item list or an error naming the problem, and never panics, hangs or
 //! allocates without bound. (Property-based with proptest, so it runs in the normal suite.)
 
-use fleetrl_proto::table::{split_stacked, FieldSpec, Signature, Table, TableSpec};
+use fleet_replay_server::buffers::Table;
+use fleetrl_proto::table::{split_stacked, FieldSpec, Signature, TableSpec};
 use fleetrl_proto::v1::{InsertRequest, TableConfig};
 use fleetrl_proto::{Dtype, Tensor, TensorMap};
 use proptest::prelude::*;
