@@ -1,5 +1,6 @@
 //! The `fleetrl.v1` gRPC protocol: generated messages and services, plus the hand-written
-//! conversions between proto tensors and Rust data (and tch tensors, with the `tch` feature).
+//! conversions between proto tensors and Rust data (tch conversions are in fleetrl-core, so this
+//! crate never depends on tch).
 //!
 //! Handlers never touch raw tensor bytes: they go through [`tensor`]. The replay table
 //! declarations every role shares ([`table`]: spec, signature, batch splitting and stacking) and

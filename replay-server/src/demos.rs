@@ -14,6 +14,8 @@ use fleetrl_proto::v1::{
 };
 use fleetrl_runtime::demo::{self, Demo, DemoError, DemoKind};
 use tonic::{Request, Response, Status};
+
+use crate::error::ServiceError;
 use tracing::{info, warn};
 
 /// A configured store and what it was configured with.
@@ -54,8 +56,8 @@ pub(crate) struct DemoHub {
     checkpoint_dir: Option<PathBuf>,
 }
 
-fn invalid(e: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(e.to_string())
+fn invalid(why: impl Into<String>) -> ServiceError {
+    ServiceError::InvalidRequest(why.into())
 }
 
 impl DemoHub {
@@ -80,14 +82,14 @@ impl DemoHub {
         Ok(())
     }
 
-    fn configure(&self, ppod: pb::DemoBuffersSpec) -> Result<DemoState, Status> {
+    fn configure(&self, ppod: pb::DemoBuffersSpec) -> Result<DemoState, ServiceError> {
         let mut active = self.active.lock().expect("demo lock poisoned");
         if let Some(a) = active.as_ref() {
             if a.env_id != ppod.env_id {
-                return Err(Status::already_exists(format!(
-                    "demo buffers are configured for {}, not {}",
-                    a.env_id, ppod.env_id
-                )));
+                return Err(ServiceError::DemosConfiguredFor {
+                    configured: a.env_id.clone(),
+                    requested: ppod.env_id,
+                });
             }
             return Ok(a.state());
         }
@@ -108,11 +110,11 @@ impl DemoHub {
         };
         let restored = match &self.checkpoint_dir {
             Some(root) => demos::load(&Self::saved_dir(root), store_config.clone())
-                .map_err(|e| Status::internal(format!("restoring demo buffers: {e}")))?,
+                .map_err(|e| ServiceError::Internal(format!("restoring demo buffers: {e}")))?,
             None => None,
         };
         let mut next = Active {
-            store: DemoStore::new(store_config.clone(), Vec::new()).map_err(invalid)?,
+            store: DemoStore::new(store_config.clone(), Vec::new())?,
             env_id: ppod.env_id.clone(),
             ppod,
             obs,
@@ -126,12 +128,12 @@ impl DemoHub {
             None => {
                 let initial = match next.ppod.demos_dir.as_str() {
                     "" => Vec::new(),
-                    dir => demo::read_dir(Path::new(dir)).map_err(invalid)?,
+                    dir => demo::read_dir(Path::new(dir))?,
                 };
                 for d in &initial {
-                    next.check(d).map_err(invalid)?;
+                    next.check(d)?;
                 }
-                DemoStore::new(store_config, initial).map_err(invalid)?
+                DemoStore::new(store_config, initial)?
             }
         };
         info!(env = %next.env_id, stats = ?next.store.stats(), "demo buffers configured");
@@ -142,12 +144,10 @@ impl DemoHub {
 
     fn with_active<T>(
         &self,
-        f: impl FnOnce(&mut Active) -> Result<T, Status>,
-    ) -> Result<T, Status> {
+        f: impl FnOnce(&mut Active) -> Result<T, ServiceError>,
+    ) -> Result<T, ServiceError> {
         let mut active = self.active.lock().expect("demo lock poisoned");
-        let active = active.as_mut().ok_or_else(|| {
-            Status::failed_precondition("demo buffers are not configured (call Configure first)")
-        })?;
+        let active = active.as_mut().ok_or(ServiceError::DemosNotConfigured)?;
         f(active)
     }
 }
@@ -231,7 +231,7 @@ impl DemoService for Demos {
         &self,
         _request: Request<DemoStateRequest>,
     ) -> Result<Response<DemoState>, Status> {
-        self.hub.with_active(|a| Ok(Response::new(a.state())))
+        Ok(self.hub.with_active(|a| Ok(Response::new(a.state())))?)
     }
 
     async fn sync(
@@ -239,7 +239,7 @@ impl DemoService for Demos {
         request: Request<SyncDemosRequest>,
     ) -> Result<Response<SyncDemosResponse>, Status> {
         let known = request.into_inner().known_generation;
-        self.hub.with_active(|a| {
+        let response = self.hub.with_active(|a| {
             let state = a.state();
             let changed = known != state.generation;
             let mut demos = Vec::new();
@@ -256,7 +256,7 @@ impl DemoService for Demos {
                         demo: d
                             .demo
                             .to_bytes()
-                            .map_err(|e| Status::internal(e.to_string()))?,
+                            .map_err(|e| ServiceError::Internal(e.to_string()))?,
                     });
                 }
             }
@@ -265,7 +265,8 @@ impl DemoService for Demos {
                 changed,
                 demos,
             }))
-        })
+        })?;
+        Ok(response)
     }
 
     async fn offer(
@@ -278,13 +279,12 @@ impl DemoService for Demos {
             hub.with_active(|a| {
                 let mut episodes = Vec::with_capacity(request.candidates.len());
                 for c in &request.candidates {
-                    let d = Demo::from_bytes(&c.demo, Path::new("<offered episode>"))
-                        .map_err(invalid)?;
-                    a.check(&d).map_err(invalid)?;
+                    let d = Demo::from_bytes(&c.demo, Path::new("<offered episode>"))?;
+                    a.check(&d)?;
                     episodes.push((d, c.max_value));
                 }
                 for (d, max_value) in episodes {
-                    a.store.offer(d, max_value).map_err(invalid)?;
+                    a.store.offer(d, max_value)?;
                 }
                 for r in &request.refreshes {
                     a.store.refresh_value(r.id, r.max_value);

@@ -92,12 +92,16 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
+    let mut tasks = fleet_replay_server::Tasks::new();
     if args.metrics_listen.is_some() {
         let registry = telemetry::Registry::new("fleetrl_replay");
         telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
-        fleet_replay_server::metrics::spawn_exporter(registry, local);
+        tasks.spawn(async move {
+            fleet_replay_server::metrics::export(registry, local).await;
+            anyhow::bail!("the metrics exporter stopped")
+        });
     }
-    fleet_replay_server::serve(listener, options, shutdown).await?;
+    fleet_replay_server::serve(listener, options, shutdown, tasks).await?;
     tracing::info!("replay server stopped");
     Ok(())
 }

@@ -57,23 +57,22 @@ pub(crate) static INSERT_WAITS: Waits = Waits::new();
 /// Samples that waited for items (an empty queue).
 pub(crate) static SAMPLE_WAITS: Waits = Waits::new();
 
-/// Polls the server at `server` once a second and mirrors its tables into `registry`.
-pub fn spawn_exporter(registry: Arc<Registry>, server: SocketAddr) {
+/// Polls the server at `server` once a second and mirrors its tables into `registry`; runs
+/// until dropped (the server supervises it).
+pub async fn export(registry: Arc<Registry>, server: SocketAddr) {
     let mut target = server;
     if target.ip().is_unspecified() {
         target.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    tokio::spawn(async move {
-        let mut last: HashMap<String, (Instant, u64, u64)> = HashMap::new();
-        let mut ticker = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            ticker.tick().await;
-            mirror_waits(&registry);
-            if let Err(error) = poll(&registry, target, &mut last).await {
-                tracing::debug!(%error, "metrics: cannot read table info");
-            }
+    let mut last: HashMap<String, (Instant, u64, u64)> = HashMap::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticker.tick().await;
+        mirror_waits(&registry);
+        if let Err(error) = poll(&registry, target, &mut last).await {
+            tracing::debug!(%error, "metrics: cannot read table info");
         }
-    });
+    }
 }
 
 fn mirror_waits(r: &Registry) {

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, instrument, warn, Instrument, Span};
 
-use crate::error::{task_failed, to_status};
+use crate::error::{task_failed, to_status, ServiceError};
 use crate::persistence::Checkpointer;
 
 /// A boxed response stream, as tonic wants for streaming RPCs.
@@ -216,10 +216,9 @@ impl ReplayService for Replay {
         &self,
         request: Request<EnsureTableRequest>,
     ) -> Result<Response<EnsureTableResponse>, Status> {
-        let config = request
-            .into_inner()
-            .table
-            .ok_or_else(|| Status::invalid_argument("EnsureTable needs a table definition"))?;
+        let config = request.into_inner().table.ok_or_else(|| {
+            ServiceError::InvalidRequest("EnsureTable needs a table definition".into())
+        })?;
         let spec = TableSpec::try_from(&config).map_err(to_status)?;
         let created = self.tables.ensure(&spec).map_err(|err| {
             warn!(table = %spec.name, error = %err, "EnsureTable refused");
@@ -236,13 +235,14 @@ impl ReplayService for Replay {
         &self,
         _request: Request<CheckpointRequest>,
     ) -> Result<Response<CheckpointResponse>, Status> {
-        let checkpointer = self.checkpointer.clone().ok_or_else(|| {
-            Status::failed_precondition("this replay server has no --checkpoint-dir")
-        })?;
+        let checkpointer = self
+            .checkpointer
+            .clone()
+            .ok_or(ServiceError::NoCheckpointDir)?;
         let path = checkpointer
             .write(&self.tables)
             .await
-            .map_err(|e| Status::internal(format!("checkpoint failed: {e:#}")))?;
+            .map_err(|e| ServiceError::Internal(format!("checkpoint failed: {e:#}")))?;
         Ok(Response::new(CheckpointResponse {
             path: path.display().to_string(),
         }))

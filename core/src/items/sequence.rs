@@ -148,7 +148,7 @@ impl SequenceBatch {
     /// Reads a stacked sample (leading dimension B) onto `device`, time-major, unit weights.
     pub fn from_stacked(batch: &TensorMap, device: tch::Device) -> Result<Self, TensorError> {
         let get = |name: &str| -> Result<tch::Tensor, TensorError> {
-            Ok(tch::Tensor::try_from(batch.field(name)?)?.to_device(device))
+            Ok(crate::models::weights::from_proto(batch.field(name)?)?.to_device(device))
         };
         let time_major = |name: &str| -> Result<tch::Tensor, TensorError> {
             Ok(get(name)?.transpose(0, 1).contiguous())

@@ -223,7 +223,7 @@ impl TransitionBatch {
     /// Reads a stacked sample (leading dimension B) onto `device`, with unit weights.
     pub fn from_stacked(batch: &TensorMap, device: tch::Device) -> Result<Self, TensorError> {
         let get = |name: &str| -> Result<tch::Tensor, TensorError> {
-            Ok(tch::Tensor::try_from(batch.field(name)?)?.to_device(device))
+            Ok(crate::models::weights::from_proto(batch.field(name)?)?.to_device(device))
         };
         let reward = get(field::REWARD)?;
         Ok(TransitionBatch {
