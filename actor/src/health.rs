@@ -1,7 +1,7 @@
 //! `grpc.health.v1.Health` for the actor, for Kubernetes probes: NOT_SERVING until the first
 //! weights arrive, SERVING while acting.
 
-use fleetrl_core::{net, telemetry};
+use fleetrl_runtime::{net, telemetry};
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
@@ -13,7 +13,7 @@ pub(crate) async fn serve(listen: &str) -> anyhow::Result<HealthReporter> {
         .await;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     telemetry::announce_listening(listener.local_addr()?);
-    let server = fleetrl_core::net::server().add_service(service);
+    let server = fleetrl_runtime::net::server().add_service(service);
     tokio::spawn(async move {
         if let Err(error) = server.serve_with_incoming(net::incoming(listener)).await {
             tracing::error!(%error, "health server stopped");

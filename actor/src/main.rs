@@ -17,10 +17,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::net;
 use fleetrl_core::replay_client;
-use fleetrl_core::telemetry;
 use fleetrl_proto::v1::GetRunSpecRequest;
+use fleetrl_runtime::net;
+use fleetrl_runtime::telemetry;
 use tokio::sync::{mpsc, watch};
 
 /// The fleetrl actor.

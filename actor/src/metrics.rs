@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleetrl_core::envs::Episode;
-use fleetrl_core::telemetry::metrics::{Counter, Gauge, Histogram, Registry};
+use fleetrl_runtime::telemetry::metrics::{Counter, Gauge, Histogram, Registry};
 
 /// Episodes kept for the recent-return mean.
 const RECENT_EPISODES: usize = 100;

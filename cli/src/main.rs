@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::telemetry;
+use fleetrl_runtime::telemetry;
 
 /// fleetrl: distributed actor-learner reinforcement learning.
 #[derive(Debug, Parser)]

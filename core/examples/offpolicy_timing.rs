@@ -10,9 +10,10 @@ use std::time::Instant;
 
 use fleetrl_core::algos::offpolicy::{build, build_model, replay_options};
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs::{make_configured, Space};
+use fleetrl_core::envs::make_configured;
 use fleetrl_core::items::transition::{field, TransitionBatch};
 use fleetrl_core::models::Policy;
+use fleetrl_proto::space::Space;
 use fleetrl_proto::{Tensor, TensorMap};
 
 /// A stacked batch of `b` transitions as the replay server sends it.

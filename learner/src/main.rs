@@ -17,7 +17,7 @@ use anyhow::Context;
 use clap::Parser;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::replay_client;
-use fleetrl_core::telemetry::{self, EventWriter};
+use fleetrl_runtime::telemetry::{self, EventWriter};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::setup::{build_algorithm, Restored};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fleetrl_core::algos::Metrics;
-use fleetrl_core::telemetry::metrics::{self, Counter, Gauge, Histogram, Registry};
+use fleetrl_runtime::telemetry::metrics::{self, Counter, Gauge, Histogram, Registry};
 
 use crate::stats::Stats;
 

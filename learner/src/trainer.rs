@@ -11,9 +11,9 @@ use fleetrl_core::algos::{self, Algorithm, Metrics};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::rollout::RolloutBatch;
-use fleetrl_core::telemetry::EventWriter;
 use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
+use fleetrl_runtime::telemetry::EventWriter;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::metrics::LearnerMetrics;

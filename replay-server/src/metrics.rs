@@ -11,9 +11,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fleetrl_core::telemetry::metrics::{Counter, Registry};
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::InfoRequest;
+use fleetrl_runtime::telemetry::metrics::{Counter, Registry};
 
 /// A wait longer than this counts as a rate-limiter wait (a free table answers in microseconds).
 const WAIT_THRESHOLD: Duration = Duration::from_millis(1);
@@ -94,22 +94,21 @@ impl ReplayMetrics {
     }
 }
 
-/// Polls the server at `server` once a second and mirrors its tables into `registry`.
-pub fn spawn_exporter(registry: Arc<Registry>, server: SocketAddr) {
+/// Polls the server at `server` once a second and mirrors its tables into `registry`; runs
+/// until dropped (the server supervises it).
+pub async fn export(registry: Arc<Registry>, server: SocketAddr) {
     let mut target = server;
     if target.ip().is_unspecified() {
         target.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    tokio::spawn(async move {
-        let mut last: HashMap<String, (Instant, u64, u64)> = HashMap::new();
-        let mut ticker = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            ticker.tick().await;
-            if let Err(error) = poll(&registry, target, &mut last).await {
-                tracing::debug!(%error, "metrics: cannot read table info");
-            }
+    let mut last: HashMap<String, (Instant, u64, u64)> = HashMap::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticker.tick().await;
+        if let Err(error) = poll(&registry, target, &mut last).await {
+            tracing::debug!(%error, "metrics: cannot read table info");
         }
-    });
+    }
 }
 
 async fn poll(
@@ -117,7 +116,8 @@ async fn poll(
     server: SocketAddr,
     last: &mut HashMap<String, (Instant, u64, u64)>,
 ) -> anyhow::Result<()> {
-    let channel = fleetrl_core::net::connect(&server.to_string(), Duration::from_secs(1)).await?;
+    let channel =
+        fleetrl_runtime::net::connect(&server.to_string(), Duration::from_secs(1)).await?;
     let info = ReplayServiceClient::new(channel)
         .info(InfoRequest {})
         .await?

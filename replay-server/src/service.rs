@@ -11,7 +11,8 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use fleetrl_core::buffers::{difference, split_stacked, ReplayError, Table, TableSpec};
+use crate::buffers::Table;
+use fleetrl_proto::table::{difference, split_stacked, ReplayError, TableSpec};
 use fleetrl_proto::v1::replay_service_server::ReplayService;
 use fleetrl_proto::v1::{
     CheckpointRequest, CheckpointResponse, DeleteRequest, DeleteResponse, EnsureTableRequest,
@@ -24,7 +25,7 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, instrument, warn, Instrument, Span};
 
-use crate::error::{task_failed, to_status};
+use crate::error::{task_failed, to_status, ServiceError};
 use crate::metrics::ReplayMetrics;
 use crate::persistence::Checkpointer;
 
@@ -220,10 +221,9 @@ impl ReplayService for Replay {
         &self,
         request: Request<EnsureTableRequest>,
     ) -> Result<Response<EnsureTableResponse>, Status> {
-        let config = request
-            .into_inner()
-            .table
-            .ok_or_else(|| Status::invalid_argument("EnsureTable needs a table definition"))?;
+        let config = request.into_inner().table.ok_or_else(|| {
+            ServiceError::InvalidRequest("EnsureTable needs a table definition".into())
+        })?;
         let spec = TableSpec::try_from(&config).map_err(to_status)?;
         let created = self.tables.ensure(&spec).map_err(|err| {
             warn!(table = %spec.name, error = %err, "EnsureTable refused");
@@ -240,13 +240,14 @@ impl ReplayService for Replay {
         &self,
         _request: Request<CheckpointRequest>,
     ) -> Result<Response<CheckpointResponse>, Status> {
-        let checkpointer = self.checkpointer.clone().ok_or_else(|| {
-            Status::failed_precondition("this replay server has no --checkpoint-dir")
-        })?;
+        let checkpointer = self
+            .checkpointer
+            .clone()
+            .ok_or(ServiceError::NoCheckpointDir)?;
         let path = checkpointer
             .write(&self.tables)
             .await
-            .map_err(|e| Status::internal(format!("checkpoint failed: {e:#}")))?;
+            .map_err(|e| ServiceError::Internal(format!("checkpoint failed: {e:#}")))?;
         Ok(Response::new(CheckpointResponse {
             path: path.display().to_string(),
         }))

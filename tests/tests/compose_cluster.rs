@@ -205,7 +205,8 @@ impl std::fmt::Display for Rate {
 
 /// Actors whose last episode report reached the learner within the last 3 s.
 async fn reporting_actors(learner: SocketAddr) -> anyhow::Result<usize> {
-    let channel = fleetrl_core::net::connect(&learner.to_string(), Duration::from_secs(5)).await?;
+    let channel =
+        fleetrl_runtime::net::connect(&learner.to_string(), Duration::from_secs(5)).await?;
     let status = LearnerServiceClient::new(channel)
         .get_status(GetStatusRequest {})
         .await?
@@ -230,7 +231,8 @@ async fn training_continues(metrics: SocketAddr, after: &str) -> anyhow::Result<
 }
 
 async fn replay_inserted(replay: SocketAddr) -> anyhow::Result<u64> {
-    let channel = fleetrl_core::net::connect(&replay.to_string(), Duration::from_secs(5)).await?;
+    let channel =
+        fleetrl_runtime::net::connect(&replay.to_string(), Duration::from_secs(5)).await?;
     let info = ReplayServiceClient::new(channel)
         .info(InfoRequest {})
         .await?
@@ -302,7 +304,7 @@ async fn restart_learner(cluster: &Compose, metrics: SocketAddr) -> anyhow::Resu
 /// Asks the learner for a checkpoint and evaluates it in the learner's container.
 async fn solved_checkpoint(cluster: &Compose) -> anyhow::Result<Option<String>> {
     let grpc = cluster.port("learner", 1, 50052)?;
-    let channel = fleetrl_core::net::connect(&grpc.to_string(), Duration::from_secs(5)).await?;
+    let channel = fleetrl_runtime::net::connect(&grpc.to_string(), Duration::from_secs(5)).await?;
     let saved = LearnerServiceClient::new(channel)
         .save_checkpoint(SaveCheckpointRequest {})
         .await?

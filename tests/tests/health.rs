@@ -10,7 +10,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 async fn wait_serving(addr: SocketAddr, what: &str) -> anyhow::Result<()> {
-    let channel = fleetrl_core::net::connect(&addr.to_string(), Duration::from_secs(60)).await?;
+    let channel = fleetrl_runtime::net::connect(&addr.to_string(), Duration::from_secs(60)).await?;
     let mut client = HealthClient::new(channel);
     let started = Instant::now();
     loop {

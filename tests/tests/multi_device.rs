@@ -81,7 +81,7 @@ async fn two_cpu_replicas_with_f16_chunked_weights_learn_cartpole() -> anyhow::R
 /// Starts `fleet-learner` on `preset` with `sets` (no replay server: it must fail before
 /// needing one); its stderr.
 fn refused_learner(preset: &str, sets: &[&str]) -> anyhow::Result<String> {
-    let learner = fleetrl_core::launch::bin_dir()?.join("fleet-learner");
+    let learner = fleetrl_runtime::launch::bin_dir()?.join("fleet-learner");
     let config = fleetrl_tests::compose::repo_root().join(format!("configs/{preset}.toml"));
     let mut command = Command::new(learner);
     command
@@ -144,7 +144,7 @@ fn learner_binary_links_libtorch_cuda() -> anyhow::Result<()> {
     if !requires::should_run("learner_binary_links_libtorch_cuda", Need::Gpu, missing)? {
         return Ok(());
     }
-    let learner = fleetrl_core::launch::bin_dir()?.join("fleet-learner");
+    let learner = fleetrl_runtime::launch::bin_dir()?.join("fleet-learner");
     let bytes = std::fs::read(&learner)?;
     let needle = b"libtorch_cuda.so\0";
     assert!(

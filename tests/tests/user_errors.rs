@@ -1,6 +1,6 @@
 //! A user error (an unknown config key, an address that cannot be served) ends every binary
 //! with its message and context chain on stderr and exit code 1, and no backtrace even with
-//! `RUST_BACKTRACE=1` (see `fleetrl_core::telemetry::exit_code`).
+//! `RUST_BACKTRACE=1` (see `fleetrl_runtime::telemetry::exit_code`).
 
 use std::process::Command;
 
@@ -9,7 +9,7 @@ use fleetrl_tests::compose::repo_root;
 /// Runs `binary ARGS` from the repository root with backtraces asked for; its stderr, after
 /// checking that it failed with exit code 1 and printed no backtrace.
 fn failing(binary: &str, args: &[&str]) -> anyhow::Result<String> {
-    let path = fleetrl_core::launch::bin_dir()?.join(binary);
+    let path = fleetrl_runtime::launch::bin_dir()?.join(binary);
     let run = Command::new(path)
         .current_dir(repo_root())
         .args(args)

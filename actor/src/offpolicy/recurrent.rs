@@ -97,10 +97,10 @@ fn sequence_builders(dqn: &DqnConfig, m: usize) -> anyhow::Result<Vec<SequenceBu
 
 /// The discrete action taken (DQN's action space is discrete; the config check guarantees it
 /// for the model to build).
-fn greedy_or_taken(action: &fleetrl_core::envs::Action) -> i64 {
+fn greedy_or_taken(action: &fleetrl_proto::space::Action) -> i64 {
     match action {
-        fleetrl_core::envs::Action::Discrete(a) => *a,
-        fleetrl_core::envs::Action::Continuous(_) => {
+        fleetrl_proto::space::Action::Discrete(a) => *a,
+        fleetrl_proto::space::Action::Continuous(_) => {
             unreachable!("a Q-value model only builds for discrete actions")
         }
     }

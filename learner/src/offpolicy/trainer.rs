@@ -10,8 +10,8 @@ use fleetrl_core::algos::Metrics;
 use fleetrl_core::config::{ReplayOptions, RunConfig};
 use fleetrl_core::items::transition::importance_weights;
 use fleetrl_core::replay_client::ShardBatch;
-use fleetrl_core::telemetry::EventWriter;
 use fleetrl_proto::v1::Weights;
+use fleetrl_runtime::telemetry::EventWriter;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::priorities::PriorityUpdate;
