@@ -89,13 +89,14 @@ pub(crate) async fn follow_weights(
     }
 }
 
-/// Sends the episodes finished since the last report every `interval`.
+/// Sends the episodes finished since the last report every `interval`; never ends (a failed
+/// report is kept for the next one).
 pub(crate) async fn report_episodes(
     channel: Channel,
     actor_id: u32,
     progress: Arc<Mutex<Progress>>,
     interval: Duration,
-) {
+) -> Result<(), std::convert::Infallible> {
     let mut client = client(channel);
     let mut ticker = tokio::time::interval(interval);
     loop {

@@ -113,9 +113,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let progress = Arc::new(Mutex::new(acting::Progress::default()));
     let interval = Duration::from_secs_f64(config.actors.report_interval_s.max(0.05));
     let report = learner_link::report_episodes(learner, args.actor_id, progress.clone(), interval);
-    parts.spawn(Part::Reporter, async move {
-        Ok::<_, anyhow::Error>(report.await)
-    });
+    parts.spawn(Part::Reporter, report);
 
     // Off-policy actors insert single transitions: batch them per request and keep that many
     // times as many in flight.

@@ -53,12 +53,12 @@ pub(crate) enum ActError {
     Expert {
         /// The expert checkpoint.
         path: String,
-        /// What went wrong.
-        source: LoadPolicyError,
+        /// What went wrong (boxed: a checkpoint error is large).
+        source: Box<LoadPolicyError>,
     },
     /// The PPO+D demo buffers could not be synced or offered to.
     #[error(transparent)]
-    Demos(#[from] DemoLinkError),
+    Demos(#[from] Box<DemoLinkError>),
     /// The run asks for acting this actor cannot do.
     #[error("{0}")]
     Unsupported(&'static str),

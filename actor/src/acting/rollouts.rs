@@ -69,9 +69,9 @@ impl RolloutCollector {
         Ok(match &mut self.source {
             Source::Plain(a) => a.collect(policy, &mut self.builder)?,
             Source::Demos(a, link) => {
-                link.sync(a)?;
+                link.sync(a).map_err(Box::new)?;
                 let bootstrap = a.collect(policy, &mut self.builder)?;
-                link.offer(a)?;
+                link.offer(a).map_err(Box::new)?;
                 bootstrap
             }
         })

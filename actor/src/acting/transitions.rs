@@ -91,7 +91,7 @@ impl TransitionCollector {
                 load_policy(Path::new(path))
                     .map_err(|source| ActError::Expert {
                         path: path.clone(),
-                        source,
+                        source: Box::new(source),
                     })?
                     .0,
             ),
@@ -136,12 +136,12 @@ impl Collector for TransitionCollector {
         };
         let out = self.envs.step(&actions)?;
         let mut items = Vec::new();
-        for i in 0..m {
+        for (i, action) in actions.iter().enumerate() {
             let next = &out.obs[i * obs_dim..(i + 1) * obs_dim];
             let ended = out.terminated[i] || out.truncated[i];
             let step = StepIn {
                 obs: self.obs[i * obs_dim..(i + 1) * obs_dim].to_vec(),
-                action: actions[i].clone(),
+                action: action.clone(),
                 reward: clip(out.reward[i], self.side.reward_clip),
                 terminated: out.terminated[i],
                 truncated: out.truncated[i],
