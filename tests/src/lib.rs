@@ -34,6 +34,8 @@ pub struct Sandbox {
     actors: Vec<Actor>,
     /// Where each role serves Prometheus metrics, when asked for ([`SandboxBuilder::metrics`]).
     metrics: Option<Metrics>,
+    /// Extra arguments for every actor ([`SandboxBuilder::actor_arg`]).
+    actor_args: Vec<String>,
 }
 
 /// The metrics addresses of a sandbox's roles.
@@ -61,6 +63,7 @@ pub struct SandboxBuilder {
     actors: u32,
     overrides: Vec<String>,
     metrics: bool,
+    actor_args: Vec<String>,
 }
 
 impl Sandbox {
@@ -72,6 +75,7 @@ impl Sandbox {
             actors: 2,
             overrides: Vec::new(),
             metrics: false,
+            actor_args: Vec::new(),
         }
     }
 
@@ -127,7 +131,8 @@ impl Sandbox {
     pub async fn add_actor(&mut self, id: u32) -> anyhow::Result<()> {
         let log = self.dir.join(format!("actor-{id}.log"));
         let metrics = self.metrics.filter(|_| self.actors.is_empty() && id == 0);
-        let extra = metrics_args(metrics.map(|m| m.actor));
+        let mut extra = metrics_args(metrics.map(|m| m.actor));
+        extra.extend_from_slice(&self.actor_args);
         let mut role = start_actor(&log, id, self.learner_addr, self.replay_addr, &extra).await?;
         let health_addr = role.listening_addr(PATIENCE, &log).await?;
         self.actors.push(Actor {
@@ -153,6 +158,37 @@ impl Sandbox {
         let mut actor = self.actors.remove(at);
         actor.role.kill().await;
         Ok(())
+    }
+
+    /// SIGKILLs the learner, as a crash would.
+    pub async fn kill_learner(&mut self) {
+        self.learner.kill().await;
+    }
+
+    /// Waits up to `timeout` for the actor with this id to exit; its exit status.
+    pub async fn wait_actor_exit(
+        &mut self,
+        id: u32,
+        timeout: Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        let actor = self
+            .actors
+            .iter_mut()
+            .find(|a| a.id == id)
+            .context("no such actor")?;
+        let start = Instant::now();
+        loop {
+            if let Some(status) = actor.role.exited() {
+                return Ok(status);
+            }
+            if start.elapsed() > timeout {
+                anyhow::bail!(
+                    "actor {id} still running after {timeout:?}; logs in {}",
+                    self.dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Fails if a server process has exited.
@@ -218,6 +254,12 @@ impl SandboxBuilder {
     /// A config override, `dotted.key=value`.
     pub fn set(mut self, assignment: &str) -> Self {
         self.overrides.push(assignment.to_string());
+        self
+    }
+
+    /// An extra command-line argument for every actor.
+    pub fn actor_arg(mut self, arg: &str) -> Self {
+        self.actor_args.push(arg.to_string());
         self
     }
 
@@ -289,6 +331,7 @@ impl SandboxBuilder {
             learner,
             actors: Vec::new(),
             metrics,
+            actor_args: self.actor_args,
         };
         for id in 0..self.actors {
             sandbox.add_actor(id).await?;
