@@ -233,6 +233,34 @@ fn metrics_args(addr: Option<SocketAddr>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Polls the `grpc.health.v1.Health` service at `addr` every 20 ms until it reports `want`,
+/// failing after `timeout`.
+pub async fn wait_health(
+    addr: SocketAddr,
+    want: tonic_health::pb::health_check_response::ServingStatus,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let channel = fleetrl_core::net::connect(&addr.to_string(), PATIENCE).await?;
+    let mut client = HealthClient::new(channel);
+    let started = Instant::now();
+    loop {
+        let request = HealthCheckRequest {
+            service: String::new(),
+        };
+        let status = client.check(request).await?.into_inner().status;
+        if status == want as i32 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            started.elapsed() < timeout,
+            "{addr} never reported {want:?} (last: {status})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A loopback address with a port that was free a moment ago.
 fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)

@@ -2,38 +2,10 @@
 //! as the weight stream breaks, and once the learner stays away longer than the actor's
 //! `--connect-patience-s` the actor exits non-zero, so compose or Kubernetes restart it.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use fleetrl_tests::Sandbox;
+use fleetrl_tests::{wait_health, Sandbox};
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
-
-/// Polls the actor's health every 20 ms until it reports `want`, failing after `timeout`.
-async fn wait_status(
-    addr: SocketAddr,
-    want: ServingStatus,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let channel = fleetrl_core::net::connect(&addr.to_string(), Duration::from_secs(60)).await?;
-    let mut client = HealthClient::new(channel);
-    let started = Instant::now();
-    loop {
-        let request = HealthCheckRequest {
-            service: String::new(),
-        };
-        let status = client.check(request).await?.into_inner().status;
-        if status == want as i32 {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            started.elapsed() < timeout,
-            "the actor never reported {want:?} (last: {status})"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actor_exits_non_zero_when_the_learner_is_gone() -> anyhow::Result<()> {
@@ -46,7 +18,7 @@ async fn actor_exits_non_zero_when_the_learner_is_gone() -> anyhow::Result<()> {
         .start()
         .await?;
     let (id, health) = sandbox.actor_health_addrs()[0];
-    wait_status(health, ServingStatus::Serving, Duration::from_secs(120)).await?;
+    wait_health(health, ServingStatus::Serving, Duration::from_secs(120)).await?;
     sandbox
         .wait_for("the first update", Duration::from_secs(120), |s| {
             s.updates >= 1
@@ -55,7 +27,7 @@ async fn actor_exits_non_zero_when_the_learner_is_gone() -> anyhow::Result<()> {
 
     sandbox.kill_learner().await;
     let killed = Instant::now();
-    wait_status(health, ServingStatus::NotServing, Duration::from_secs(30)).await?;
+    wait_health(health, ServingStatus::NotServing, Duration::from_secs(30)).await?;
     let status = sandbox.wait_actor_exit(id, Duration::from_secs(60)).await?;
     assert!(
         !status.success(),

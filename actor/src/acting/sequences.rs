@@ -5,26 +5,22 @@
 //! the learner where to reset. Epsilon-greedy as the feed-forward DQN actor; n-step targets
 //! are the learner's job here, so steps go in raw.
 
-use fleetrl_core::acting::exploration::Explorer;
 use fleetrl_core::config::{AlgoConfig, DqnConfig, RunConfig};
-use fleetrl_core::envs::{Action, Episode, VecEnv};
+use fleetrl_core::envs::{Action, Episode};
 use fleetrl_core::items::sequence::{keep_first_state, SequenceStep};
-use fleetrl_core::models::{ModelError, OffPolicyModel, Policy, RnnState};
+use fleetrl_core::models::{ModelError, Policy, RnnState};
 use fleetrl_core::replay_client::SequenceBuilder;
 use tch::{Device, Tensor};
 
-use super::transitions::clip;
-use super::{model, ActError, Collected, Collector, Pacing};
+use super::transitions::{clip, Stepping};
+use super::{ActError, Collected, Collector, Pacing};
 
 /// Collects one step of every env per call; items when sequences fill.
 pub(super) struct SequenceCollector {
-    envs: VecEnv,
-    model: OffPolicyModel,
+    on: Stepping,
     dqn: DqnConfig,
-    explorer: Explorer,
     builders: Vec<SequenceBuilder>,
     state: RnnState,
-    obs: Vec<f32>,
 }
 
 impl SequenceCollector {
@@ -35,52 +31,46 @@ impl SequenceCollector {
                 "recurrent off-policy acting is R2D2 (algo.name = \"dqn\") only",
             ));
         };
-        let m = config.actors.envs_per_actor as usize;
-        let mut envs = fleetrl_core::envs::make_vec(&config.env, m)?;
-        let model = model::off_policy(config, &envs)?;
-        let explorer = Explorer::new(&dqn.explore, envs.action_space(), m, seed ^ 0x9e37_79b9)
-            .shared_by(config.actors.count);
+        let on = Stepping::new(config, &dqn.explore, seed)?;
+        let m = on.envs.num_envs();
         let (length, overlap) = (dqn.replay.sequence_length, dqn.replay.sequence_overlap);
         let builders = (0..m)
             .map(|_| SequenceBuilder::new(length as usize, overlap as usize))
             .collect::<Result<_, _>>()?;
-        let state = RnnState::zeros(m as i64, model.state_size(), Device::Cpu);
-        let obs = envs.reset(seed).to_vec();
+        let state = RnnState::zeros(m as i64, on.model.state_size(), Device::Cpu);
         Ok(SequenceCollector {
-            envs,
-            model,
+            on,
             dqn,
-            explorer,
             builders,
             state,
-            obs,
         })
     }
 }
 
 impl Collector for SequenceCollector {
     fn load(&mut self, weights: &[(String, tch::Tensor)]) -> Result<(), ModelError> {
-        self.model.load_named(weights)
+        self.on.model.load_named(weights)
     }
 
     fn collect(&mut self, version: i64) -> Result<Collected, ActError> {
-        let (m, obs_dim) = (self.envs.num_envs(), self.envs.obs_dim());
-        let batch = Tensor::from_slice(&self.obs).view([m as i64, obs_dim as i64]);
+        let on = &mut self.on;
+        let (m, obs_dim) = (on.envs.num_envs(), on.envs.obs_dim());
+        let batch = on.batch();
         // The state advances even during the random warm-up, so it matches what the
         // learner's unroll of the stored sequence will compute.
-        let (greedy, next) = self.model.act_recurrent(&batch, &self.state, true);
+        let (greedy, next) = on.model.act_recurrent(&batch, &self.state, true);
         let greedy = Vec::<i64>::try_from(&greedy.action)?;
-        let actions = self.explorer.actions(&greedy, &[], m);
-        let out = self.envs.step(&actions)?;
+        let actions = on.explorer.actions(&greedy, &[], m);
+        let out = on.envs.step(&actions)?;
         let h = Vec::<f32>::try_from(&self.state.h.view([-1]))?;
         let c = Vec::<f32>::try_from(&self.state.c.view([-1]))?;
-        let w = self.model.state_size() as usize;
+        let w = on.model.state_size() as usize;
         let mut items = Vec::new();
         let mut keep = vec![1.0f32; m];
         for i in 0..m {
             let ended = out.terminated[i] || out.truncated[i];
             let step = SequenceStep {
-                obs: &self.obs[i * obs_dim..(i + 1) * obs_dim],
+                obs: &on.obs[i * obs_dim..(i + 1) * obs_dim],
                 action: taken(&actions[i])?,
                 reward: clip(out.reward[i], self.dqn.reward_clip),
                 terminated: out.terminated[i],
@@ -96,11 +86,11 @@ impl Collector for SequenceCollector {
             }
             if ended {
                 keep[i] = 0.0;
-                self.explorer.reset(i);
+                on.explorer.reset(i);
             }
         }
         self.state = next.masked(&Tensor::from_slice(&keep));
-        self.obs.copy_from_slice(&out.obs);
+        on.obs.copy_from_slice(&out.obs);
         Ok(Collected {
             items,
             env_steps: m as u64,
@@ -108,7 +98,7 @@ impl Collector for SequenceCollector {
     }
 
     fn drain_episodes(&mut self) -> Vec<Episode> {
-        self.envs.drain_episodes()
+        self.on.envs.drain_episodes()
     }
 
     fn pacing(&self) -> Pacing {

@@ -68,24 +68,56 @@ fn actor_side(algo: &AlgoConfig) -> Result<ActorSide, ActError> {
     })
 }
 
+/// What both step-wise (off-policy) collectors act with: the envs, the off-policy model, the
+/// exploration and the observations to act on next.
+pub(super) struct Stepping {
+    pub(super) envs: VecEnv,
+    pub(super) model: OffPolicyModel,
+    pub(super) explorer: Explorer,
+    pub(super) obs: Vec<f32>,
+}
+
+impl Stepping {
+    /// Envs and model for `config` exploring with `explore`, env i reset with seed `seed + i`.
+    pub(super) fn new(
+        config: &RunConfig,
+        explore: &Exploration,
+        seed: u64,
+    ) -> Result<Stepping, ActError> {
+        let m = config.actors.envs_per_actor as usize;
+        let mut envs = fleetrl_core::envs::make_vec(&config.env, m)?;
+        let model = model::off_policy(config, &envs)?;
+        let explorer = Explorer::new(explore, envs.action_space(), m, seed ^ 0x9e37_79b9)
+            .shared_by(config.actors.count);
+        let obs = envs.reset(seed).to_vec();
+        Ok(Stepping {
+            envs,
+            model,
+            explorer,
+            obs,
+        })
+    }
+
+    /// The observations as an `[M, obs_dim]` batch.
+    pub(super) fn batch(&self) -> tch::Tensor {
+        let (m, obs_dim) = (self.envs.num_envs(), self.envs.obs_dim());
+        tch::Tensor::from_slice(&self.obs).view([m as i64, obs_dim as i64])
+    }
+}
+
 /// Collects one step of every env per call.
 pub(super) struct TransitionCollector {
-    envs: VecEnv,
-    model: OffPolicyModel,
+    on: Stepping,
     expert: Option<Box<dyn Policy>>,
     side: ActorSide,
-    explorer: Explorer,
     nsteps: Vec<NStep>,
-    obs: Vec<f32>,
 }
 
 impl TransitionCollector {
     /// Envs, model (and expert) for `config`, env i reset with seed `seed + i`.
     pub(super) fn new(config: &RunConfig, seed: u64) -> Result<TransitionCollector, ActError> {
-        let m = config.actors.envs_per_actor as usize;
-        let mut envs = fleetrl_core::envs::make_vec(&config.env, m)?;
         let side = actor_side(&config.algo)?;
-        let model = model::off_policy(config, &envs)?;
+        let on = Stepping::new(config, &side.explore, seed)?;
         let expert = match &side.expert {
             Some(path) => Some(
                 load_policy(Path::new(path))
@@ -97,50 +129,45 @@ impl TransitionCollector {
             ),
             None => None,
         };
-        let explorer = Explorer::new(&side.explore, envs.action_space(), m, seed ^ 0x9e37_79b9)
-            .shared_by(config.actors.count);
-        let nsteps = (0..m)
+        let nsteps = (0..on.envs.num_envs())
             .map(|_| NStep::new(side.n_step, side.discount))
             .collect();
-        let obs = envs.reset(seed).to_vec();
         Ok(TransitionCollector {
-            envs,
-            model,
+            on,
             expert,
             side,
-            explorer,
             nsteps,
-            obs,
         })
     }
 }
 
 impl Collector for TransitionCollector {
     fn load(&mut self, weights: &[(String, tch::Tensor)]) -> Result<(), ModelError> {
-        self.model.load_named(weights)
+        self.on.model.load_named(weights)
     }
 
     fn collect(&mut self, version: i64) -> Result<Collected, ActError> {
-        let (m, obs_dim) = (self.envs.num_envs(), self.envs.obs_dim());
-        let batch = tch::Tensor::from_slice(&self.obs).view([m as i64, obs_dim as i64]);
+        let on = &mut self.on;
+        let (m, obs_dim) = (on.envs.num_envs(), on.envs.obs_dim());
+        let batch = on.batch();
         let expert = self.expert.as_deref();
-        let actor: &dyn Policy = expert.unwrap_or(&self.model);
-        let actions = if self.explorer.needs_policy() || expert.is_some() {
+        let actor: &dyn Policy = expert.unwrap_or(&on.model);
+        let actions = if on.explorer.needs_policy() || expert.is_some() {
             let step = actor.act(&batch, self.side.explore.deterministic || expert.is_some());
             match Actions::from_tensor(&step.action)? {
-                Actions::Discrete(a) => self.explorer.actions(&a, &[], m),
-                Actions::Continuous { values, .. } => self.explorer.actions(&[], &values, m),
+                Actions::Discrete(a) => on.explorer.actions(&a, &[], m),
+                Actions::Continuous { values, .. } => on.explorer.actions(&[], &values, m),
             }
         } else {
-            self.explorer.actions(&[], &[], m)
+            on.explorer.actions(&[], &[], m)
         };
-        let out = self.envs.step(&actions)?;
+        let out = on.envs.step(&actions)?;
         let mut items = Vec::new();
         for (i, action) in actions.iter().enumerate() {
             let next = &out.obs[i * obs_dim..(i + 1) * obs_dim];
             let ended = out.terminated[i] || out.truncated[i];
             let step = StepIn {
-                obs: self.obs[i * obs_dim..(i + 1) * obs_dim].to_vec(),
+                obs: on.obs[i * obs_dim..(i + 1) * obs_dim].to_vec(),
                 action: action.clone(),
                 reward: clip(out.reward[i], self.side.reward_clip),
                 terminated: out.terminated[i],
@@ -148,14 +175,14 @@ impl Collector for TransitionCollector {
                 next_obs: out.final_obs[i].clone().unwrap_or_else(|| next.to_vec()),
             };
             if ended {
-                self.explorer.reset(i);
+                on.explorer.reset(i);
             }
             if self.side.inserts {
                 let done = self.nsteps[i].push(step);
                 items.extend(done.into_iter().map(|t| t.to_item(version)));
             }
         }
-        self.obs.copy_from_slice(&out.obs);
+        on.obs.copy_from_slice(&out.obs);
         Ok(Collected {
             items,
             env_steps: m as u64,
@@ -163,7 +190,7 @@ impl Collector for TransitionCollector {
     }
 
     fn drain_episodes(&mut self) -> Vec<Episode> {
-        self.envs.drain_episodes()
+        self.on.envs.drain_episodes()
     }
 
     fn pacing(&self) -> Pacing {
