@@ -1,29 +1,45 @@
-//! PPO+D on the actor: the collector that replays demos at episode starts
-//! (`fleetrl_core::acting::ppod`) and its link to the replay server's `DemoService` (on the first
-//! replay shard): sync the demo buffers before each rollout, offer the finished episodes
-//! after it, and mirror rho, phi, the threshold and the demo counts into the metrics.
+//! PPO+D on the actor: the link of the rollout collector that replays demos at episode starts
+//! (`fleetrl_core::acting::ppod`) to the replay server's `DemoService` (on the first replay
+//! shard): sync the demo buffers before each rollout, offer the finished episodes after it,
+//! and mirror rho, phi, the threshold and the demo counts into the metrics.
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use fleetrl_core::acting::ppod::{DemoActing, DemoSet, ReplayDemo};
-use fleetrl_core::acting::{Acting, ActingError};
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs::VecEnv;
-use fleetrl_core::items::rollout::{Bootstrap, RolloutBuilder};
-use fleetrl_core::models::Policy;
 use fleetrl_proto::v1::demo_service_client::DemoServiceClient;
 use fleetrl_proto::v1::{
     self as pb, CandidateDemo, ConfigureDemosRequest, DemoState, OfferDemosRequest,
     SyncDemosRequest, ValueRefresh,
 };
 use fleetrl_runtime::demo::Demo;
+use fleetrl_runtime::demo::DemoError;
 use fleetrl_runtime::demo::DemoKind;
 use fleetrl_runtime::net;
 use fleetrl_runtime::telemetry::metrics::{Gauge, Registry};
 use tokio::runtime::Handle;
 use tonic::transport::Channel;
+
+/// Why syncing with or offering to the demo buffers failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DemoLinkError {
+    /// The demo service refused or could not be reached.
+    #[error("{what}: {status}")]
+    Rpc {
+        /// The call.
+        what: &'static str,
+        /// The service's answer.
+        status: tonic::Status,
+    },
+    /// The service answered a sync without the buffers' state.
+    #[error("demo sync reply without state")]
+    NoState,
+    /// A demo could not be encoded or decoded.
+    #[error(transparent)]
+    Demo(#[from] DemoError),
+}
 
 /// Gauges of the server's demo buffers, as this actor last saw them.
 struct DemoGauges {
@@ -131,16 +147,19 @@ impl DemoLink {
     }
 
     /// Fetches the demo buffers if they changed and hands them to `acting`.
-    fn sync(&mut self, acting: &mut DemoActing) -> anyhow::Result<()> {
+    pub(crate) fn sync(&mut self, acting: &mut DemoActing) -> Result<(), DemoLinkError> {
         let request = SyncDemosRequest {
             known_generation: self.generation.unwrap_or(u64::MAX),
         };
         let mut client = self.client.clone();
         let reply = Handle::current()
             .block_on(async move { client.sync(request).await })
-            .context("syncing the demo buffers")?
+            .map_err(|status| DemoLinkError::Rpc {
+                what: "syncing the demo buffers",
+                status,
+            })?
             .into_inner();
-        let state = reply.state.context("sync reply without state")?;
+        let state = reply.state.ok_or(DemoLinkError::NoState)?;
         self.gauges.show(&state);
         if !reply.changed {
             acting.set_probabilities(state.rho, state.phi);
@@ -167,7 +186,7 @@ impl DemoLink {
     }
 
     /// Offers the episodes `acting` finished and the max values of its replayed value demos.
-    fn offer(&mut self, acting: &mut DemoActing) -> anyhow::Result<()> {
+    pub(crate) fn offer(&mut self, acting: &mut DemoActing) -> Result<(), DemoLinkError> {
         let (candidates, refreshes, counts) = acting.take_offers();
         self.gauges.replayed_steps.set(counts.replayed_steps as f64);
         let request = OfferDemosRequest {
@@ -179,7 +198,7 @@ impl DemoLink {
                         max_value: c.max_value,
                     })
                 })
-                .collect::<anyhow::Result<_>>()?,
+                .collect::<Result<_, DemoError>>()?,
             refreshes: refreshes
                 .into_iter()
                 .map(|(id, max_value)| ValueRefresh { id, max_value })
@@ -188,57 +207,12 @@ impl DemoLink {
         let mut client = self.client.clone();
         let state = Handle::current()
             .block_on(async move { client.offer(request).await })
-            .context("offering episodes to the demo buffers")?
+            .map_err(|status| DemoLinkError::Rpc {
+                what: "offering episodes to the demo buffers",
+                status,
+            })?
             .into_inner();
         self.gauges.show(&state);
         Ok(())
-    }
-}
-
-/// The runner's collector: plain acting, or PPO+D acting with its link.
-pub(crate) enum Collector {
-    /// No demos.
-    Plain(Box<Acting>),
-    /// PPO+D.
-    Demos(Box<DemoActing>, Box<DemoLink>),
-}
-
-impl Collector {
-    /// A collector over `envs`; PPO+D when `link` is given.
-    pub(crate) fn new(envs: VecEnv, env_id: &str, seed: u64, link: Option<DemoLink>) -> Collector {
-        match link {
-            None => Collector::Plain(Box::new(Acting::new(envs, seed))),
-            Some(link) => Collector::Demos(
-                Box::new(DemoActing::new(envs, env_id, seed)),
-                Box::new(link),
-            ),
-        }
-    }
-
-    /// The envs (for finished episodes).
-    pub(crate) fn envs_mut(&mut self) -> &mut VecEnv {
-        match self {
-            Collector::Plain(a) => a.envs_mut(),
-            Collector::Demos(a, _) => a.envs_mut(),
-        }
-    }
-
-    /// One rollout; with PPO+D, synced with the demo buffers before and offered after.
-    pub(crate) fn collect(
-        &mut self,
-        policy: &dyn Policy,
-        builder: &mut RolloutBuilder,
-    ) -> anyhow::Result<Bootstrap> {
-        match self {
-            Collector::Plain(a) => Ok(a.collect(policy, builder)?),
-            Collector::Demos(a, link) => {
-                link.sync(a)?;
-                let bootstrap = a
-                    .collect(policy, builder)
-                    .map_err(|e: ActingError| anyhow::anyhow!(e))?;
-                link.offer(a)?;
-                Ok(bootstrap)
-            }
-        }
     }
 }

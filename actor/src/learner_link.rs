@@ -2,7 +2,7 @@
 //! episode reports.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fleetrl_core::broadcast::{wire, Received, Receiver, DEFAULT_CHUNK_BYTES};
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
@@ -10,27 +10,43 @@ use fleetrl_proto::v1::{ReportEpisodesRequest, SubscribeWeightsRequest};
 use fleetrl_runtime::net::MAX_MESSAGE_BYTES;
 use tokio::sync::watch;
 use tonic::transport::Channel;
+use tonic_health::server::HealthReporter;
 
+use crate::acting::Progress;
+use crate::health;
 use crate::metrics::ActorMetrics;
-use crate::runner::Progress;
 
 /// A client with fleetrl's message size limits.
 pub(crate) fn client(channel: Channel) -> LearnerServiceClient<Channel> {
     LearnerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)
 }
 
-/// Keeps `latest` set to the newest published weights, resubscribing after errors. Weights
-/// arrive in chunks ([`fleetrl_core::broadcast`]), read straight off the HTTP/2 stream
+/// The learner's weight stream is gone for good.
+#[derive(Debug, thiserror::Error)]
+#[error("no weights from the learner for {0:?} (the learner is gone)")]
+pub(crate) struct LearnerLost(Duration);
+
+/// Keeps `latest` set to the newest published weights, resubscribing after errors; health is
+/// SERVING while weights flow and NOT_SERVING while the stream is lost. Weights arrive in
+/// chunks ([`fleetrl_core::broadcast`]), read straight off the HTTP/2 stream
 /// ([`wire::subscribe`]) and written into f32 tensors here, off the env loop, which only
-/// copies the finished tensors into its model between rollouts.
+/// copies the finished tensors into its model between rollouts. Ends when no one reads
+/// `latest` any more, or with [`LearnerLost`] once no subscription has succeeded for
+/// `patience` (a restarted learner is back well within it; a learner that stays away leaves
+/// nothing to act for).
 pub(crate) async fn follow_weights(
     channel: Channel,
     latest: watch::Sender<Option<Arc<Received>>>,
     metrics: Arc<ActorMetrics>,
-) {
+    health: HealthReporter,
+    patience: Duration,
+) -> Result<(), LearnerLost> {
     let mut after_version = -1;
     // Outlives resubscriptions, so its tensors are reused across them.
     let mut receiver = Receiver::default();
+    // When the stream was lost, while it is.
+    let mut lost_since: Option<Instant> = None;
+    let mut serving = false;
     loop {
         let request = SubscribeWeightsRequest {
             after_version,
@@ -38,6 +54,7 @@ pub(crate) async fn follow_weights(
         };
         match wire::subscribe(channel.clone(), request).await {
             Ok(mut stream) => {
+                lost_since = None;
                 while let Ok(Some(message)) = stream.message().await {
                     let weights = match receiver.push_wire(message) {
                         Ok(Some(weights)) => weights,
@@ -50,24 +67,36 @@ pub(crate) async fn follow_weights(
                     after_version = weights.version;
                     metrics.weights_received.inc();
                     if latest.send(Some(Arc::new(weights))).is_err() {
-                        return;
+                        return Ok(());
+                    }
+                    if !serving {
+                        serving = true;
+                        health::set(&health, true).await;
                     }
                 }
                 tracing::warn!(after_version, "weight stream ended; resubscribing");
             }
             Err(status) => tracing::warn!(%status, "cannot subscribe to weights; retrying"),
         }
+        if serving {
+            serving = false;
+            health::set(&health, false).await;
+        }
+        if lost_since.get_or_insert_with(Instant::now).elapsed() > patience {
+            return Err(LearnerLost(patience));
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
-/// Sends the episodes finished since the last report every `interval`.
+/// Sends the episodes finished since the last report every `interval`; never ends (a failed
+/// report is kept for the next one).
 pub(crate) async fn report_episodes(
     channel: Channel,
     actor_id: u32,
     progress: Arc<Mutex<Progress>>,
     interval: Duration,
-) {
+) -> Result<(), std::convert::Infallible> {
     let mut client = client(channel);
     let mut ticker = tokio::time::interval(interval);
     loop {

@@ -1,16 +1,18 @@
 //! fleet-actor: steps M environments with a CPU copy of the policy, streams fixed-length
 //! rollouts to a replay server, and follows the learner's weights. Stateless: kill it and start
-//! another anywhere; it needs only the learner's and the replay server's addresses.
+//! another anywhere; it needs only the learner's and the replay server's addresses. Exits 0
+//! after SIGTERM, non-zero when a part of it fails ([`supervisor`]).
 
+mod acting;
 mod demo_replay;
 mod health;
 mod identity;
 mod inserter;
 mod learner_link;
 mod metrics;
-mod offpolicy;
-mod runner;
+mod supervisor;
 
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,8 +21,8 @@ use clap::Parser;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::replay_client;
 use fleetrl_proto::v1::GetRunSpecRequest;
-use fleetrl_runtime::net;
-use fleetrl_runtime::telemetry;
+use fleetrl_runtime::{net, telemetry};
+use supervisor::{Part, Supervisor};
 use tokio::sync::{mpsc, watch};
 
 /// The fleetrl actor.
@@ -46,7 +48,8 @@ struct Args {
         default_value = "0.0.0.0:50053"
     )]
     health_listen: String,
-    /// Seconds to keep trying to reach the learner at startup.
+    /// Seconds to keep trying to reach the learner at startup, and to get its weight stream
+    /// back after losing it (then the actor exits non-zero).
     #[arg(long, default_value_t = 120)]
     connect_patience_s: u64,
     /// Serve Prometheus metrics on this address (`GET /metrics`); off when unset.
@@ -54,21 +57,32 @@ struct Args {
     metrics_listen: Option<String>,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    telemetry::exit_code(run().await)
-}
-
-async fn run() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     telemetry::init("info");
     let args = Args::parse();
     tch::set_num_threads(1);
     tch::set_num_interop_threads(1);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!("cannot start the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(args));
+    // The acting thread may be blocked in an env step or an insert: do not wait for it.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    telemetry::exit_code(result)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     let (registry, metrics) = metrics::build();
     telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
-    let health = health::serve(&args.health_listen)
+    let (health, health_server) = health::bind(&args.health_listen)
         .await
         .with_context(|| format!("serving health on {}", args.health_listen))?;
+    let mut parts = Supervisor::default();
+    parts.spawn(Part::Health, health_server);
     let patience = Duration::from_secs(args.connect_patience_s);
     let learner = net::connect_weights_subscriber(&args.learner, patience)
         .await
@@ -82,36 +96,23 @@ async fn run() -> anyhow::Result<()> {
     tracing::info!(actor_id = args.actor_id, run_id = %spec.run_id, env = %config.env.id, "joined run");
 
     let (weights_tx, weights_rx) = watch::channel(None);
-    tokio::spawn(learner_link::follow_weights(
+    let follow = learner_link::follow_weights(
         learner.clone(),
         weights_tx,
         metrics.clone(),
-    ));
-    let mut first_weights = weights_rx.clone();
-    tokio::spawn(async move {
-        if first_weights.wait_for(Option::is_some).await.is_ok() {
-            health
-                .set_service_status("", tonic_health::ServingStatus::Serving)
-                .await;
-        }
-    });
-    let progress = Arc::new(Mutex::new(runner::Progress::default()));
+        health.clone(),
+        patience,
+    );
+    parts.spawn(Part::Weights, follow);
+    let progress = Arc::new(Mutex::new(acting::Progress::default()));
     let interval = Duration::from_secs_f64(config.actors.report_interval_s.max(0.05));
-    tokio::spawn(learner_link::report_episodes(
-        learner,
-        args.actor_id,
-        progress.clone(),
-        interval,
-    ));
+    let report = learner_link::report_episodes(learner, args.actor_id, progress.clone(), interval);
+    parts.spawn(Part::Reporter, report);
 
-    // Off-policy actors insert single transitions: batch them per request and keep
-    // TRANSITIONS_PER_REQUEST times as many in flight.
-    let off_policy = config.algo.is_off_policy();
-    let per_request = match off_policy {
-        true => offpolicy::TRANSITIONS_PER_REQUEST,
-        false => 1,
-    };
-    let (rollouts_tx, rollouts_rx) = mpsc::channel(per_request);
+    // Off-policy actors insert single transitions: batch them per request and keep that many
+    // times as many in flight.
+    let per_request = acting::items_per_request(&config);
+    let (items_tx, items_rx) = mpsc::channel(per_request);
     let shards = replay_client::parse_shards(&args.replay)?;
     let demos = demo_replay::DemoLink::connect_if(&config, &shards, &registry, patience).await?;
     let inserter = inserter::Inserter {
@@ -121,45 +122,28 @@ async fn run() -> anyhow::Result<()> {
         max_items_per_request: per_request,
         metrics: metrics.clone(),
     };
-    let mut inserting = tokio::spawn(inserter.run(rollouts_rx));
-    let (stop, stop_rx) = watch::channel(false);
-    let mut acting = if off_policy {
-        let runner = offpolicy::OffPolicyRunner {
-            actor_id: args.actor_id,
-            config,
-            weights: weights_rx,
-            items: rollouts_tx,
-            progress,
-            stop: stop_rx,
-            metrics,
-        };
-        tokio::task::spawn_blocking(move || runner.run())
-    } else {
-        let runner = runner::Runner {
-            actor_id: args.actor_id,
-            config,
-            weights: weights_rx,
-            rollouts: rollouts_tx,
-            progress,
-            stop: stop_rx,
-            metrics,
-            held: Default::default(),
-            demos,
-        };
-        tokio::task::spawn_blocking(move || runner.run())
-    };
-
-    tokio::select! {
-        _ = net::shutdown_signal() => tracing::info!("shutting down"),
-        result = &mut acting => return result.context("acting thread panicked")?,
-        result = &mut inserting => return result.context("inserter panicked")?,
-    }
-    let _ = stop.send(true);
-    // The acting thread finishes its rollout; the inserter flushes what it holds. An
+    parts.spawn(Part::Inserter, inserter.run(items_rx));
+    // The acting thread finishes its rollout and the inserter flushes what it holds. An
     // off-policy actor's last transitions can wait on the replay server's rate limiter until
     // the learner catches up (seconds): at shutdown they are worth less than a prompt exit.
-    let grace = Duration::from_secs(if off_policy { 1 } else { 10 });
-    let _ = tokio::time::timeout(grace, acting).await;
-    let _ = tokio::time::timeout(grace, inserting).await;
+    let grace = Duration::from_secs(if config.algo.is_off_policy() { 1 } else { 10 });
+    let (stop, stop_rx) = watch::channel(false);
+    let actor_id = args.actor_id;
+    let acting_loop = acting::ActingLoop {
+        actor_id,
+        config,
+        weights: weights_rx,
+        items: items_tx,
+        progress,
+        stop: stop_rx,
+        metrics,
+    };
+    parts.spawn_blocking(Part::Acting, move || {
+        let collector = acting::collector(&acting_loop.config, actor_id, demos)?;
+        acting_loop.run(collector)
+    });
+    parts
+        .run(net::shutdown_signal(), stop, health, grace)
+        .await?;
     Ok(())
 }

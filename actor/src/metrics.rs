@@ -81,12 +81,12 @@ impl ActorMetrics {
     }
 
     /// Copies the received weights `w` into the acting model with `load`, timing the env
-    /// loop's pause, and records the swap; `w`'s version.
-    pub(crate) fn apply_weights<E: std::error::Error + Send + Sync + 'static>(
+    /// loop's pause, and records the swap; `w`'s version, or `load`'s error.
+    pub(crate) fn apply_weights<E>(
         &self,
         w: &fleetrl_core::broadcast::Received,
         load: impl FnOnce(&[(String, tch::Tensor)]) -> Result<(), E>,
-    ) -> anyhow::Result<i64> {
+    ) -> Result<i64, E> {
         let swap = std::time::Instant::now();
         w.with_tensors(load)?;
         self.record_weights_applied(w.published_unix_nanos, swap.elapsed());

@@ -36,6 +36,8 @@ pub struct Sandbox {
     actors: Vec<Actor>,
     /// Where each role serves Prometheus metrics, when asked for ([`SandboxBuilder::metrics`]).
     metrics: Option<Metrics>,
+    /// Extra arguments for every actor ([`SandboxBuilder::actor_arg`]).
+    actor_args: Vec<String>,
 }
 
 /// The metrics addresses of a sandbox's roles.
@@ -63,6 +65,7 @@ pub struct SandboxBuilder {
     actors: u32,
     overrides: Vec<String>,
     metrics: bool,
+    actor_args: Vec<String>,
 }
 
 impl Sandbox {
@@ -74,6 +77,7 @@ impl Sandbox {
             actors: 2,
             overrides: Vec::new(),
             metrics: false,
+            actor_args: Vec::new(),
         }
     }
 
@@ -131,7 +135,8 @@ impl Sandbox {
     pub async fn add_actor(&mut self, id: u32) -> anyhow::Result<()> {
         let log = self.dir.join(format!("actor-{id}.log"));
         let metrics = self.metrics.filter(|_| self.actors.is_empty() && id == 0);
-        let extra = metrics_args(metrics.map(|m| m.actor));
+        let mut extra = metrics_args(metrics.map(|m| m.actor));
+        extra.extend_from_slice(&self.actor_args);
         let mut role = start_actor(&log, id, self.learner_addr, self.replay_addr, &extra).await?;
         let health_addr = role.listening_addr(PATIENCE, &log).await?;
         self.actors.push(Actor {
@@ -157,6 +162,37 @@ impl Sandbox {
         let mut actor = self.actors.remove(at);
         actor.role.kill().await;
         Ok(())
+    }
+
+    /// SIGKILLs the learner, as a crash would.
+    pub async fn kill_learner(&mut self) {
+        self.learner.kill().await;
+    }
+
+    /// Waits up to `timeout` for the actor with this id to exit; its exit status.
+    pub async fn wait_actor_exit(
+        &mut self,
+        id: u32,
+        timeout: Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        let actor = self
+            .actors
+            .iter_mut()
+            .find(|a| a.id == id)
+            .context("no such actor")?;
+        let start = Instant::now();
+        loop {
+            if let Some(status) = actor.role.exited() {
+                return Ok(status);
+            }
+            if start.elapsed() > timeout {
+                anyhow::bail!(
+                    "actor {id} still running after {timeout:?}; logs in {}",
+                    self.dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Fails if a server process has exited.
@@ -201,6 +237,34 @@ fn metrics_args(addr: Option<SocketAddr>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Polls the `grpc.health.v1.Health` service at `addr` every 20 ms until it reports `want`,
+/// failing after `timeout`.
+pub async fn wait_health(
+    addr: SocketAddr,
+    want: tonic_health::pb::health_check_response::ServingStatus,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let channel = fleetrl_runtime::net::connect(&addr.to_string(), PATIENCE).await?;
+    let mut client = HealthClient::new(channel);
+    let started = Instant::now();
+    loop {
+        let request = HealthCheckRequest {
+            service: String::new(),
+        };
+        let status = client.check(request).await?.into_inner().status;
+        if status == want as i32 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            started.elapsed() < timeout,
+            "{addr} never reported {want:?} (last: {status})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A loopback address with a port that was free a moment ago.
 fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
@@ -222,6 +286,12 @@ impl SandboxBuilder {
     /// A config override, `dotted.key=value`.
     pub fn set(mut self, assignment: &str) -> Self {
         self.overrides.push(assignment.to_string());
+        self
+    }
+
+    /// An extra command-line argument for every actor.
+    pub fn actor_arg(mut self, arg: &str) -> Self {
+        self.actor_args.push(arg.to_string());
         self
     }
 
@@ -293,6 +363,7 @@ impl SandboxBuilder {
             learner,
             actors: Vec::new(),
             metrics,
+            actor_args: self.actor_args,
         };
         for id in 0..self.actors {
             sandbox.add_actor(id).await?;

@@ -2,31 +2,16 @@
 //! once it does its job.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fleetrl_tests::Sandbox;
+use anyhow::Context;
+use fleetrl_tests::{wait_health, Sandbox};
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 async fn wait_serving(addr: SocketAddr, what: &str) -> anyhow::Result<()> {
-    let channel = fleetrl_runtime::net::connect(&addr.to_string(), Duration::from_secs(60)).await?;
-    let mut client = HealthClient::new(channel);
-    let started = Instant::now();
-    loop {
-        let request = HealthCheckRequest {
-            service: String::new(),
-        };
-        let status = client.check(request).await?.into_inner().status;
-        if status == ServingStatus::Serving as i32 {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(120),
-            "{what} never reported SERVING"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_health(addr, ServingStatus::Serving, Duration::from_secs(120))
+        .await
+        .with_context(|| format!("{what} never reported SERVING"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ mod sequence;
 mod writer;
 
 pub use sampler::{sample_stream, SampleOptions, ShardBatch};
-pub use sequence::SequenceBuilder;
+pub use sequence::{SequenceBuilder, SequenceError};
 pub use writer::{Writer, WriterOptions};
 
 use std::time::Duration;

@@ -4,7 +4,26 @@
 
 use std::collections::VecDeque;
 
-use fleetrl_proto::{Tensor, TensorMap};
+use fleetrl_proto::{Tensor, TensorError, TensorMap};
+
+/// Why a [`SequenceBuilder`] cannot be made or cannot stack its steps.
+#[derive(Debug, thiserror::Error)]
+pub enum SequenceError {
+    /// A length of 0.
+    #[error("sequence length must be at least 1")]
+    ZeroLength,
+    /// An overlap that leaves no new step per item.
+    #[error("overlap ({overlap}) must be smaller than the sequence length ({length})")]
+    Overlap {
+        /// The overlap asked for.
+        overlap: usize,
+        /// The sequence length.
+        length: usize,
+    },
+    /// Steps whose fields do not stack (a missing field, mismatched shapes or dtypes).
+    #[error("stacking steps: {0}")]
+    Stack(#[from] TensorError),
+}
 
 /// Turns steps (one `TensorMap` of per-step fields each) into items whose fields are the steps
 /// stacked along a leading time dimension of `length`. After an item, the oldest
@@ -18,12 +37,13 @@ pub struct SequenceBuilder {
 
 impl SequenceBuilder {
     /// Items of `length` steps sharing `overlap` steps; `overlap < length` is required.
-    pub fn new(length: usize, overlap: usize) -> anyhow::Result<SequenceBuilder> {
-        anyhow::ensure!(length >= 1, "sequence length must be at least 1");
-        anyhow::ensure!(
-            overlap < length,
-            "overlap ({overlap}) must be smaller than the sequence length ({length})"
-        );
+    pub fn new(length: usize, overlap: usize) -> Result<SequenceBuilder, SequenceError> {
+        if length == 0 {
+            return Err(SequenceError::ZeroLength);
+        }
+        if overlap >= length {
+            return Err(SequenceError::Overlap { overlap, length });
+        }
         Ok(SequenceBuilder {
             length,
             overlap,
@@ -32,7 +52,7 @@ impl SequenceBuilder {
     }
 
     /// Adds one step; returns an item when `length` steps have gathered.
-    pub fn push(&mut self, step: TensorMap) -> anyhow::Result<Option<TensorMap>> {
+    pub fn push(&mut self, step: TensorMap) -> Result<Option<TensorMap>, SequenceError> {
         self.steps.push_back(step);
         if self.steps.len() < self.length {
             return Ok(None);
@@ -101,6 +121,16 @@ mod tests {
             .map(|i| times(&i))
             .collect();
         assert_eq!(got, vec![vec![0, 1, 2], vec![3, 4, 5]]);
-        assert!(SequenceBuilder::new(3, 3).is_err());
+        assert!(matches!(
+            SequenceBuilder::new(3, 3),
+            Err(SequenceError::Overlap {
+                overlap: 3,
+                length: 3
+            })
+        ));
+        assert!(matches!(
+            SequenceBuilder::new(0, 0),
+            Err(SequenceError::ZeroLength)
+        ));
     }
 }

@@ -1,0 +1,101 @@
+//! Rollouts for on-policy algorithms: T steps of every env with the actor-critic's sampled
+//! actions, one item per rollout, bootstrapped with the values after the last step. With PPO+D
+//! the episodes start by replaying demos ([`fleetrl_core::acting::ppod`]), synced with the
+//! replay server's demo buffers before each rollout and offered to them after it.
+
+use fleetrl_core::acting::ppod::DemoActing;
+use fleetrl_core::acting::Acting;
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::envs::{Episode, VecEnv};
+use fleetrl_core::items::rollout::{Bootstrap, RolloutBuilder};
+use fleetrl_core::models::{ActorCritic, ModelError};
+
+use super::{model, ActError, Collected, Collector, Pacing};
+use crate::demo_replay::DemoLink;
+
+/// Plain acting, or PPO+D acting with its link to the demo buffers.
+enum Source {
+    Plain(Box<Acting>),
+    Demos(Box<DemoActing>, Box<DemoLink>),
+}
+
+/// Collects one rollout per call.
+pub(super) struct RolloutCollector {
+    model: ActorCritic,
+    source: Source,
+    builder: RolloutBuilder,
+    steps: u64,
+}
+
+impl RolloutCollector {
+    /// Envs and model for `config`, env i reset with seed `seed + i`; replaying demos when
+    /// `demos` is given.
+    pub(super) fn new(
+        config: &RunConfig,
+        seed: u64,
+        demos: Option<DemoLink>,
+    ) -> Result<RolloutCollector, ActError> {
+        let (t, m) = (
+            config.actors.rollout_length as usize,
+            config.actors.envs_per_actor as usize,
+        );
+        let envs = fleetrl_core::envs::make_vec(&config.env, m)?;
+        let obs_dim = envs.obs_dim();
+        let model = model::actor_critic(config, &envs)?;
+        let source = match demos {
+            None => Source::Plain(Box::new(Acting::new(envs, seed))),
+            Some(link) => Source::Demos(
+                Box::new(DemoActing::new(envs, &config.env.id, seed)),
+                Box::new(link),
+            ),
+        };
+        Ok(RolloutCollector {
+            model,
+            source,
+            builder: RolloutBuilder::new(t, m, obs_dim),
+            steps: (t * m) as u64,
+        })
+    }
+
+    fn envs_mut(&mut self) -> &mut VecEnv {
+        match &mut self.source {
+            Source::Plain(a) => a.envs_mut(),
+            Source::Demos(a, _) => a.envs_mut(),
+        }
+    }
+
+    fn fill(&mut self) -> Result<Bootstrap, ActError> {
+        let policy = &self.model;
+        Ok(match &mut self.source {
+            Source::Plain(a) => a.collect(policy, &mut self.builder)?,
+            Source::Demos(a, link) => {
+                link.sync(a).map_err(Box::new)?;
+                let bootstrap = a.collect(policy, &mut self.builder)?;
+                link.offer(a).map_err(Box::new)?;
+                bootstrap
+            }
+        })
+    }
+}
+
+impl Collector for RolloutCollector {
+    fn load(&mut self, weights: &[(String, tch::Tensor)]) -> Result<(), ModelError> {
+        self.model.load_named(weights)
+    }
+
+    fn collect(&mut self, version: i64) -> Result<Collected, ActError> {
+        let bootstrap = self.fill()?;
+        Ok(Collected {
+            items: vec![self.builder.finish(&bootstrap, version)],
+            env_steps: self.steps,
+        })
+    }
+
+    fn drain_episodes(&mut self) -> Vec<Episode> {
+        self.envs_mut().drain_episodes()
+    }
+
+    fn pacing(&self) -> Pacing {
+        Pacing::PerBatch
+    }
+}

@@ -1,0 +1,118 @@
+//! Sequences with burn-in for recurrent DQN (R2D2): the policy carries an LSTM state per env
+//! (zeroed at episode ends), and each env's steps are cut into overlapping sequences by a
+//! [`SequenceBuilder`], each stored with the state the actor had before its first step
+//! (Kapturowski et al. 2019, section 3). Sequences run across episode ends; their flags tell
+//! the learner where to reset. Epsilon-greedy as the feed-forward DQN actor; n-step targets
+//! are the learner's job here, so steps go in raw.
+
+use fleetrl_core::config::{AlgoConfig, DqnConfig, RunConfig};
+use fleetrl_core::envs::Episode;
+use fleetrl_core::items::sequence::{keep_first_state, SequenceStep};
+use fleetrl_core::models::{ModelError, Policy, RnnState};
+use fleetrl_core::replay_client::SequenceBuilder;
+use fleetrl_proto::space::Action;
+use tch::{Device, Tensor};
+
+use super::transitions::{clip, Stepping};
+use super::{ActError, Collected, Collector, Pacing};
+
+/// Collects one step of every env per call; items when sequences fill.
+pub(super) struct SequenceCollector {
+    on: Stepping,
+    dqn: DqnConfig,
+    builders: Vec<SequenceBuilder>,
+    state: RnnState,
+}
+
+impl SequenceCollector {
+    /// Envs and recurrent model for `config`, env i reset with seed `seed + i`.
+    pub(super) fn new(config: &RunConfig, seed: u64) -> Result<SequenceCollector, ActError> {
+        let AlgoConfig::Dqn(dqn) = config.algo.clone() else {
+            return Err(ActError::Unsupported(
+                "recurrent off-policy acting is R2D2 (algo.name = \"dqn\") only",
+            ));
+        };
+        let on = Stepping::new(config, &dqn.explore, seed)?;
+        let m = on.envs.num_envs();
+        let (length, overlap) = (dqn.replay.sequence_length, dqn.replay.sequence_overlap);
+        let builders = (0..m)
+            .map(|_| SequenceBuilder::new(length as usize, overlap as usize))
+            .collect::<Result<_, _>>()?;
+        let state = RnnState::zeros(m as i64, on.model.state_size(), Device::Cpu);
+        Ok(SequenceCollector {
+            on,
+            dqn,
+            builders,
+            state,
+        })
+    }
+}
+
+impl Collector for SequenceCollector {
+    fn load(&mut self, weights: &[(String, tch::Tensor)]) -> Result<(), ModelError> {
+        self.on.model.load_named(weights)
+    }
+
+    fn collect(&mut self, version: i64) -> Result<Collected, ActError> {
+        let on = &mut self.on;
+        let (m, obs_dim) = (on.envs.num_envs(), on.envs.obs_dim());
+        let batch = on.batch();
+        // The state advances even during the random warm-up, so it matches what the
+        // learner's unroll of the stored sequence will compute.
+        let (greedy, next) = on.model.act_recurrent(&batch, &self.state, true);
+        let greedy = Vec::<i64>::try_from(&greedy.action)?;
+        let actions = on.explorer.actions(&greedy, &[], m);
+        let out = on.envs.step(&actions)?;
+        let h = Vec::<f32>::try_from(&self.state.h.view([-1]))?;
+        let c = Vec::<f32>::try_from(&self.state.c.view([-1]))?;
+        let w = on.model.state_size() as usize;
+        let mut items = Vec::new();
+        let mut keep = vec![1.0f32; m];
+        for i in 0..m {
+            let ended = out.terminated[i] || out.truncated[i];
+            let step = SequenceStep {
+                obs: &on.obs[i * obs_dim..(i + 1) * obs_dim],
+                action: taken(&actions[i])?,
+                reward: clip(out.reward[i], self.dqn.reward_clip),
+                terminated: out.terminated[i],
+                truncated: out.truncated[i],
+                final_obs: out.final_obs[i].as_deref().filter(|_| ended),
+                h: &h[i * w..(i + 1) * w],
+                c: &c[i * w..(i + 1) * w],
+                policy_version: version,
+            };
+            if let Some(mut item) = self.builders[i].push(step.to_map())? {
+                keep_first_state(&mut item)?;
+                items.push(item);
+            }
+            if ended {
+                keep[i] = 0.0;
+                on.explorer.reset(i);
+            }
+        }
+        self.state = next.masked(&Tensor::from_slice(&keep));
+        on.obs.copy_from_slice(&out.obs);
+        Ok(Collected {
+            items,
+            env_steps: m as u64,
+        })
+    }
+
+    fn drain_episodes(&mut self) -> Vec<Episode> {
+        self.on.envs.drain_episodes()
+    }
+
+    fn pacing(&self) -> Pacing {
+        Pacing::Free
+    }
+}
+
+/// The discrete action taken (a Q-value model only builds for discrete actions).
+fn taken(action: &Action) -> Result<i64, ActError> {
+    match action {
+        Action::Discrete(a) => Ok(*a),
+        Action::Continuous(_) => Err(ActError::Unsupported(
+            "R2D2 acts in discrete action spaces only",
+        )),
+    }
+}
