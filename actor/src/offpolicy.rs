@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use fleetrl_core::acting::exploration::Explorer;
 use fleetrl_core::acting::policy_loader::load_policy;
-use fleetrl_core::algos::offpolicy::build_model;
+use fleetrl_core::algos::registry::build_model;
 use fleetrl_core::broadcast::Received;
 use fleetrl_core::config::{AlgoConfig, Exploration, RunConfig};
 use fleetrl_core::envs::VecEnv;

@@ -7,7 +7,7 @@
 
 use anyhow::Context;
 use fleetrl_core::acting::exploration::Explorer;
-use fleetrl_core::algos::offpolicy::build_model;
+use fleetrl_core::algos::registry::build_model;
 use fleetrl_core::config::{AlgoConfig, DqnConfig};
 use fleetrl_core::items::sequence::{keep_first_state, SequenceStep};
 use fleetrl_core::models::{Policy, RnnState};
