@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use fleetrl_core::algos::{registry, Algorithm};
 use fleetrl_core::buffers::RateLimiterSpec;
 use fleetrl_core::checkpoint;
-use fleetrl_core::config::{AlgoConfig, RunConfig};
+use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
 use fleetrl_core::items::{rollout, transition};
 use fleetrl_core::replay_client;
@@ -108,7 +108,8 @@ pub(crate) struct Table {
 /// there are some: the one place the learner says which tables it needs.
 pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> anyhow::Result<Table> {
     let patience = Duration::from_secs(120);
-    let Some(replay) = registry::spec(&config.algo).replay else {
+    let spec = registry::spec(&config.algo);
+    let Some(replay) = spec.replay else {
         let table = rollout::table_spec(config).context("building the rollout table")?;
         replay_client::ensure_table(shards, &table, patience)
             .await
@@ -121,13 +122,10 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
         });
     };
     let mut table = transition::table_spec(config, replay)?;
-    let demo_items = match &config.algo {
-        AlgoConfig::Bc(c) => c
-            .demo_dir()
-            .map(|dir| demos::items(config, dir))
-            .transpose()?,
-        _ => None,
-    };
+    let demo_items = spec
+        .demo_dir
+        .map(|dir| demos::items(config, dir))
+        .transpose()?;
     if let Some(items) = &demo_items {
         // Demos are all inserted up front; BC then samples them as often as it likes.
         table.rate_limiter = RateLimiterSpec::MinSize {

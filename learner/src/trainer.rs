@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use fleetrl_core::algos::registry::{self, Family};
-use fleetrl_core::algos::{Algorithm, Batch, Metrics, TrainsOn};
+use fleetrl_core::algos::{self, Algorithm, Batch, Metrics, TrainsOn};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::rollout::RolloutBatch;
@@ -185,8 +185,6 @@ impl Trainer {
         let env_steps = batch.env_steps();
         let behaviour = batch.policy_version.iter().sum::<i64>() as f64
             / batch.policy_version.len().max(1) as f64;
-        let obs = tch::Tensor::from_slice(&batch.obs).view([-1, batch.obs_dim as i64]);
-        self.algo.trained().model().observe(&obs);
         let Some(mut metrics) = self.update(&Batch::Rollouts(batch), None) else {
             return false;
         };
@@ -255,7 +253,7 @@ impl Trainer {
     /// `publish_interval` updates.
     fn update(&mut self, batch: &Batch, keys: Option<(usize, Vec<u64>, f64)>) -> Option<Metrics> {
         let span = tracing::info_span!("update", step = self.algo.trained().updates() + 1);
-        let update = match span.in_scope(|| self.algo.update(batch)) {
+        let update = match span.in_scope(|| algos::train_on(self.algo.as_mut(), batch)) {
             Ok(update) => update,
             Err(error) => {
                 tracing::error!(%error, "dropping a batch the algorithm cannot train on");

@@ -44,12 +44,14 @@ use fleetrl_proto::{TensorError, TensorMap};
 
 pub use registry::build;
 
-/// One training step on rollouts: the batch's observations first update the model's running
-/// normalisation statistics (if it has them), then `algo` updates on it.
-pub fn train_on(algo: &mut dyn Algorithm, batch: RolloutBatch) -> Result<Update, BatchError> {
-    let obs = Tensor::from_slice(&batch.obs).view([-1, batch.obs_dim as i64]);
-    algo.trained().model().observe(&obs);
-    algo.update(&Batch::Rollouts(batch))
+/// One training step as the learner runs it: a batch of rollouts first updates the model's
+/// running normalisation statistics (if it has them), then `algo` updates on the batch.
+pub fn train_on(algo: &mut dyn Algorithm, batch: &Batch) -> Result<Update, BatchError> {
+    if let Batch::Rollouts(rollouts) = batch {
+        let obs = Tensor::from_slice(&rollouts.obs).view([-1, rollouts.obs_dim as i64]);
+        algo.trained().model().observe(&obs);
+    }
+    algo.update(batch)
 }
 
 /// Named scalar results of one update (losses, KL, clip fraction, ...).

@@ -36,6 +36,8 @@ pub struct Spec<'a> {
     /// The off-policy model's policy kind and critic count; `None`: an actor-critic, or
     /// (BC) whatever the action space calls for.
     pub shape: Option<(PolicyKind, u32)>,
+    /// A directory of demos the learner inserts into the table before sampling (BC).
+    pub demo_dir: Option<&'a str>,
 }
 
 /// The registry entry of `algo`.
@@ -45,12 +47,14 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         replay: None,
         publish_interval: 1,
         shape: None,
+        demo_dir: None,
     };
     let off_policy = |replay, interval: u64, shape| Spec {
         family: Family::OffPolicy,
         replay: Some(replay),
         publish_interval: interval.max(1),
         shape,
+        demo_dir: None,
     };
     match algo {
         AlgoConfig::Ppo(_)
@@ -73,7 +77,10 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
             c.publish_interval,
             Some((PolicyKind::Deterministic, c.num_critics)),
         ),
-        AlgoConfig::Bc(c) => off_policy(&c.replay, c.publish_interval, None),
+        AlgoConfig::Bc(c) => Spec {
+            demo_dir: c.demo_dir(),
+            ..off_policy(&c.replay, c.publish_interval, None)
+        },
     }
 }
 
