@@ -57,19 +57,25 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
         work,
     } = roles;
     let mut trainer = tokio::task::spawn_blocking(move || trainer.join());
+    let trainer_ended =
+        |joined: Result<std::thread::Result<()>, tokio::task::JoinError>| match joined {
+            Ok(Ok(())) => "the trainer thread ended".to_string(),
+            Ok(Err(panic)) => format!("the trainer thread panicked: {}", panic_message(&*panic)),
+            Err(error) => format!("the trainer thread could not be joined: {error}"),
+        };
     let fault = tokio::select! {
         served = &mut server => match served {
             Ok(Ok(())) => None,
             Ok(Err(error)) => Some(format!("{error:#}")),
             Err(error) => Some(format!("the server task failed: {error}")),
         },
-        joined = &mut trainer => Some(match joined {
-            Ok(Ok(())) => "the trainer thread ended".to_string(),
-            Ok(Err(panic)) => format!("the trainer thread panicked: {}", panic_message(&*panic)),
-            Err(error) => format!("the trainer thread could not be joined: {error}"),
-        }),
+        joined = &mut trainer => Some(trainer_ended(joined)),
         ended = &mut sampler => Some(match ended {
-            Ok(Ended::TrainerGone) => "the sampler lost the trainer".to_string(),
+            // The trainer dropped its queue: say why it did.
+            Ok(Ended::TrainerGone) => match tokio::time::timeout(DRAIN, &mut trainer).await {
+                Ok(joined) => trainer_ended(joined),
+                Err(_) => "the trainer stopped taking batches".to_string(),
+            },
             Ok(Ended::Failed(error)) => format!("sampling failed: {error}"),
             Err(error) => format!("the sampler task failed: {error}"),
         }),
