@@ -53,7 +53,7 @@ fn main() {
                 .map(|(k, v)| (k.clone(), Tensor::stack(&[v]).expect("stack"))),
         );
         let batch = RolloutBatch::from_stacked(&stacked).expect("batch");
-        let metrics = algos::train_on(algo.as_mut(), &algos::Batch::Rollouts(batch))
+        let metrics = algos::train_on(algo.as_mut(), &algos::Batch::Rollouts(Box::new(batch)))
             .expect("a rollout batch")
             .metrics;
         model

@@ -185,7 +185,7 @@ impl Trainer {
         let env_steps = batch.env_steps();
         let behaviour = batch.policy_version.iter().sum::<i64>() as f64
             / batch.policy_version.len().max(1) as f64;
-        let Some(mut metrics) = self.update(&Batch::Rollouts(batch), None) else {
+        let Some(mut metrics) = self.update(&Batch::Rollouts(Box::new(batch)), None) else {
             return false;
         };
         let (version, steps) = {

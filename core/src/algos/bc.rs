@@ -92,7 +92,7 @@ impl Algorithm for Bc {
     }
 
     fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.transitions()?).into())
+        Ok(self.train(batch.transitions()?))
     }
 
     fn trained(&self) -> &dyn Learned {

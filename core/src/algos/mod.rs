@@ -98,8 +98,8 @@ pub enum TrainsOn {
 /// One batch for an update, of the kind the algorithm [trains on](Algorithm::trains_on).
 #[derive(Debug)]
 pub enum Batch {
-    /// On-policy rollouts, `[T, B]`.
-    Rollouts(RolloutBatch),
+    /// On-policy rollouts, `[T, B]` (boxed: they are large beside the tensor batches).
+    Rollouts(Box<RolloutBatch>),
     /// Sampled transitions with their importance weights.
     Transitions(TransitionBatch),
     /// Sampled sequences with their importance weights.
@@ -118,9 +118,9 @@ impl Batch {
     ) -> Result<Batch, TensorError> {
         let weights = weights.map(|w| Tensor::from_slice(w).to_device(device));
         Ok(match kind {
-            TrainsOn::Rollouts => {
-                Batch::Rollouts(RolloutBatch::from_parts(std::slice::from_ref(stacked))?)
-            }
+            TrainsOn::Rollouts => Batch::Rollouts(Box::new(RolloutBatch::from_parts(
+                std::slice::from_ref(stacked),
+            )?)),
             TrainsOn::Transitions => {
                 let mut batch = TransitionBatch::from_stacked(stacked, device)?;
                 if let Some(w) = weights {

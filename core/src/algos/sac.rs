@@ -181,7 +181,7 @@ impl Algorithm for Sac {
     }
 
     fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.transitions()?).into())
+        Ok(self.train(batch.transitions()?))
     }
 
     fn trained(&self) -> &dyn Learned {

@@ -129,7 +129,7 @@ impl Algorithm for Td3 {
     }
 
     fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.transitions()?).into())
+        Ok(self.train(batch.transitions()?))
     }
 
     fn trained(&self) -> &dyn Learned {
