@@ -8,7 +8,8 @@
 
 use std::time::Instant;
 
-use fleetrl_core::algos::offpolicy::{build, build_model, replay_options};
+use fleetrl_core::algos::registry::{build, build_model, spec};
+use fleetrl_core::algos::Batch;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::make_configured;
 use fleetrl_core::items::transition::{field, TransitionBatch};
@@ -79,23 +80,21 @@ fn main() {
     let env = make_configured(&config.env).expect("env");
     let (obs, action) = (env.observation_space(), env.action_space());
     let cpu = tch::Device::Cpu;
-    let model = build_model(&config, &obs, &action, cpu).expect("model");
-    let target = build_model(&config, &obs, &action, cpu).expect("model");
-    let mut algo = build(&config, model, target);
-    let b = replay_options(&config.algo).expect("off-policy").batch_size as usize;
+    let mut algo = build(&config, &obs, &action, &[cpu]).expect("model");
+    let b = spec(&config.algo).replay.expect("off-policy").batch_size as usize;
     let sample = stacked(&obs, &action, b);
-    let batch = TransitionBatch::from_stacked(&sample, cpu).expect("batch");
+    let batch = Batch::Transitions(TransitionBatch::from_stacked(&sample, cpu).expect("batch"));
 
     let update = time(300, || {
-        algo.update(&batch);
+        algo.update(&batch).expect("a transition batch");
     });
     let decode = time(300, || {
         TransitionBatch::from_stacked(&sample, cpu).expect("batch");
     });
     let export = time(300, || {
-        algo.model().export().expect("export");
+        algo.trained().model().export().expect("export");
     });
-    let weights = algo.model().export().expect("export");
+    let weights = algo.trained().model().export().expect("export");
     let mut actor = build_model(&config, &obs, &action, cpu).expect("model");
     let import = time(300, || actor.import(&weights).expect("import"));
     let one = tch::Tensor::zeros([1, obs.flat_dim() as i64], (tch::Kind::Float, cpu));

@@ -29,22 +29,23 @@ fn main() {
     let m = (config.actors.count * config.actors.envs_per_actor) as usize;
     let t = config.actors.rollout_length as usize;
     let envs = VecEnv::make(&config.env.id, m).expect("env");
-    let model = ActorCritic::new(
-        &config.model,
-        envs.observation_space(),
-        envs.action_space(),
-        tch::Device::Cpu,
-    )
-    .expect("model");
+    let (obs_space, action_space) = (
+        envs.observation_space().clone(),
+        envs.action_space().clone(),
+    );
+    // The algorithm trains its own model; the acting copy takes its weights after each update.
+    let mut algo =
+        algos::build(&config, &obs_space, &action_space, &[tch::Device::Cpu]).expect("model");
+    let mut model = ActorCritic::new(&config.model, &obs_space, &action_space, tch::Device::Cpu)
+        .expect("model");
     let mut builder = RolloutBuilder::new(t, m, envs.obs_dim());
     let mut acting = Acting::new(envs, config.seed);
-    let mut algo = algos::build(&config, model);
     let start = std::time::Instant::now();
     let (mut steps, mut next_eval) = (0u64, 0u64);
     let mut train_return = f64::NAN;
     let target = config.stop.target_return.unwrap_or(f64::INFINITY);
     while steps < config.stop.total_env_steps {
-        let bootstrap = acting.collect(algo.model(), &mut builder).expect("acting");
+        let bootstrap = acting.collect(&model, &mut builder).expect("acting");
         let item = builder.finish(&bootstrap, 0);
         let stacked = TensorMap::from_pairs(
             item.tensors
@@ -52,7 +53,12 @@ fn main() {
                 .map(|(k, v)| (k.clone(), Tensor::stack(&[v]).expect("stack"))),
         );
         let batch = RolloutBatch::from_stacked(&stacked).expect("batch");
-        let metrics = algos::train_on(algo.as_mut(), &batch);
+        let metrics = algos::train_on(algo.as_mut(), &algos::Batch::Rollouts(Box::new(batch)))
+            .expect("a rollout batch")
+            .metrics;
+        model
+            .load_named(&algo.trained().model().named_parameters())
+            .expect("the same model");
         let episodes = acting.envs_mut().drain_episodes();
         if !episodes.is_empty() {
             let n = episodes.len() as f64;
@@ -61,7 +67,7 @@ fn main() {
         steps += (t * m) as u64;
         if steps >= next_eval {
             next_eval += config.eval.interval_env_steps;
-            let score = evaluate(algo.model(), &config.env.id, 10, 1_000_000, true)
+            let score = evaluate(&model, &config.env.id, 10, 1_000_000, true)
                 .expect("eval")
                 .mean();
             let secs = start.elapsed().as_secs_f64();

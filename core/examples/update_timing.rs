@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use fleetrl_core::algos::{Algorithm, Ppo};
+use fleetrl_core::algos::Ppo;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::make;
 use fleetrl_core::items::rollout::{Actions, RolloutBatch};
@@ -52,12 +52,12 @@ fn main() {
     let mut ppo =
         Ppo::new(config.algo.as_ppo().expect("a PPO preset"), model, 1000).with_threads(threads);
     for _ in 0..5 {
-        ppo.update(&batch);
+        ppo.train(&batch);
     }
     let updates = 50;
     let start = Instant::now();
     for _ in 0..updates {
-        ppo.update(&batch);
+        ppo.train(&batch);
     }
     let per = start.elapsed().as_secs_f64() / updates as f64;
     println!(

@@ -3,7 +3,7 @@
 
 use fleetrl_core::acting::eval::evaluate;
 use fleetrl_core::acting::Acting;
-use fleetrl_core::algos::{Algorithm, Ppo};
+use fleetrl_core::algos::Ppo;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::VecEnv;
 use fleetrl_core::items::rollout::{RolloutBatch, RolloutBuilder};
@@ -51,7 +51,7 @@ fn serial_ppo_solves_cartpole() {
     let (mut steps, mut best) = (0, 0.0f64);
     while steps < budget && best < 475.0 {
         let bootstrap = acting.collect(ppo.model(), &mut builder).unwrap();
-        ppo.update(&as_batch(&builder.finish(&bootstrap, 0)));
+        ppo.train(&as_batch(&builder.finish(&bootstrap, 0)));
         steps += t * m;
         if steps % 5_120 == 0 {
             let score = evaluate(ppo.model(), "CartPole-v1", 10, 1_000_000, true)

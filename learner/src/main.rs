@@ -1,12 +1,17 @@
-//! fleet-learner: samples rollout batches from a replay server, trains on a dedicated thread,
-//! publishes every new version of the weights, checkpoints, and serves its status.
+//! fleet-learner: samples batches from the replay server(s), trains on a dedicated thread,
+//! publishes every new version of the weights, checkpoints, and serves its status. One path
+//! for every algorithm; [`supervise`] joins what it runs.
 
 mod demo_stats;
+mod demos;
+mod error;
 mod metrics;
-mod offpolicy;
-mod prefetch;
+mod priorities;
+mod sampler;
 mod service;
+mod setup;
 mod stats;
+mod supervise;
 mod trainer;
 
 use std::path::PathBuf;
@@ -18,11 +23,9 @@ use clap::Parser;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::replay_client;
 use fleetrl_runtime::telemetry::{self, EventWriter};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use crate::setup::{build_algorithm, Restored};
-
-mod setup;
+use crate::setup::{build_algorithm, declare_tables, Restored};
 
 /// The fleetrl learner.
 #[derive(Debug, Parser)]
@@ -71,32 +74,39 @@ async fn run() -> anyhow::Result<()> {
     );
     tch::set_num_threads(config.learner.torch_threads as i32);
     tch::set_num_interop_threads(1);
-    if config.algo.is_off_policy() {
-        let at = offpolicy::Endpoints {
-            listen: args.listen,
-            replay: args.replay,
-            run_dir: args.run_dir,
-            resume: args.resume,
-            metrics_listen: args.metrics_listen,
-        };
-        return offpolicy::run(config, at).await;
-    }
     let checkpoint_dir = args.run_dir.join("checkpoints");
-    let Restored { algo, stats } =
-        build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
+    let Restored {
+        algo,
+        stats,
+        device,
+    } = build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
     let metrics = metrics::start(args.metrics_listen.as_deref(), &stats).await?;
-    let initial = trainer::weights_message(algo.as_ref(), stats.policy_version)
-        .map_err(anyhow::Error::msg)?;
+    let initial = trainer::weights_message(algo.as_ref(), stats.policy_version)?;
     let (weights_tx, weights_rx) = tokio::sync::watch::channel(Arc::new(initial));
     let stats = Arc::new(Mutex::new(stats));
-    let (work_tx, work_rx) = mpsc::channel(1);
     let events = config
         .learner
         .tensorboard
         .then(|| EventWriter::create(&args.run_dir.join("tb")))
         .transpose()
         .context("creating the TensorBoard event file")?;
+
+    let shards = replay_client::parse_shards(&args.replay)?;
+    let table = declare_tables(&config, &shards).await?;
     let demo_stats = demo_stats::DemoStats::default();
+    if config.ppod.enabled && config.learner.tensorboard {
+        demo_stats.spawn_poller(shards[0].clone(), Duration::from_secs(2));
+    }
+    let prioritized = fleetrl_core::algos::registry::spec(&config.algo)
+        .replay
+        .is_some_and(|r| r.prioritized);
+    let (priorities_tx, priorities_rx) = mpsc::unbounded_channel();
+    let priorities = tokio::spawn(priorities::run(
+        shards.clone(),
+        table.name.clone(),
+        priorities_rx,
+    ));
+    let (work_tx, work_rx) = mpsc::channel(table.prefetch.max(1));
     let trainer = trainer::Trainer {
         algo,
         config: config.clone(),
@@ -104,34 +114,22 @@ async fn run() -> anyhow::Result<()> {
         weights: weights_tx,
         checkpoint_dir,
         events,
+        metrics: metrics.clone(),
+        demo_stats,
+        priorities: prioritized.then_some(priorities_tx),
+        device,
         last_log: Instant::now(),
         timing: trainer::Timing::default(),
         pending: Vec::new(),
-        metrics: metrics.clone(),
-        demo_stats: demo_stats.clone(),
     };
-    let trainer_thread = std::thread::Builder::new()
+    let trainer = std::thread::Builder::new()
         .name("trainer".into())
         .spawn(move || trainer.run(work_rx))
         .context("starting the trainer thread")?;
-    let shards = replay_client::parse_shards(&args.replay)?;
-    if config.ppod.enabled && config.learner.tensorboard {
-        demo_stats.spawn_poller(shards[0].clone(), Duration::from_secs(2));
-    }
-    let table =
-        fleetrl_core::items::rollout::table_spec(&config).context("building the rollout table")?;
-    replay_client::ensure_table(&shards, &table, Duration::from_secs(120))
-        .await
-        .context("creating the rollout table on the replay server")?;
-    let prefetch = tokio::spawn(prefetch::run(
-        shards,
-        config.replay.table.clone(),
-        work_tx.clone(),
-    ));
+    let sampler = tokio::spawn(sampler::run(shards, table, work_tx.clone()));
 
-    let spec = setup::run_spec(&config);
     let service = service::Learner {
-        spec,
+        spec: setup::run_spec(&config),
         stats,
         weights: weights_rx,
         work: work_tx.clone(),
@@ -141,15 +139,11 @@ async fn run() -> anyhow::Result<()> {
             config.learner.broadcast_dtype,
         )),
     };
-    service::serve(&args.listen, service).await?;
-
-    tracing::info!("shutting down: writing a final checkpoint");
-    prefetch.abort();
-    let (reply, saved) = oneshot::channel();
-    if work_tx.send(trainer::Work::Checkpoint(reply)).await.is_ok() {
-        trainer::log_final_checkpoint(saved).await;
-    }
-    drop(work_tx);
-    let _ = tokio::task::spawn_blocking(move || trainer_thread.join()).await;
-    Ok(())
+    let roles = supervise::Roles {
+        trainer,
+        sampler,
+        helpers: vec![priorities],
+        work: work_tx,
+    };
+    supervise::run(&args.listen, service, roles).await
 }

@@ -17,10 +17,11 @@ use tonic::{Request, Response, Status};
 
 use anyhow::Context;
 use fleetrl_core::broadcast::{self, EncodedCache};
-use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
 use fleetrl_runtime::net::{self, MAX_MESSAGE_BYTES};
 use fleetrl_runtime::telemetry;
+use tonic_health::pb::health_server::{Health, HealthServer};
 
+use crate::error::LearnerError;
 use crate::metrics::LearnerMetrics;
 use crate::stats::Stats;
 use crate::trainer::Work;
@@ -91,7 +92,7 @@ impl LearnerService for Learner {
                 chunk_bytes,
                 move || subscription.0.load(Ordering::Relaxed).max(1),
             )
-            .map(|m| m.map_err(|e| Status::internal(e.to_string())));
+            .map(|m| m.map_err(|e| Status::from(LearnerError::from(e))));
             return Ok(Response::new(Box::pin(stream)));
         }
         let stream = WatchStream::new(self.weights.clone())
@@ -112,11 +113,11 @@ impl LearnerService for Learner {
     ) -> Result<Response<ReportEpisodesResponse>, Status> {
         let report = request.into_inner();
         if report.returns.len() != report.lengths.len() {
-            return Err(Status::invalid_argument(format!(
-                "returns has {} entries but lengths has {}",
-                report.returns.len(),
-                report.lengths.len()
-            )));
+            return Err(LearnerError::BadReport {
+                returns: report.returns.len(),
+                lengths: report.lengths.len(),
+            }
+            .into());
         }
         let recent = {
             let mut stats = self.stats.lock().expect("stats lock poisoned");
@@ -149,11 +150,8 @@ impl LearnerService for Learner {
         self.work
             .send(Work::Checkpoint(reply))
             .await
-            .map_err(|_| Status::unavailable("the trainer has stopped"))?;
-        let (path, version) = saved
-            .await
-            .map_err(|_| Status::unavailable("the trainer has stopped"))?
-            .map_err(Status::internal)?;
+            .map_err(|_| LearnerError::TrainerStopped)?;
+        let (path, version) = saved.await.map_err(|_| LearnerError::TrainerStopped)??;
         Ok(Response::new(SaveCheckpointResponse {
             path: path.display().to_string(),
             policy_version: version,
@@ -161,19 +159,21 @@ impl LearnerService for Learner {
     }
 }
 
-/// Serves the learner service and health on `listen` until a shutdown signal: the same for
-/// the on- and the off-policy learner.
-pub(crate) async fn serve(listen: &str, service: Learner) -> anyhow::Result<()> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<LearnerServiceServer<Learner>>().await;
+/// Serves the learner service and `health` on `listen` until `shutdown` completes.
+pub(crate) async fn serve(
+    listen: &str,
+    service: Learner,
+    health: HealthServer<impl Health>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
     telemetry::announce_listening(listener.local_addr()?);
     net::server()
-        .add_service(health_service)
+        .add_service(health)
         .add_service(broadcast::wire::LearnerRoutes::new(service))
-        .serve_with_incoming_shutdown(net::incoming(listener), net::shutdown_signal())
+        .serve_with_incoming_shutdown(net::incoming(listener), shutdown)
         .await?;
     Ok(())
 }

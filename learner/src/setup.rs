@@ -1,21 +1,28 @@
-//! Building the learner's algorithm: fresh, or restored from a checkpoint.
+//! Building the learner: its algorithm (fresh, or restored from a checkpoint), the tables it
+//! declares on the replay server, and the run spec actors bootstrap from. One path for every
+//! algorithm.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
-use fleetrl_core::algos::{self, Algorithm};
+use fleetrl_core::algos::{registry, Algorithm};
 use fleetrl_core::checkpoint;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
-use fleetrl_core::models::ActorCritic;
+use fleetrl_core::items::{rollout, transition};
+use fleetrl_core::replay_client;
+use fleetrl_proto::table::RateLimiterSpec;
 use fleetrl_proto::v1::RunSpec;
 
+use crate::demos;
 use crate::stats::Stats;
 
-/// The algorithm and the counters it resumes from.
+/// The algorithm, the counters it resumes from, and the device it trains on first.
 pub(crate) struct Restored {
     pub(crate) algo: Box<dyn Algorithm>,
     pub(crate) stats: Stats,
+    pub(crate) device: tch::Device,
 }
 
 /// A fresh learner for `config.algo`, or one restored from `resume`: a path, `latest` (the
@@ -46,41 +53,35 @@ pub(crate) fn build_algorithm(
     tch::manual_seed(config.seed as i64);
     let env = envs::make_configured(&config.env)?;
     let (obs_space, action_space) = (env.observation_space(), env.action_space());
-    let model = ActorCritic::new(&config.model, &obs_space, &action_space, devices[0])?;
-    let make = |device| {
-        ActorCritic::new(&config.model, &obs_space, &action_space, device)
-            .expect("the master copy of this model built")
-    };
-    let mut algo: Box<dyn Algorithm> = algos::build_on_devices(config, model, &devices, make);
-    let resume = match resume {
-        Some("auto") if checkpoint::latest(checkpoint_dir).is_none() => {
-            tracing::info!(dir = %checkpoint_dir.display(), "no checkpoint yet; starting fresh");
-            None
-        }
-        Some("auto") => Some("latest"),
-        other => other,
-    };
-    let Some(resume) = resume else {
-        return Ok(Restored {
-            algo,
-            stats: Stats::new(0, 0, 0),
-        });
+    let mut algo = registry::build(config, &obs_space, &action_space, &devices)?;
+    let fresh = |algo| Restored {
+        algo,
+        stats: Stats::new(0, 0, 0),
+        device: devices[0],
     };
     let path = match resume {
-        "latest" => checkpoint::latest(checkpoint_dir).with_context(|| {
+        None => return Ok(fresh(algo)),
+        Some("auto") => match checkpoint::latest(checkpoint_dir) {
+            Some(path) => path,
+            None => {
+                tracing::info!(dir = %checkpoint_dir.display(), "no checkpoint yet; starting fresh");
+                return Ok(fresh(algo));
+            }
+        },
+        Some("latest") => checkpoint::latest(checkpoint_dir).with_context(|| {
             format!(
                 "no checkpoint under {} to resume from",
                 checkpoint_dir.display()
             )
         })?,
-        explicit => explicit.into(),
+        Some(explicit) => explicit.into(),
     };
     let ckpt = checkpoint::load(&path)?;
-    algo.model_mut()
+    algo.trained_mut()
+        .model_mut()
         .load_named(&ckpt.model)
         .context("restoring model weights")?;
     algo.load_state(&ckpt.state)
-        .map_err(anyhow::Error::msg)
         .context("restoring optimiser state")?;
     tracing::info!(path = %path.display(), version = ckpt.meta.policy_version, env_steps = ckpt.meta.env_steps, "resumed");
     let stats = Stats::new(
@@ -88,7 +89,61 @@ pub(crate) fn build_algorithm(
         ckpt.meta.updates,
         ckpt.meta.env_steps,
     );
-    Ok(Restored { algo, stats })
+    Ok(Restored {
+        algo,
+        stats,
+        device: devices[0],
+    })
+}
+
+/// The table the learner samples from, and how many items one sample takes.
+pub(crate) struct Table {
+    pub(crate) name: String,
+    pub(crate) batch_size: u32,
+    /// Prefetched batches (the channel to the trainer holds one more).
+    pub(crate) prefetch: usize,
+}
+
+/// Declares the run's table on every shard (`EnsureTable`) and fills it with BC's demos when
+/// there are some: the one place the learner says which tables it needs.
+pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> anyhow::Result<Table> {
+    let patience = Duration::from_secs(120);
+    let spec = registry::spec(&config.algo);
+    let Some(replay) = spec.replay else {
+        let table = rollout::table_spec(config).context("building the rollout table")?;
+        replay_client::ensure_table(shards, &table, patience)
+            .await
+            .context("creating the rollout table on the replay server")?;
+        // One rollout at a time: the trainer assembles batches so it can drop stale ones.
+        return Ok(Table {
+            name: table.name,
+            batch_size: 1,
+            prefetch: 0,
+        });
+    };
+    let mut table = transition::table_spec(config, replay)?;
+    let demo_items = spec
+        .demo_dir
+        .map(|dir| demos::items(config, dir))
+        .transpose()?;
+    if let Some(items) = &demo_items {
+        // Demos are all inserted up front; BC then samples them as often as it likes.
+        table.rate_limiter = RateLimiterSpec::MinSize {
+            min_size: replay.min_size.min(items.len() as u64).max(1),
+        };
+        table.max_size = table.max_size.max(items.len() as u64);
+    }
+    replay_client::ensure_table(shards, &table, patience)
+        .await
+        .context("creating the transition table on the replay server")?;
+    if let Some(items) = demo_items {
+        demos::insert(shards, &table.name, items).await?;
+    }
+    Ok(Table {
+        name: table.name,
+        batch_size: replay.batch_size,
+        prefetch: 2,
+    })
 }
 
 /// What actors need to start: the effective config and the table to insert into.

@@ -1,31 +1,38 @@
-//! The update loop, on its own OS thread: batches in, updated weights out.
+//! The update loop, on its own OS thread, for every algorithm: sampled batches in, updates,
+//! priorities back to the replay server (prioritized replay), weights out every
+//! `publish_interval` updates, checkpoints.
 //!
 //! Everything tch runs here, never on the async runtime. The loop owns the algorithm; the
 //! gRPC side talks to it only through the [`Work`] channel and reads what it publishes.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use fleetrl_core::algos::{self, Algorithm, Metrics};
+use fleetrl_core::algos::registry::{self, Family};
+use fleetrl_core::algos::{self, Algorithm, Batch, Metrics, TrainsOn};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::rollout::RolloutBatch;
+use fleetrl_core::items::transition::importance_weights;
+use fleetrl_core::replay_client::ShardBatch;
 use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
 use fleetrl_runtime::telemetry::EventWriter;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::error::LearnerError;
 use crate::metrics::LearnerMetrics;
+use crate::priorities::PriorityUpdate;
 use crate::stats::Stats;
 
 /// Where a saved checkpoint is and which version it holds.
-pub(crate) type Saved = Result<(PathBuf, i64), String>;
+pub(crate) type Saved = Result<(PathBuf, i64), LearnerError>;
 
 /// What the trainer thread is asked to do, in arrival order.
 pub(crate) enum Work {
-    /// One rollout from the replay server (stacked, leading dimension 1).
-    Rollout(TensorMap),
+    /// One sampled batch (a single rollout for on-policy algorithms).
+    Sample(ShardBatch),
     /// Write a checkpoint now and say where.
     Checkpoint(oneshot::Sender<Saved>),
 }
@@ -38,15 +45,18 @@ pub(crate) struct Trainer {
     pub(crate) weights: watch::Sender<Arc<Weights>>,
     pub(crate) checkpoint_dir: PathBuf,
     pub(crate) events: Option<EventWriter>,
-    pub(crate) last_log: Instant,
-    /// Seconds spent waiting for batches and training on them since the last progress log.
-    pub(crate) timing: Timing,
-    /// Rollouts waiting for enough company to make a batch.
-    pub(crate) pending: Vec<TensorMap>,
     /// What Prometheus scrapes.
     pub(crate) metrics: Arc<LearnerMetrics>,
     /// PPO+D's demo buffer state, logged with the scalars (empty without `[ppod]`).
     pub(crate) demo_stats: crate::demo_stats::DemoStats,
+    /// Where new priorities go (prioritized replay only).
+    pub(crate) priorities: Option<mpsc::UnboundedSender<PriorityUpdate>>,
+    pub(crate) device: tch::Device,
+    pub(crate) last_log: Instant,
+    /// Seconds spent waiting for batches and training on them since the last progress log.
+    pub(crate) timing: Timing,
+    /// Rollouts waiting for enough company to make a batch (on-policy).
+    pub(crate) pending: Vec<TensorMap>,
 }
 
 /// Where the trainer thread's time goes: waiting for data or updating.
@@ -67,9 +77,9 @@ pub(crate) async fn log_final_checkpoint(saved: oneshot::Receiver<Saved>) {
     }
 }
 
-/// Builds the weights message for the model's current parameters.
-pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weights, String> {
-    let params = algo.model().export().map_err(|e| e.to_string())?;
+/// The weights message for the algorithm's current parameters: the one publication path.
+pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weights, LearnerError> {
+    let params = algo.trained().model().export()?;
     // `subscribers` is filled in per subscriber stream by the service.
     Ok(Weights {
         version,
@@ -92,17 +102,18 @@ impl Trainer {
             self.timing.waiting += waited;
             self.metrics.batch_wait_seconds.add(waited);
             match item {
-                Work::Rollout(rollout) => {
-                    self.metrics.rollouts_received.inc();
-                    let Some(batch) = self.admit(rollout) else {
-                        continue;
-                    };
+                Work::Sample(sample) => {
                     let started = Instant::now();
-                    self.train(&batch);
-                    let updating = started.elapsed().as_secs_f64();
-                    self.timing.updating += updating;
-                    self.metrics.update_seconds.observe(updating);
-                    self.timing.updates += 1;
+                    let trained = match self.algo.trains_on() {
+                        TrainsOn::Rollouts => self.train_rollout(sample),
+                        _ => self.train_sampled(sample),
+                    };
+                    if trained {
+                        let updating = started.elapsed().as_secs_f64();
+                        self.timing.updating += updating;
+                        self.metrics.update_seconds.observe(updating);
+                        self.timing.updates += 1;
+                    }
                 }
                 Work::Checkpoint(reply) => {
                     let _ = reply.send(self.checkpoint());
@@ -114,9 +125,18 @@ impl Trainer {
         }
     }
 
+    fn stats(&self) -> MutexGuard<'_, Stats> {
+        self.stats.lock().expect("stats lock poisoned")
+    }
+
+    fn on_policy(&self) -> bool {
+        registry::spec(&self.config.algo).family == Family::OnPolicy
+    }
+
     /// Keeps `rollout` unless it lags the current policy by more than `max_policy_lag`
     /// versions; returns a batch once `batch_rollouts` fresh rollouts are waiting.
     fn admit(&mut self, rollout: TensorMap) -> Option<RolloutBatch> {
+        self.metrics.rollouts_received.inc();
         let max_lag = self.config.actors.max_policy_lag as i64;
         let mut stats = self.stats.lock().expect("stats lock poisoned");
         let current = stats.policy_version;
@@ -152,47 +172,131 @@ impl Trainer {
         }
     }
 
-    fn budget_reached(&self) -> bool {
-        let stats = self.stats.lock().expect("stats lock poisoned");
-        stats.env_steps_trained >= self.config.stop.total_env_steps
+    /// On-policy: one rollout joins the pending batch; a full batch is trained on unless the
+    /// step budget is spent. True when an update ran.
+    fn train_rollout(&mut self, sample: ShardBatch) -> bool {
+        let rollout = sample.response.batch.unwrap_or_default();
+        let Some(batch) = self.admit(rollout) else {
+            return false;
+        };
+        if self.stats().env_steps_trained >= self.config.stop.total_env_steps {
+            return false;
+        }
+        let env_steps = batch.env_steps();
+        let behaviour = batch.policy_version.iter().sum::<i64>() as f64
+            / batch.policy_version.len().max(1) as f64;
+        let Some(mut metrics) = self.update(&Batch::Rollouts(Box::new(batch)), None) else {
+            return false;
+        };
+        let (version, steps) = {
+            let mut stats = self.stats();
+            stats.env_steps_trained += env_steps;
+            (stats.policy_version, stats.env_steps_trained)
+        };
+        let lag = version as f64 - behaviour;
+        self.stats().record_lag(lag);
+        self.metrics.policy_lag.set(lag);
+        metrics.0.push(("policy_lag", lag));
+        self.after_update(version, steps, &metrics);
+        true
     }
 
-    fn train(&mut self, batch: &RolloutBatch) {
-        if self.budget_reached() {
-            return;
-        }
-        let version = self
-            .stats
-            .lock()
-            .expect("stats lock poisoned")
-            .policy_version;
-        let span =
-            tracing::info_span!("update", step = version + 1, batch_size = batch.env_steps());
-        let metrics = span.in_scope(|| algos::train_on(self.algo.as_mut(), batch));
-        let lag = version as f64 + 1.0
-            - batch.policy_version.iter().sum::<i64>() as f64
-                / batch.policy_version.len().max(1) as f64;
-        self.publish(version + 1);
-        let (steps, recent) = {
-            let mut stats = self.stats.lock().expect("stats lock poisoned");
-            stats.policy_version = version + 1;
-            stats.updates = self.algo.updates();
-            stats.env_steps_trained += batch.env_steps();
-            stats.record_lag(lag);
-            (stats.env_steps_trained, stats.recent_return())
+    /// Off-policy: a sampled batch of transitions or sequences, with prioritized replay's
+    /// importance weights. True when an update ran.
+    fn train_sampled(&mut self, sample: ShardBatch) -> bool {
+        let spec = registry::spec(&self.config.algo);
+        let Some(replay) = spec.replay.cloned() else {
+            tracing::error!("an off-policy algorithm without replay options");
+            return false;
         };
-        let mut metrics = metrics;
-        metrics.0.push(("policy_lag", lag));
+        // Off-policy training has no batches of env steps: the run's progress is what the
+        // actors collected (and inserted).
+        let env_steps = self.stats().env_steps_reported();
+        let response = &sample.response;
+        let Some(stacked) = response.batch.as_ref() else {
+            tracing::error!("a sample response without a batch");
+            return false;
+        };
+        let weights = replay.prioritized.then(|| {
+            let frac = (env_steps as f64 / self.config.stop.total_env_steps.max(1) as f64).min(1.0);
+            let beta = replay.importance_exponent + frac * (1.0 - replay.importance_exponent);
+            importance_weights(&response.probabilities, response.table_size, beta)
+        });
+        let batch = match Batch::from_stacked(
+            self.algo.trains_on(),
+            stacked,
+            weights.as_deref(),
+            self.device,
+        ) {
+            Ok(batch) => batch,
+            Err(error) => {
+                tracing::error!(%error, "dropping a batch the algorithm cannot read");
+                return false;
+            }
+        };
+        let keys = response.keys.clone();
+        let Some(metrics) = self.update(&batch, Some((sample.shard, keys, replay.priority_eps)))
+        else {
+            return false;
+        };
+        let version = {
+            let mut stats = self.stats();
+            stats.env_steps_trained = env_steps;
+            stats.policy_version
+        };
+        self.after_update(version, env_steps, &metrics);
+        true
+    }
+
+    /// One update; sends new priorities for `keys` (shard, keys, epsilon) when the algorithm
+    /// has TD errors and replay is prioritized; bumps and publishes the policy version every
+    /// `publish_interval` updates.
+    fn update(&mut self, batch: &Batch, keys: Option<(usize, Vec<u64>, f64)>) -> Option<Metrics> {
+        let span = tracing::info_span!("update", step = self.algo.trained().updates() + 1);
+        let update = match span.in_scope(|| algos::train_on(self.algo.as_mut(), batch)) {
+            Ok(update) => update,
+            Err(error) => {
+                tracing::error!(%error, "dropping a batch the algorithm cannot train on");
+                return None;
+            }
+        };
+        if let (Some(tx), Some(td), Some((shard, keys, eps))) =
+            (&self.priorities, update.td_errors, keys)
+        {
+            let _ = tx.send(PriorityUpdate {
+                shard,
+                keys,
+                priorities: td.iter().map(|d| d + eps).collect(),
+            });
+        }
+        let updates = self.algo.trained().updates();
+        let publish = updates.is_multiple_of(registry::spec(&self.config.algo).publish_interval);
+        let version = {
+            let mut stats = self.stats();
+            stats.updates = updates;
+            if publish {
+                stats.policy_version += 1;
+            }
+            stats.policy_version
+        };
+        if publish {
+            self.publish(version);
+        }
+        Some(update.metrics)
+    }
+
+    /// Metrics, events, logs and the periodic (or budget-end) checkpoint after an update.
+    fn after_update(&mut self, version: i64, env_steps: u64, metrics: &Metrics) {
+        let updates = self.algo.trained().updates();
         self.metrics
-            .record_update(self.algo.updates(), steps, version + 1, &metrics);
-        self.metrics.policy_lag.set(lag);
-        self.record(version + 1, steps, recent, &metrics);
+            .record_update(updates, env_steps, version, metrics);
+        self.record(version, env_steps, metrics);
         let interval = self.config.learner.checkpoint_interval;
-        let budget_done = steps >= self.config.stop.total_env_steps;
-        if (interval > 0 && self.algo.updates().is_multiple_of(interval)) || budget_done {
+        let budget_done = self.on_policy() && env_steps >= self.config.stop.total_env_steps;
+        if (interval > 0 && updates.is_multiple_of(interval)) || budget_done {
             match self.checkpoint() {
                 Ok((path, _)) if budget_done => {
-                    tracing::info!(env_steps = steps, checkpoint = %path.display(), "step budget reached; training stops")
+                    tracing::info!(env_steps, checkpoint = %path.display(), "step budget reached; training stops")
                 }
                 Ok(_) => {}
                 Err(error) => tracing::error!(%error, "checkpoint failed"),
@@ -210,84 +314,69 @@ impl Trainer {
         }
     }
 
-    fn record(&mut self, version: i64, env_steps: u64, recent: f64, metrics: &Metrics) {
+    fn record(&mut self, version: i64, env_steps: u64, metrics: &Metrics) {
+        let recent = self.stats().recent_return();
+        // Off-policy updates are many and small: their scalars are written every 50th.
+        let every = if self.on_policy() { 1 } else { 50 };
         if let Some(events) = self.events.as_mut() {
-            let mut values: Vec<(&str, f64)> = metrics.0.iter().map(|(k, v)| (*k, *v)).collect();
-            if recent.is_finite() {
-                values.push(("episode_return", recent));
-            }
-            values.extend(self.demo_stats.scalars());
-            if let Err(error) = events.scalars(env_steps as i64, &values) {
-                tracing::warn!(%error, "cannot write TensorBoard events");
+            if self.algo.trained().updates().is_multiple_of(every) {
+                let mut values: Vec<(&str, f64)> =
+                    metrics.0.iter().map(|(k, v)| (*k, *v)).collect();
+                if recent.is_finite() {
+                    values.push(("episode_return", recent));
+                }
+                values.extend(self.demo_stats.scalars());
+                if let Err(error) = events.scalars(env_steps as i64, &values) {
+                    tracing::warn!(%error, "cannot write TensorBoard events");
+                }
             }
         }
-        if self.last_log.elapsed().as_secs_f64() >= 5.0 {
-            self.last_log = Instant::now();
-            if let Some(events) = self.events.as_mut() {
-                let _ = events.flush();
-            }
-            let t = std::mem::take(&mut self.timing);
-            let per_update = |secs: f64| 1e3 * secs / t.updates.max(1) as f64;
-            tracing::info!(
-                version,
-                env_steps,
-                recent_return = recent,
-                update_ms = per_update(t.updating),
-                wait_ms = per_update(t.waiting),
-                policy_loss = metrics.get("policy_loss"),
-                value_loss = metrics.get("value_loss"),
-                approx_kl = metrics.get("approx_kl"),
-                policy_lag = metrics.get("policy_lag"),
-                "progress"
-            );
+        if self.last_log.elapsed().as_secs_f64() < 5.0 {
+            return;
         }
+        self.last_log = Instant::now();
+        if let Some(events) = self.events.as_mut() {
+            let _ = events.flush();
+        }
+        let t = std::mem::take(&mut self.timing);
+        let per_update = |secs: f64| 1e3 * secs / t.updates.max(1) as f64;
+        tracing::info!(
+            version,
+            env_steps,
+            updates = self.algo.trained().updates(),
+            recent_return = recent,
+            update_ms = per_update(t.updating),
+            wait_ms = per_update(t.waiting),
+            metrics = ?metrics.0,
+            "progress"
+        );
     }
 
     fn checkpoint(&mut self) -> Saved {
         let (version, env_steps) = {
-            let stats = self.stats.lock().expect("stats lock poisoned");
-            (stats.policy_version, stats.env_steps_trained)
+            let stats = self.stats();
+            let steps = if self.on_policy() {
+                stats.env_steps_trained
+            } else {
+                stats.env_steps_reported()
+            };
+            (stats.policy_version, steps)
         };
-        let learned = Learned {
-            params: self.algo.model().named_parameters(),
-            state: self.algo.state(),
-            updates: self.algo.updates(),
-        };
-        save_checkpoint(
-            &self.checkpoint_dir,
-            &self.config,
-            learned,
-            version,
+        let trained = self.algo.trained();
+        let meta = CheckpointMeta {
+            policy_version: version,
+            updates: trained.updates(),
             env_steps,
-        )
+            env_id: self.config.env.id.clone(),
+        };
+        let path = checkpoint::save_and_prune(
+            &self.checkpoint_dir,
+            &trained.model().named_parameters(),
+            &self.algo.state(),
+            &meta,
+            &self.config,
+        )?;
+        tracing::debug!(path = %path.display(), version, "checkpoint written");
+        Ok((path, version))
     }
-}
-
-/// What a checkpoint keeps of an algorithm, on- or off-policy: the model's parameters, the
-/// optimiser (and target network) state and the update count.
-pub(crate) struct Learned {
-    pub(crate) params: Vec<(String, tch::Tensor)>,
-    pub(crate) state: Vec<(String, tch::Tensor)>,
-    pub(crate) updates: u64,
-}
-
-/// Writes a checkpoint of policy `version` after `env_steps` (pruning old ones): the one
-/// place both trainers save.
-pub(crate) fn save_checkpoint(
-    dir: &std::path::Path,
-    config: &RunConfig,
-    learned: Learned,
-    version: i64,
-    env_steps: u64,
-) -> Saved {
-    let meta = CheckpointMeta {
-        policy_version: version,
-        updates: learned.updates,
-        env_steps,
-        env_id: config.env.id.clone(),
-    };
-    let path = checkpoint::save_and_prune(dir, &learned.params, &learned.state, &meta, config)
-        .map_err(|e| e.to_string())?;
-    tracing::debug!(path = %path.display(), version, "checkpoint written");
-    Ok((path, version))
 }

@@ -195,6 +195,11 @@ impl Sandbox {
         }
     }
 
+    /// The learner's exit status, once it has exited.
+    pub fn learner_exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.learner.exited()
+    }
+
     /// Fails if a server process has exited.
     pub fn check_servers(&mut self) -> anyhow::Result<()> {
         for role in [&mut self.replay, &mut self.learner] {

@@ -1,7 +1,7 @@
 //! The acting models, built from the run config and the envs' spaces: the one place the
 //! actor asks `fleetrl_core` how an algorithm's model is shaped.
 
-use fleetrl_core::algos::offpolicy::build_model;
+use fleetrl_core::algos::registry::build_model;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::VecEnv;
 use fleetrl_core::models::{ActorCritic, ModelError, OffPolicyModel};

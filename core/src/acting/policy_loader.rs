@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::algos::offpolicy::build_model;
+use crate::algos::registry::build_model;
 use crate::checkpoint::{self, CheckpointError};
 use crate::config::RunConfig;
 use crate::envs::{self, EnvError};

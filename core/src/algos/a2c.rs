@@ -8,9 +8,10 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::pg::{explained_variance, linear_schedule, load_counter, tensor, Samples};
+use super::pg::{explained_variance, linear_schedule, tensor, Samples};
 use super::returns::{gae, normalize_advantage};
-use super::{Algorithm, Metrics};
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
 use crate::config::A2cConfig;
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
@@ -33,11 +34,10 @@ pub fn a2c_loss(
 #[derive(Debug)]
 pub struct A2c {
     config: A2cConfig,
-    model: ActorCritic,
+    trained: Trained<ActorCritic>,
     optim: Adam,
     device: Device,
     total_updates: u64,
-    updates: u64,
 }
 
 impl A2c {
@@ -47,17 +47,17 @@ impl A2c {
         let device = model.var_store().device();
         A2c {
             config: config.clone(),
-            model,
+            trained: Trained::new(model, "a2c.updates"),
             optim,
             device,
             total_updates,
-            updates: 0,
         }
     }
 }
 
-impl Algorithm for A2c {
-    fn update(&mut self, batch: &RolloutBatch) -> Metrics {
+impl A2c {
+    /// One update on a batch of rollouts.
+    pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = &self.config;
         let returns = gae(
             &batch.step_data(),
@@ -71,7 +71,7 @@ impl Algorithm for A2c {
             returns.advantage.clone()
         };
         let samples = Samples::new(batch, self.device);
-        let eval = self.model.evaluate(&samples.obs, &samples.action);
+        let eval = self.trained.model.evaluate(&samples.obs, &samples.action);
         let [pg, vf, entropy] = a2c_loss(
             &eval.log_prob,
             &tensor(&advantage, self.device),
@@ -83,13 +83,13 @@ impl Algorithm for A2c {
         let lr = linear_schedule(
             c.learning_rate,
             c.linear_lr_schedule,
-            self.updates,
+            self.trained.updates,
             self.total_updates,
         );
         self.optim.zero_grad();
         loss.backward();
         let grad_norm = self.optim.step(lr, c.clip_grad_norm);
-        self.updates += 1;
+        self.trained.updates += 1;
         Metrics(vec![
             ("policy_loss", pg.double_value(&[])),
             ("value_loss", vf.double_value(&[])),
@@ -102,28 +102,34 @@ impl Algorithm for A2c {
             ),
         ])
     }
+}
 
-    fn model(&self) -> &ActorCritic {
-        &self.model
+impl Algorithm for A2c {
+    fn trains_on(&self) -> TrainsOn {
+        TrainsOn::Rollouts
     }
 
-    fn model_mut(&mut self) -> &mut ActorCritic {
-        &mut self.model
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        Ok(self.train(batch.rollouts()?).into())
     }
 
-    fn updates(&self) -> u64 {
-        self.updates
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
+    }
+
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
-        state.push(("a2c.updates".into(), Tensor::from(self.updates as i64)));
+        state.push(self.trained.counter_state());
         state
     }
 
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.optim.load_state(state)?;
-        self.updates = load_counter(state, "a2c.updates")?;
+        self.trained.load_counter(state)?;
         Ok(())
     }
 }

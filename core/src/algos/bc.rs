@@ -9,8 +9,8 @@
 
 use tch::{Kind, Tensor};
 
-use super::offpolicy::{state_scalar, OffPolicyAlgorithm, Update};
-use super::Metrics;
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
 use crate::config::{BcConfig, BcLoss};
 use crate::items::transition::TransitionBatch;
 use crate::models::{OffPolicyModel, PolicyKind};
@@ -50,9 +50,8 @@ pub fn bc_loss(model: &OffPolicyModel, obs: &Tensor, action: &Tensor, loss: BcLo
 #[derive(Debug)]
 pub struct Bc {
     config: BcConfig,
-    model: OffPolicyModel,
+    trained: Trained<OffPolicyModel>,
     optim: Adam,
-    updates: u64,
 }
 
 impl Bc {
@@ -61,47 +60,58 @@ impl Bc {
         let optim = Adam::new(model.var_store(), 1e-8);
         Bc {
             config: config.clone(),
-            model,
+            trained: Trained::new(model, "updates"),
             optim,
-            updates: 0,
         }
     }
 }
 
-impl OffPolicyAlgorithm for Bc {
-    fn update(&mut self, batch: &TransitionBatch) -> Update {
-        let loss = bc_loss(&self.model, &batch.obs, &batch.action, self.config.loss);
+impl Bc {
+    /// One update on a batch of transitions.
+    pub fn train(&mut self, batch: &TransitionBatch) -> Update {
+        let loss = bc_loss(
+            &self.trained.model,
+            &batch.obs,
+            &batch.action,
+            self.config.loss,
+        );
         self.optim.zero_grad();
         loss.backward();
         self.optim.step(self.config.learning_rate, 0.0);
-        self.updates += 1;
+        self.trained.updates += 1;
         Update {
             metrics: Metrics(vec![("bc_loss", loss.double_value(&[]))]),
             td_errors: None,
         }
     }
+}
 
-    fn model(&self) -> &OffPolicyModel {
-        &self.model
+impl Algorithm for Bc {
+    fn trains_on(&self) -> TrainsOn {
+        TrainsOn::Transitions
     }
 
-    fn model_mut(&mut self) -> &mut OffPolicyModel {
-        &mut self.model
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        Ok(self.train(batch.transitions()?))
     }
 
-    fn updates(&self) -> u64 {
-        self.updates
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
+    }
+
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
-        state.push(("updates".into(), Tensor::from(self.updates as i64)));
+        state.push(self.trained.counter_state());
         state
     }
 
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.optim.load_state(state)?;
-        self.updates = state_scalar(state, "updates")? as u64;
+        self.trained.load_counter(state)?;
         Ok(())
     }
 }
@@ -144,9 +154,9 @@ mod tests {
             weights: Tensor::ones([2], (Kind::Float, tch::Device::Cpu)),
         };
         for _ in 0..200 {
-            bc.update(&batch);
+            bc.train(&batch);
         }
-        let greedy = bc.model().q_values(&obs).argmax(1, false);
+        let greedy = bc.trained.model.q_values(&obs).argmax(1, false);
         assert_eq!(Vec::<i64>::try_from(&greedy).unwrap(), vec![1, 0]);
     }
 }

@@ -13,17 +13,15 @@
 
 use tch::{Kind, Tensor};
 
-use super::offpolicy::{
-    load_target, mean, state_scalar, target_state, transition_batch, OffPolicyAlgorithm, Update,
-};
 use super::r2d2::sequence_loss;
-use super::Metrics;
+use super::target::{load_target, mean, target_state, td_loss};
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
 use crate::config::DqnConfig;
 use crate::items::sequence::SequenceBatch;
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
 use crate::optim::Adam;
-use fleetrl_proto::{TensorError, TensorMap};
 
 /// The TD target `reward + discount * Q_target(next, a*)`, `[B]`. `next_online` are the online
 /// network's Q values at `next_obs` (used to pick `a*` when `double_q`), `next_target` the
@@ -41,24 +39,13 @@ pub fn td_target(
     reward + discount * value
 }
 
-/// Per-row loss on the TD error `delta`: Huber (delta 1, as SB3's smooth L1) or squared.
-pub fn td_loss(delta: &Tensor, huber: bool) -> Tensor {
-    if !huber {
-        return delta.square() * 0.5;
-    }
-    let abs = delta.abs();
-    let quadratic = abs.clamp_max(1.0);
-    &quadratic * &quadratic * 0.5 + (abs - &quadratic)
-}
-
 /// DQN's learner state.
 #[derive(Debug)]
 pub struct Dqn {
     config: DqnConfig,
-    model: OffPolicyModel,
+    trained: Trained<OffPolicyModel>,
     target: OffPolicyModel,
     optim: Adam,
-    updates: u64,
 }
 
 impl Dqn {
@@ -68,10 +55,9 @@ impl Dqn {
         let optim = Adam::new(model.var_store(), 1e-8);
         Dqn {
             config: config.clone(),
-            model,
+            trained: Trained::new(model, "updates"),
             target,
             optim,
-            updates: 0,
         }
     }
 }
@@ -84,9 +70,9 @@ impl Dqn {
         self.optim.zero_grad();
         loss.backward();
         let grad_norm = self.optim.step(c.learning_rate, c.clip_grad_norm);
-        self.updates += 1;
-        if self.updates.is_multiple_of(c.target.period) {
-            self.target.copy_from(&self.model, c.target.tau);
+        self.trained.updates += 1;
+        if self.trained.updates.is_multiple_of(c.target.period) {
+            self.target.copy_from(&self.trained.model, c.target.tau);
         }
         let td = Vec::<f64>::try_from(&td.detach().to_kind(Kind::Double)).unwrap_or_default();
         Update {
@@ -101,7 +87,9 @@ impl Dqn {
 
     /// R2D2's update on a batch of stored sequences.
     fn update_sequences(&mut self, batch: &SequenceBatch) -> Update {
-        let (Some(online), Some(target)) = (self.model.recurrent(), self.target.recurrent()) else {
+        let (Some(online), Some(target)) =
+            (self.trained.model.recurrent(), self.target.recurrent())
+        else {
             unreachable!("update_sequences runs for recurrent models only");
         };
         let out = sequence_loss(&self.config, online, target, batch);
@@ -109,11 +97,12 @@ impl Dqn {
     }
 }
 
-impl OffPolicyAlgorithm for Dqn {
-    fn update(&mut self, batch: &TransitionBatch) -> Update {
+impl Dqn {
+    /// One update on a batch of transitions.
+    pub fn train(&mut self, batch: &TransitionBatch) -> Update {
         let c = &self.config;
         let y = tch::no_grad(|| {
-            let next_online = self.model.q_values(&batch.next_obs);
+            let next_online = self.trained.model.q_values(&batch.next_obs);
             let next_target = self.target.q_values(&batch.next_obs);
             td_target(
                 &batch.reward,
@@ -124,6 +113,7 @@ impl OffPolicyAlgorithm for Dqn {
             )
         });
         let q = self
+            .trained
             .model
             .q_values(&batch.obs)
             .gather(1, &batch.action.unsqueeze(1), false)
@@ -132,47 +122,43 @@ impl OffPolicyAlgorithm for Dqn {
         let loss = (td_loss(&delta, c.huber) * &batch.weights).mean(Kind::Float);
         self.step(&loss, &q, &delta.abs())
     }
+}
 
-    fn update_sampled(
-        &mut self,
-        stacked: &TensorMap,
-        weights: Option<&[f32]>,
-        device: tch::Device,
-    ) -> Result<Update, TensorError> {
-        if self.model.recurrent().is_none() {
-            let batch = transition_batch(stacked, weights, device)?;
-            return Ok(self.update(&batch));
+impl Algorithm for Dqn {
+    /// Transitions, or stored sequences for a recurrent (R2D2) model.
+    fn trains_on(&self) -> TrainsOn {
+        match self.trained.model.recurrent() {
+            Some(_) => TrainsOn::Sequences,
+            None => TrainsOn::Transitions,
         }
-        let mut batch = SequenceBatch::from_stacked(stacked, device)?;
-        if let Some(w) = weights {
-            batch.weights = Tensor::from_slice(w).to_device(device);
+    }
+
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        match self.trains_on() {
+            TrainsOn::Sequences => Ok(self.update_sequences(batch.sequences()?)),
+            _ => Ok(self.train(batch.transitions()?)),
         }
-        Ok(self.update_sequences(&batch))
     }
 
-    fn model(&self) -> &OffPolicyModel {
-        &self.model
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
     }
 
-    fn model_mut(&mut self) -> &mut OffPolicyModel {
-        &mut self.model
-    }
-
-    fn updates(&self) -> u64 {
-        self.updates
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
         state.extend(target_state(&self.target));
-        state.push(("updates".into(), Tensor::from(self.updates as i64)));
+        state.push(self.trained.counter_state());
         state
     }
 
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.optim.load_state(state)?;
         load_target(&mut self.target, state)?;
-        self.updates = state_scalar(state, "updates")? as u64;
+        self.trained.load_counter(state)?;
         Ok(())
     }
 }
@@ -191,14 +177,5 @@ mod tests {
         assert_eq!(Vec::<f32>::try_from(&double).unwrap(), vec![2.0, 0.0]);
         let plain = td_target(&reward, &discount, &online, &target, false);
         assert_eq!(Vec::<f32>::try_from(&plain).unwrap(), vec![6.0, 0.0]);
-    }
-
-    #[test]
-    fn huber_is_quadratic_inside_one_and_linear_outside() {
-        let delta = Tensor::from_slice(&[0.5f32, -3.0]);
-        let loss = Vec::<f32>::try_from(&td_loss(&delta, true)).unwrap();
-        assert_eq!(loss, vec![0.125, 2.5]);
-        let sq = Vec::<f32>::try_from(&td_loss(&delta, false)).unwrap();
-        assert_eq!(sq, vec![0.125, 4.5]);
     }
 }

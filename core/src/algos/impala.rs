@@ -13,10 +13,11 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::pg::{explained_variance, linear_schedule, load_counter, tensor, Samples};
+use super::pg::{explained_variance, linear_schedule, tensor, Samples};
 use super::returns::{normalize_advantage, StepData};
 use super::vtrace::{vtrace, VtraceParams};
-use super::{Algorithm, Metrics};
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
 use crate::config::ImpalaConfig;
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
@@ -26,11 +27,10 @@ use crate::optim::Adam;
 #[derive(Debug)]
 pub struct Impala {
     config: ImpalaConfig,
-    model: ActorCritic,
+    trained: Trained<ActorCritic>,
     optim: Adam,
     device: Device,
     total_updates: u64,
-    updates: u64,
 }
 
 fn floats(t: &Tensor) -> Vec<f32> {
@@ -44,11 +44,10 @@ impl Impala {
         let device = model.var_store().device();
         Impala {
             config: config.clone(),
-            model,
+            trained: Trained::new(model, "impala.updates"),
             optim,
             device,
             total_updates,
-            updates: 0,
         }
     }
 
@@ -68,13 +67,13 @@ impl Impala {
     fn bootstrap_values(&self, batch: &RolloutBatch) -> Vec<f32> {
         let _guard = tch::no_grad_guard();
         let obs = tensor(&batch.bootstrap_obs, self.device).view([batch.b as i64, -1]);
-        floats(&self.model.heads().value(&obs))
+        floats(&self.trained.model.heads().value(&obs))
     }
 
     /// One gradient step; returns the loss terms and the mean importance ratio.
     fn step(&mut self, batch: &RolloutBatch, samples: &Samples, lr: f64) -> [f64; 6] {
         let c = self.config.clone();
-        let eval = self.model.evaluate(&samples.obs, &samples.action);
+        let eval = self.trained.model.evaluate(&samples.obs, &samples.action);
         let log_rho = floats(&(&eval.log_prob - &samples.behaviour_log_prob));
         let values = floats(&eval.value);
         let bootstrap = self.bootstrap_values(batch);
@@ -112,13 +111,14 @@ impl Impala {
     }
 }
 
-impl Algorithm for Impala {
-    fn update(&mut self, batch: &RolloutBatch) -> Metrics {
+impl Impala {
+    /// One update on a batch of rollouts.
+    pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = &self.config;
         let lr = linear_schedule(
             c.learning_rate,
             c.linear_lr_schedule,
-            self.updates,
+            self.trained.updates,
             self.total_updates,
         );
         let samples = Samples::new(batch, self.device);
@@ -126,7 +126,7 @@ impl Algorithm for Impala {
         for _ in 0..self.config.epochs {
             last = self.step(batch, &samples, lr);
         }
-        self.updates += 1;
+        self.trained.updates += 1;
         let [pg, vf, entropy, grad_norm, mean_ratio, ev] = last;
         Metrics(vec![
             ("policy_loss", pg),
@@ -138,28 +138,34 @@ impl Algorithm for Impala {
             ("explained_variance", ev),
         ])
     }
+}
 
-    fn model(&self) -> &ActorCritic {
-        &self.model
+impl Algorithm for Impala {
+    fn trains_on(&self) -> TrainsOn {
+        TrainsOn::Rollouts
     }
 
-    fn model_mut(&mut self) -> &mut ActorCritic {
-        &mut self.model
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        Ok(self.train(batch.rollouts()?).into())
     }
 
-    fn updates(&self) -> u64 {
-        self.updates
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
+    }
+
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
-        state.push(("impala.updates".into(), Tensor::from(self.updates as i64)));
+        state.push(self.trained.counter_state());
         state
     }
 
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.optim.load_state(state)?;
-        self.updates = load_counter(state, "impala.updates")?;
+        self.trained.load_counter(state)?;
         Ok(())
     }
 }
@@ -178,12 +184,13 @@ mod tests {
         let own = {
             let _guard = tch::no_grad_guard();
             impala
-                .model()
+                .trained
+                .model
                 .evaluate(&samples.obs, &samples.action)
                 .log_prob
         };
         batch.log_prob = floats(&own);
-        let metrics = impala.update(&batch);
+        let metrics = impala.train(&batch);
         let ratio = metrics.get("importance_ratio").unwrap();
         assert!((ratio - 1.0).abs() < 1e-5, "{metrics:?}");
         assert!(metrics.get("policy_loss").unwrap().is_finite());

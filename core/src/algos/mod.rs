@@ -1,18 +1,24 @@
 //! Learning algorithms. Each file reads top to bottom: paper, config, loss, update. The math
 //! is pure (slices or tensors in, tensors out) and unit-tested without an environment.
+//!
+//! Every algorithm, on- or off-policy, implements the one [`Algorithm`] trait: it says what it
+//! trains on ([`TrainsOn`]), updates from a [`Batch`] and exposes its [`Model`] for weight
+//! publication and checkpoints. [`registry`] maps an algorithm's name to its builder, family,
+//! model and tables.
 
 pub mod a2c;
 pub mod bc;
 pub mod data_parallel;
 pub mod dqn;
 pub mod impala;
-pub mod offpolicy;
 pub mod pg;
 pub mod ppo;
 pub mod r2d2;
+pub mod registry;
 pub mod replicas;
 pub mod returns;
 pub mod sac;
+pub mod target;
 pub mod td3;
 pub mod trpo;
 pub mod vpg;
@@ -27,53 +33,24 @@ pub use ppo::Ppo;
 pub use trpo::Trpo;
 pub use vpg::Vpg;
 
-use crate::config::{AlgoConfig, RunConfig};
+use tch::{Device, Tensor};
+
+use crate::checkpoint::StateError;
 use crate::items::rollout::RolloutBatch;
-use crate::models::ActorCritic;
+use crate::items::sequence::SequenceBatch;
+use crate::items::transition::TransitionBatch;
+use crate::models::{ActorCritic, ModelError, OffPolicyModel};
+use fleetrl_proto::{TensorError, TensorMap};
 
-/// The algorithm `config.algo` names, training `model`. Linear schedules span the run's step
-/// budget; PPO splits its minibatches over `learner.update_threads` threads.
-///
-/// Panics for an off-policy algorithm: the learner builds those with [`offpolicy::build`].
-pub fn build(config: &RunConfig, model: ActorCritic) -> Box<dyn Algorithm> {
-    let total = config.total_updates();
-    match &config.algo {
-        AlgoConfig::Ppo(c) => {
-            Box::new(Ppo::new(c, model, total).with_threads(config.learner.update_threads as usize))
-        }
-        AlgoConfig::A2c(c) => Box::new(A2c::new(c, model, total)),
-        AlgoConfig::Vpg(c) => Box::new(Vpg::new(c, model)),
-        AlgoConfig::Trpo(c) => Box::new(Trpo::new(c, model)),
-        AlgoConfig::Impala(c) => Box::new(Impala::new(c, model, total)),
-        other => panic!(
-            "{} is off-policy: build it with algos::offpolicy::build",
-            other.name()
-        ),
+pub use registry::build;
+
+/// One training step as the learner runs it: a batch of rollouts first updates the model's
+/// running normalisation statistics (if it has them), then `algo` updates on the batch.
+pub fn train_on(algo: &mut dyn Algorithm, batch: &Batch) -> Result<Update, BatchError> {
+    if let Batch::Rollouts(rollouts) = batch {
+        let obs = Tensor::from_slice(&rollouts.obs).view([-1, rollouts.obs_dim as i64]);
+        algo.trained().model().observe(&obs);
     }
-}
-
-/// [`build`] with one replica of the model per device of `devices` (the first is `model`'s own;
-/// see [`replicas`]), each made by `make`. A single device is plain [`build`]; several need an
-/// algorithm that splits its update (PPO; config validation refuses the others).
-pub fn build_on_devices(
-    config: &RunConfig,
-    model: ActorCritic,
-    devices: &[tch::Device],
-    make: impl FnMut(tch::Device) -> ActorCritic,
-) -> Box<dyn Algorithm> {
-    match &config.algo {
-        AlgoConfig::Ppo(c) if devices.len() > 1 => {
-            Box::new(Ppo::new(c, model, config.total_updates()).on_devices(devices, make))
-        }
-        _ => build(config, model),
-    }
-}
-
-/// One training step as the learner runs it: the batch's observations first update the
-/// model's running normalisation statistics (if it has them), then `algo` updates on it.
-pub fn train_on(algo: &mut dyn Algorithm, batch: &RolloutBatch) -> Metrics {
-    let obs = tch::Tensor::from_slice(&batch.obs).view([-1, batch.obs_dim as i64]);
-    algo.model().observe(&obs);
     algo.update(batch)
 }
 
@@ -88,20 +65,256 @@ impl Metrics {
     }
 }
 
-/// A learner-side algorithm: batches in, metrics out.
+/// The result of one update.
+#[derive(Debug, Default)]
+pub struct Update {
+    /// Named scalars (losses, Q means, alpha, ...).
+    pub metrics: Metrics,
+    /// |TD error| per batch row, for prioritized replay; `None` where there is no TD error.
+    pub td_errors: Option<Vec<f64>>,
+}
+
+impl From<Metrics> for Update {
+    fn from(metrics: Metrics) -> Update {
+        Update {
+            metrics,
+            td_errors: None,
+        }
+    }
+}
+
+/// What an algorithm trains on, which is what its actors collect and its table holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainsOn {
+    /// Fixed-length on-policy rollouts from a queue table (PPO, A2C, VPG, TRPO, IMPALA; PPO+D
+    /// mixes demo replays into the same rollouts).
+    Rollouts,
+    /// n-step transitions from a replay table (DQN, SAC, TD3, DDPG; BC's demo steps).
+    Transitions,
+    /// Stored sequences with burn-in from a replay table (recurrent DQN, R2D2).
+    Sequences,
+}
+
+/// One batch for an update, of the kind the algorithm [trains on](Algorithm::trains_on).
+#[derive(Debug)]
+pub enum Batch {
+    /// On-policy rollouts, `[T, B]` (boxed: they are large beside the tensor batches).
+    Rollouts(Box<RolloutBatch>),
+    /// Sampled transitions with their importance weights.
+    Transitions(TransitionBatch),
+    /// Sampled sequences with their importance weights.
+    Sequences(SequenceBatch),
+}
+
+impl Batch {
+    /// A batch the replay server stacked, read as `kind` on `device`, with prioritized
+    /// replay's importance `weights` (`None`: ones). Rollouts are assembled by the learner
+    /// from single rollouts instead ([`RolloutBatch::from_parts`]).
+    pub fn from_stacked(
+        kind: TrainsOn,
+        stacked: &TensorMap,
+        weights: Option<&[f32]>,
+        device: Device,
+    ) -> Result<Batch, TensorError> {
+        let weights = weights.map(|w| Tensor::from_slice(w).to_device(device));
+        Ok(match kind {
+            TrainsOn::Rollouts => Batch::Rollouts(Box::new(RolloutBatch::from_parts(
+                std::slice::from_ref(stacked),
+            )?)),
+            TrainsOn::Transitions => {
+                let mut batch = TransitionBatch::from_stacked(stacked, device)?;
+                if let Some(w) = weights {
+                    batch.weights = w;
+                }
+                Batch::Transitions(batch)
+            }
+            TrainsOn::Sequences => {
+                let mut batch = SequenceBatch::from_stacked(stacked, device)?;
+                if let Some(w) = weights {
+                    batch.weights = w;
+                }
+                Batch::Sequences(batch)
+            }
+        })
+    }
+
+    /// What this batch holds.
+    pub fn kind(&self) -> TrainsOn {
+        match self {
+            Batch::Rollouts(_) => TrainsOn::Rollouts,
+            Batch::Transitions(_) => TrainsOn::Transitions,
+            Batch::Sequences(_) => TrainsOn::Sequences,
+        }
+    }
+
+    /// The rollouts, or [`BatchError::Kind`].
+    pub fn rollouts(&self) -> Result<&RolloutBatch, BatchError> {
+        match self {
+            Batch::Rollouts(b) => Ok(b),
+            other => Err(other.wrong(TrainsOn::Rollouts)),
+        }
+    }
+
+    /// The transitions, or [`BatchError::Kind`].
+    pub fn transitions(&self) -> Result<&TransitionBatch, BatchError> {
+        match self {
+            Batch::Transitions(b) => Ok(b),
+            other => Err(other.wrong(TrainsOn::Transitions)),
+        }
+    }
+
+    /// The sequences, or [`BatchError::Kind`].
+    pub fn sequences(&self) -> Result<&SequenceBatch, BatchError> {
+        match self {
+            Batch::Sequences(b) => Ok(b),
+            other => Err(other.wrong(TrainsOn::Sequences)),
+        }
+    }
+
+    fn wrong(&self, expected: TrainsOn) -> BatchError {
+        BatchError::Kind {
+            expected,
+            found: self.kind(),
+        }
+    }
+}
+
+/// Why an update could not run on a batch.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// The batch is of another kind than the algorithm trains on.
+    #[error("the algorithm trains on {expected:?}, not {found:?}")]
+    Kind {
+        /// What the algorithm trains on.
+        expected: TrainsOn,
+        /// What it was given.
+        found: TrainsOn,
+    },
+    /// The sampled tensors do not form a batch of that kind.
+    #[error(transparent)]
+    Tensors(#[from] TensorError),
+}
+
+/// What the learner publishes and checkpoints of a network, whatever its shape: the
+/// actor-critic, the off-policy model (with or without its recurrent Q network).
+pub trait Model: Send {
+    /// Every parameter as a proto tensor, by path (the weights message).
+    fn export(&self) -> Result<TensorMap, ModelError>;
+    /// Every parameter, by path (for checkpoints).
+    fn named_parameters(&self) -> Vec<(String, Tensor)>;
+    /// Copies named weights in; every parameter must be present with its exact shape.
+    fn load_named(&mut self, weights: &[(String, Tensor)]) -> Result<(), ModelError>;
+    /// Merges a training batch's observations `[N, D]` into running normalisation statistics;
+    /// nothing for a model without them.
+    fn observe(&self, _obs: &Tensor) {}
+}
+
+impl Model for ActorCritic {
+    fn export(&self) -> Result<TensorMap, ModelError> {
+        ActorCritic::export(self)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        ActorCritic::named_parameters(self)
+    }
+
+    fn load_named(&mut self, weights: &[(String, Tensor)]) -> Result<(), ModelError> {
+        ActorCritic::load_named(self, weights)
+    }
+
+    fn observe(&self, obs: &Tensor) {
+        ActorCritic::observe(self, obs)
+    }
+}
+
+impl Model for OffPolicyModel {
+    fn export(&self) -> Result<TensorMap, ModelError> {
+        OffPolicyModel::export(self)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        OffPolicyModel::named_parameters(self)
+    }
+
+    fn load_named(&mut self, weights: &[(String, Tensor)]) -> Result<(), ModelError> {
+        OffPolicyModel::load_named(self, weights)
+    }
+}
+
+/// What an algorithm holds besides its losses: the model it trains and how many updates it
+/// has done, checkpointed under one counter name. Every algorithm owns one.
+#[derive(Debug)]
+pub struct Trained<M> {
+    /// The online model (what actors act with and checkpoints hold).
+    pub model: M,
+    /// Updates done so far.
+    pub updates: u64,
+    /// The name the update count is checkpointed under.
+    counter: &'static str,
+}
+
+impl<M: Model> Trained<M> {
+    /// `model`, no updates yet; the count is checkpointed as `counter`.
+    pub fn new(model: M, counter: &'static str) -> Trained<M> {
+        Trained {
+            model,
+            updates: 0,
+            counter,
+        }
+    }
+
+    /// The update counter as a named checkpoint tensor.
+    pub fn counter_state(&self) -> (String, Tensor) {
+        (self.counter.to_string(), Tensor::from(self.updates as i64))
+    }
+
+    /// Restores the update counter [`Trained::counter_state`] wrote.
+    pub fn load_counter(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
+        self.updates = crate::checkpoint::counter(state, self.counter)?;
+        Ok(())
+    }
+}
+
+/// The model-facing side of a [`Trained`] whatever its model type, for the learner.
+pub trait Learned: Send {
+    /// The online model.
+    fn model(&self) -> &dyn Model;
+    /// Mutable access, to restore weights from a checkpoint.
+    fn model_mut(&mut self) -> &mut dyn Model;
+    /// Updates done so far (restored from checkpoints).
+    fn updates(&self) -> u64;
+}
+
+impl<M: Model> Learned for Trained<M> {
+    fn model(&self) -> &dyn Model {
+        &self.model
+    }
+
+    fn model_mut(&mut self) -> &mut dyn Model {
+        &mut self.model
+    }
+
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+}
+
+/// A learner-side algorithm, on- or off-policy: batches in, named metrics (and new
+/// priorities where it has TD errors) out.
 ///
 /// Runs on the learner's dedicated update thread (tch work blocks); not `Sync`.
 pub trait Algorithm: Send {
-    /// One update on a batch of rollouts.
-    fn update(&mut self, batch: &RolloutBatch) -> Metrics;
-    /// The network being trained (what gets published and checkpointed).
-    fn model(&self) -> &ActorCritic;
+    /// What it trains on: the batch kind [`Algorithm::update`] accepts.
+    fn trains_on(&self) -> TrainsOn;
+    /// One update. Errors, without updating, when `batch` is not of the kind it trains on or
+    /// its tensors do not fit.
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError>;
+    /// The model and update count (what gets published and checkpointed).
+    fn trained(&self) -> &dyn Learned;
     /// Mutable access, to restore weights from a checkpoint.
-    fn model_mut(&mut self) -> &mut ActorCritic;
-    /// Updates done so far (restored from checkpoints).
-    fn updates(&self) -> u64;
-    /// Optimiser state and counters as named tensors, for checkpoints.
-    fn state(&self) -> Vec<(String, tch::Tensor)>;
-    /// Restores what [`Algorithm::state`] returned; the error names what is missing.
-    fn load_state(&mut self, state: &[(String, tch::Tensor)]) -> Result<(), String>;
+    fn trained_mut(&mut self) -> &mut dyn Learned;
+    /// Optimiser state, target networks and counters as named tensors, for checkpoints.
+    fn state(&self) -> Vec<(String, Tensor)>;
+    /// Restores what [`Algorithm::state`] returned.
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError>;
 }

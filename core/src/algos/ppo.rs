@@ -14,7 +14,8 @@ use super::data_parallel::{Job, ShardPool};
 use super::pg::explained_variance;
 use super::replicas::Replicas;
 use super::returns::{gae, Returns};
-use super::{Algorithm, Metrics};
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
 use crate::config::PpoConfig;
 use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Heads, RnnState, Sequence};
@@ -50,11 +51,10 @@ fn ratio_stats(ratio: &Tensor, clip: f64) -> (f64, f64) {
 #[derive(Debug)]
 pub struct Ppo {
     config: PpoConfig,
-    model: ActorCritic,
+    trained: Trained<ActorCritic>,
     optim: Adam,
     device: Device,
     total_updates: u64,
-    updates: u64,
     shards: ShardPool<ShardOut>,
     /// Copies on further devices (none on one device); shard k runs on device k.
     replicas: Replicas<ActorCritic>,
@@ -183,19 +183,23 @@ impl Ppo {
         let shards = ShardPool::new(model.heads(), 0);
         Ppo {
             config: config.clone(),
-            model,
+            trained: Trained::new(model, "ppo.updates"),
             optim,
             device,
             total_updates,
-            updates: 0,
             shards,
             replicas: Replicas::none(device),
         }
     }
 
+    /// The actor-critic being trained.
+    pub fn model(&self) -> &ActorCritic {
+        &self.trained.model
+    }
+
     /// Learning rate and clip range for the next update.
     pub fn schedule(&self) -> (f64, f64) {
-        let remaining = 1.0 - (self.updates as f64 / self.total_updates as f64).min(1.0);
+        let remaining = 1.0 - (self.trained.updates as f64 / self.total_updates as f64).min(1.0);
         let c = &self.config;
         let lr = if c.linear_lr_schedule {
             c.learning_rate * remaining
@@ -229,7 +233,7 @@ impl Ppo {
     /// parameters; see [`crate::algos::data_parallel`]). The update is the same; only its wall
     /// time changes.
     pub fn with_threads(mut self, threads: usize) -> Ppo {
-        self.shards = ShardPool::new(self.model.heads(), threads.max(1) - 1);
+        self.shards = ShardPool::new(self.trained.model.heads(), threads.max(1) - 1);
         self
     }
 
@@ -247,7 +251,7 @@ impl Ppo {
     /// (`devices[0]` is the model's own).
     pub fn on_devices(self, devices: &[Device], make: impl FnMut(Device) -> ActorCritic) -> Ppo {
         let replicas = Replicas::new(
-            self.model.var_store(),
+            self.trained.model.var_store(),
             devices,
             make,
             ActorCritic::var_store,
@@ -281,7 +285,7 @@ impl Ppo {
             }));
             start += len;
         }
-        self.shards.run(self.model.heads(), jobs)
+        self.shards.run(self.trained.model.heads(), jobs)
     }
 }
 
@@ -372,8 +376,9 @@ fn combine(outs: &[ShardOut]) -> ([f64; 3], Tensor) {
     (terms, Tensor::cat(&ratios, 0))
 }
 
-impl Algorithm for Ppo {
-    fn update(&mut self, batch: &RolloutBatch) -> Metrics {
+impl Ppo {
+    /// One update on a batch of rollouts.
+    pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = self.config.clone();
         let returns = gae(
             &batch.step_data(),
@@ -424,7 +429,7 @@ impl Algorithm for Ppo {
                 last = Some((outs, grad_norm));
             }
         }
-        self.updates += 1;
+        self.trained.updates += 1;
         let (outs, grad_norm) = last.expect("epochs and minibatches are at least 1");
         let ([pg, vf, ent], ratio) = combine(&outs);
         let (clip_fraction, approx_kl) = ratio_stats(&ratio, clip);
@@ -443,33 +448,34 @@ impl Algorithm for Ppo {
             ),
         ])
     }
+}
 
-    fn model(&self) -> &ActorCritic {
-        &self.model
+impl Algorithm for Ppo {
+    fn trains_on(&self) -> TrainsOn {
+        TrainsOn::Rollouts
     }
 
-    fn model_mut(&mut self) -> &mut ActorCritic {
-        &mut self.model
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        Ok(self.train(batch.rollouts()?).into())
     }
 
-    fn updates(&self) -> u64 {
-        self.updates
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
+    }
+
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
-        state.push(("ppo.updates".into(), Tensor::from(self.updates as i64)));
+        state.push(self.trained.counter_state());
         state
     }
 
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.optim.load_state(state)?;
-        let updates = state
-            .iter()
-            .find(|(n, _)| n == "ppo.updates")
-            .ok_or("missing `ppo.updates`")?;
-        self.updates = updates.1.int64_value(&[]) as u64;
-        Ok(())
+        self.trained.load_counter(state)
     }
 }
 
@@ -573,10 +579,10 @@ mod tests {
         let batch = tiny_batch();
         let (mut serial, mut parallel) = (fresh_ppo(1), fresh_ppo(3));
         // Same starting weights whatever other tests do to libtorch's global RNG meanwhile.
-        let start = serial.model().named_parameters();
-        parallel.model_mut().load_named(&start).unwrap();
-        let a = serial.update(&batch);
-        let b = parallel.update(&batch);
+        let start = serial.trained.model.named_parameters();
+        parallel.trained.model.load_named(&start).unwrap();
+        let a = serial.train(&batch);
+        let b = parallel.train(&batch);
         for name in ["policy_loss", "value_loss", "entropy", "grad_norm"] {
             let (x, y) = (a.get(name).unwrap(), b.get(name).unwrap());
             assert!((x - y).abs() < 1e-5, "{name}: {x} vs {y}");
@@ -585,7 +591,7 @@ mod tests {
             .model()
             .named_parameters()
             .iter()
-            .zip(parallel.model().named_parameters())
+            .zip(parallel.trained.model.named_parameters())
         {
             assert!(p1.allclose(&p2, 1e-5, 1e-6, false), "{n1} differs");
         }

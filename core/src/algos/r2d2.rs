@@ -16,7 +16,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::dqn::td_loss;
+use super::target::td_loss;
 use crate::config::DqnConfig;
 use crate::items::sequence::SequenceBatch;
 use crate::models::{RecurrentQ, RnnState, Unrolled};

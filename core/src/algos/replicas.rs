@@ -150,7 +150,7 @@ mod tests {
     use tch::Device;
 
     use crate::algos::testing::{cartpole_model, tiny_batch};
-    use crate::algos::{Algorithm, Metrics, Ppo};
+    use crate::algos::{Metrics, Ppo};
     use crate::config::PpoConfig;
     use crate::items::rollout::RolloutBatch;
 
@@ -195,7 +195,7 @@ mod tests {
         }
         let mut metrics = Metrics::default();
         for k in 0..updates {
-            metrics = ppo.update(&batch(k));
+            metrics = ppo.train(&batch(k));
         }
         (ppo.model().named_parameters(), metrics)
     }

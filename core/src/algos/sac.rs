@@ -10,9 +10,10 @@
 
 use tch::{nn, Kind, Tensor};
 
-use super::offpolicy::{load_target, mean, state_scalar, target_state, OffPolicyAlgorithm, Update};
+use super::target::{load_target, mean, target_state};
 use super::td3::critic_loss;
-use super::Metrics;
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
 use crate::config::{CapsOptions, SacConfig};
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
@@ -67,7 +68,7 @@ pub fn caps_loss(
 #[derive(Debug)]
 pub struct Sac {
     config: SacConfig,
-    model: OffPolicyModel,
+    trained: Trained<OffPolicyModel>,
     target: OffPolicyModel,
     pi_optim: Adam,
     qf_optim: Adam,
@@ -76,7 +77,6 @@ pub struct Sac {
     log_alpha: Tensor,
     alpha_optim: Option<Adam>,
     target_entropy: f64,
-    updates: u64,
 }
 
 impl Sac {
@@ -97,14 +97,13 @@ impl Sac {
         Sac {
             target_entropy: config.target_entropy.unwrap_or(-dim),
             config: config.clone(),
-            model,
+            trained: Trained::new(model, "updates"),
             target,
             pi_optim,
             qf_optim,
             alpha_vs,
             log_alpha,
             alpha_optim,
-            updates: 0,
         }
     }
 
@@ -113,11 +112,12 @@ impl Sac {
     }
 }
 
-impl OffPolicyAlgorithm for Sac {
-    fn update(&mut self, batch: &TransitionBatch) -> Update {
+impl Sac {
+    /// One update on a batch of transitions.
+    pub fn train(&mut self, batch: &TransitionBatch) -> Update {
         let alpha = self.alpha();
         let y = tch::no_grad(|| {
-            let (unit, log_prob) = self.model.sample_action(&batch.next_obs);
+            let (unit, log_prob) = self.trained.model.sample_action(&batch.next_obs);
             let next_action = self.target.to_env_scale(&unit);
             let (min_q, _) = self
                 .target
@@ -125,16 +125,21 @@ impl OffPolicyAlgorithm for Sac {
                 .min_dim(0, false);
             soft_target(&batch.reward, &batch.discount, &min_q, &log_prob, alpha)
         });
-        let qs = self.model.qs(&batch.obs, &batch.action);
+        let qs = self.trained.model.qs(&batch.obs, &batch.action);
         let q_loss = critic_loss(&qs, &y, &batch.weights) * 0.5;
         self.qf_optim.zero_grad();
         q_loss.backward();
         self.qf_optim.step(self.config.qf_lr, 0.0);
 
-        let (unit, log_prob) = self.model.sample_action(&batch.obs);
-        let action = self.model.to_env_scale(&unit);
-        let (min_q, _) = self.model.qs(&batch.obs, &action).min_dim(0, false);
-        let caps = caps_loss(&self.model, &batch.obs, &batch.next_obs, &self.config.caps);
+        let (unit, log_prob) = self.trained.model.sample_action(&batch.obs);
+        let action = self.trained.model.to_env_scale(&unit);
+        let (min_q, _) = self.trained.model.qs(&batch.obs, &action).min_dim(0, false);
+        let caps = caps_loss(
+            &self.trained.model,
+            &batch.obs,
+            &batch.next_obs,
+            &self.config.caps,
+        );
         let policy_loss = (&log_prob * alpha - min_q).mean(Kind::Float) + &caps;
         self.pi_optim.zero_grad();
         policy_loss.backward();
@@ -146,9 +151,14 @@ impl OffPolicyAlgorithm for Sac {
             loss.backward();
             optim.step(self.config.policy_lr, 0.0);
         }
-        self.updates += 1;
-        if self.updates.is_multiple_of(self.config.target.period) {
-            self.target.copy_from(&self.model, self.config.target.tau);
+        self.trained.updates += 1;
+        if self
+            .trained
+            .updates
+            .is_multiple_of(self.config.target.period)
+        {
+            self.target
+                .copy_from(&self.trained.model, self.config.target.tau);
         }
         let td = (qs.get(0).detach() - &y).abs().to_kind(Kind::Double);
         Update {
@@ -163,17 +173,23 @@ impl OffPolicyAlgorithm for Sac {
             td_errors: Vec::<f64>::try_from(&td).ok(),
         }
     }
+}
 
-    fn model(&self) -> &OffPolicyModel {
-        &self.model
+impl Algorithm for Sac {
+    fn trains_on(&self) -> TrainsOn {
+        TrainsOn::Transitions
     }
 
-    fn model_mut(&mut self) -> &mut OffPolicyModel {
-        &mut self.model
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        Ok(self.train(batch.transitions()?))
     }
 
-    fn updates(&self) -> u64 {
-        self.updates
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
+    }
+
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
@@ -184,24 +200,21 @@ impl OffPolicyAlgorithm for Sac {
         }
         state.extend(target_state(&self.target));
         state.push(("log_alpha".into(), self.log_alpha.detach().copy()));
-        state.push(("updates".into(), Tensor::from(self.updates as i64)));
+        state.push(self.trained.counter_state());
         state
     }
 
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.pi_optim.load_state(state)?;
         self.qf_optim.load_state(state)?;
         if let Some(optim) = self.alpha_optim.as_mut() {
             optim.load_state(state)?;
         }
         load_target(&mut self.target, state)?;
-        let saved = state
-            .iter()
-            .find(|(n, _)| n == "log_alpha")
-            .ok_or("missing `log_alpha`")?;
-        tch::no_grad(|| self.log_alpha.copy_(&saved.1));
+        let saved = crate::checkpoint::find(state, "log_alpha")?;
+        tch::no_grad(|| self.log_alpha.copy_(saved));
         let _ = &self.alpha_vs;
-        self.updates = state_scalar(state, "updates")? as u64;
+        self.trained.load_counter(state)?;
         Ok(())
     }
 }

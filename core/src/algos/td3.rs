@@ -9,8 +9,9 @@
 
 use tch::{Kind, Tensor};
 
-use super::offpolicy::{load_target, mean, state_scalar, target_state, OffPolicyAlgorithm, Update};
-use super::Metrics;
+use super::target::{load_target, mean, target_state};
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
 use crate::config::Td3Config;
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
@@ -32,11 +33,10 @@ pub fn smoothed_action(unit: &Tensor, noise: &Tensor, std: f64, clip: f64) -> Te
 #[derive(Debug)]
 pub struct Td3 {
     config: Td3Config,
-    model: OffPolicyModel,
+    trained: Trained<OffPolicyModel>,
     target: OffPolicyModel,
     pi_optim: Adam,
     qf_optim: Adam,
-    updates: u64,
     last_policy_loss: f64,
 }
 
@@ -48,11 +48,10 @@ impl Td3 {
         let qf_optim = Adam::over(model.var_store(), 1e-8, "qf");
         Td3 {
             config: config.clone(),
-            model,
+            trained: Trained::new(model, "updates"),
             target,
             pi_optim,
             qf_optim,
-            updates: 0,
             last_policy_loss: 0.0,
         }
     }
@@ -81,23 +80,36 @@ impl Td3 {
     }
 }
 
-impl OffPolicyAlgorithm for Td3 {
-    fn update(&mut self, batch: &TransitionBatch) -> Update {
+impl Td3 {
+    /// One update on a batch of transitions.
+    pub fn train(&mut self, batch: &TransitionBatch) -> Update {
         let y = self.target_value(batch);
-        let qs = self.model.qs(&batch.obs, &batch.action);
+        let qs = self.trained.model.qs(&batch.obs, &batch.action);
         let q_loss = critic_loss(&qs, &y, &batch.weights);
         self.qf_optim.zero_grad();
         q_loss.backward();
         self.qf_optim.step(self.config.qf_lr, 0.0);
-        self.updates += 1;
-        if self.updates.is_multiple_of(self.config.policy_delay as u64) {
-            let action = self.model.to_env_scale(&self.model.mean_action(&batch.obs));
-            let policy_loss = -self.model.q(0, &batch.obs, &action).mean(Kind::Float);
+        self.trained.updates += 1;
+        if self
+            .trained
+            .updates
+            .is_multiple_of(self.config.policy_delay as u64)
+        {
+            let action = self
+                .trained
+                .model
+                .to_env_scale(&self.trained.model.mean_action(&batch.obs));
+            let policy_loss = -self
+                .trained
+                .model
+                .q(0, &batch.obs, &action)
+                .mean(Kind::Float);
             self.pi_optim.zero_grad();
             policy_loss.backward();
             self.pi_optim.step(self.config.policy_lr, 0.0);
             self.last_policy_loss = policy_loss.double_value(&[]);
-            self.target.copy_from(&self.model, self.config.target.tau);
+            self.target
+                .copy_from(&self.trained.model, self.config.target.tau);
         }
         let td = (qs.get(0).detach() - &y).abs().to_kind(Kind::Double);
         Update {
@@ -109,32 +121,38 @@ impl OffPolicyAlgorithm for Td3 {
             td_errors: Vec::<f64>::try_from(&td).ok(),
         }
     }
+}
 
-    fn model(&self) -> &OffPolicyModel {
-        &self.model
+impl Algorithm for Td3 {
+    fn trains_on(&self) -> TrainsOn {
+        TrainsOn::Transitions
     }
 
-    fn model_mut(&mut self) -> &mut OffPolicyModel {
-        &mut self.model
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        Ok(self.train(batch.transitions()?))
     }
 
-    fn updates(&self) -> u64 {
-        self.updates
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
+    }
+
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.pi_optim.state();
         state.extend(self.qf_optim.state());
         state.extend(target_state(&self.target));
-        state.push(("updates".into(), Tensor::from(self.updates as i64)));
+        state.push(self.trained.counter_state());
         state
     }
 
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.pi_optim.load_state(state)?;
         self.qf_optim.load_state(state)?;
         load_target(&mut self.target, state)?;
-        self.updates = state_scalar(state, "updates")? as u64;
+        self.trained.load_counter(state)?;
         Ok(())
     }
 }

@@ -16,9 +16,10 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::pg::{entropy_bonus, explained_variance, load_counter, tensor, Samples};
+use super::pg::{entropy_bonus, explained_variance, tensor, Samples};
 use super::vpg::{fit_baseline, pg_returns};
-use super::{Algorithm, Metrics};
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
 use crate::config::{PgOptions, TrpoConfig};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Dist};
@@ -106,10 +107,9 @@ impl TrustRegion<'_> {
 #[derive(Debug)]
 pub struct Trpo {
     config: TrpoConfig,
-    model: ActorCritic,
+    trained: Trained<ActorCritic>,
     vf_optim: Adam,
     device: Device,
-    updates: u64,
 }
 
 impl Trpo {
@@ -119,10 +119,9 @@ impl Trpo {
         let device = model.var_store().device();
         Trpo {
             config: config.clone(),
-            model,
+            trained: Trained::new(model, "trpo.updates"),
             vf_optim,
             device,
-            updates: 0,
         }
     }
 
@@ -130,7 +129,7 @@ impl Trpo {
     /// (`max_backtracks + 1` when the step was rejected).
     fn policy_step(&self, region: &TrustRegion<'_>) -> (f64, f64, u32) {
         let c = &self.config;
-        let params = policy_params(&self.model);
+        let params = policy_params(&self.trained.model);
         let (loss, kl) = region.loss_and_kl();
         let g = -flat_grad(&loss, &params, false);
         let kl_grad = flat_grad(&kl, &params, true);
@@ -158,13 +157,14 @@ impl Trpo {
     }
 }
 
-impl Algorithm for Trpo {
-    fn update(&mut self, batch: &RolloutBatch) -> Metrics {
+impl Trpo {
+    /// One update on a batch of rollouts.
+    pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = self.config.clone();
         let options = c.options();
         let samples = Samples::new(batch, self.device);
         let (advantage, returns) = pg_returns(
-            &self.model,
+            &self.trained.model,
             batch,
             &samples.obs,
             (c.discount, c.gae_lambda, c.bootstrap_truncation),
@@ -172,10 +172,10 @@ impl Algorithm for Trpo {
         );
         let old = {
             let _guard = tch::no_grad_guard();
-            self.model.heads().dist(&samples.obs)
+            self.trained.model.heads().dist(&samples.obs)
         };
         let region = TrustRegion {
-            model: &self.model,
+            model: &self.trained.model,
             samples: &samples,
             advantage: tensor(&advantage, self.device),
             old_log_prob: old.log_prob(&samples.action),
@@ -185,13 +185,13 @@ impl Algorithm for Trpo {
         let entropy = region.old.entropy().mean(Kind::Float).double_value(&[]);
         let (kl, improvement, backtracks) = self.policy_step(&region);
         let value_loss = fit_baseline(
-            &self.model,
+            &self.trained.model,
             &mut self.vf_optim,
             &samples.obs,
             &tensor(&returns, self.device),
             (c.vf_epochs, c.vf_learning_rate, 0.0),
         );
-        self.updates += 1;
+        self.trained.updates += 1;
         Metrics(vec![
             ("kl", kl),
             ("surrogate_improvement", improvement),
@@ -204,28 +204,34 @@ impl Algorithm for Trpo {
             ),
         ])
     }
+}
 
-    fn model(&self) -> &ActorCritic {
-        &self.model
+impl Algorithm for Trpo {
+    fn trains_on(&self) -> TrainsOn {
+        TrainsOn::Rollouts
     }
 
-    fn model_mut(&mut self) -> &mut ActorCritic {
-        &mut self.model
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        Ok(self.train(batch.rollouts()?).into())
     }
 
-    fn updates(&self) -> u64 {
-        self.updates
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
+    }
+
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.vf_optim.state();
-        state.push(("trpo.updates".into(), Tensor::from(self.updates as i64)));
+        state.push(self.trained.counter_state());
         state
     }
 
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.vf_optim.load_state(state)?;
-        self.updates = load_counter(state, "trpo.updates")?;
+        self.trained.load_counter(state)?;
         Ok(())
     }
 }
@@ -255,10 +261,10 @@ mod tests {
         let obs = Samples::new(&batch, Device::Cpu).obs;
         let before = {
             let _guard = tch::no_grad_guard();
-            trpo.model().heads().dist(&obs)
+            trpo.trained.model.heads().dist(&obs)
         };
-        let metrics = trpo.update(&batch);
-        let after = trpo.model().heads().dist(&obs);
+        let metrics = trpo.train(&batch);
+        let after = trpo.trained.model.heads().dist(&obs);
         let kl = before.kl(&after).mean(Kind::Float).double_value(&[]);
         assert!(kl <= 0.005 + 1e-6, "KL {kl} over the limit; {metrics:?}");
         assert!(metrics.get("backtracks").unwrap() <= 15.0, "{metrics:?}");

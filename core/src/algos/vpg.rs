@@ -13,11 +13,11 @@
 use tch::{Device, Kind, Tensor};
 
 use super::pg::{
-    entropy_bonus, explained_variance, load_counter, max_entropy_rewards, process_advantages,
-    tensor, Samples,
+    entropy_bonus, explained_variance, max_entropy_rewards, process_advantages, tensor, Samples,
 };
 use super::returns::{gae, StepData};
-use super::{Algorithm, Metrics};
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
 use crate::config::{PgOptions, VpgConfig};
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
@@ -75,11 +75,10 @@ pub fn pg_returns(
 #[derive(Debug)]
 pub struct Vpg {
     config: VpgConfig,
-    model: ActorCritic,
+    trained: Trained<ActorCritic>,
     policy_optim: Adam,
     vf_optim: Adam,
     device: Device,
-    updates: u64,
 }
 
 impl Vpg {
@@ -90,22 +89,22 @@ impl Vpg {
         let device = model.var_store().device();
         Vpg {
             config: config.clone(),
-            model,
+            trained: Trained::new(model, "vpg.updates"),
             policy_optim,
             vf_optim,
             device,
-            updates: 0,
         }
     }
 }
 
-impl Algorithm for Vpg {
-    fn update(&mut self, batch: &RolloutBatch) -> Metrics {
+impl Vpg {
+    /// One update on a batch of rollouts.
+    pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = self.config.clone();
         let options = c.options();
         let samples = Samples::new(batch, self.device);
         let (advantage, returns) = pg_returns(
-            &self.model,
+            &self.trained.model,
             batch,
             &samples.obs,
             (c.discount, c.gae_lambda, c.bootstrap_truncation),
@@ -115,7 +114,7 @@ impl Algorithm for Vpg {
         let mut policy_loss = 0.0;
         let mut entropy = 0.0;
         for _ in 0..c.policy_epochs {
-            let dist = self.model.heads().dist(&samples.obs);
+            let dist = self.trained.model.heads().dist(&samples.obs);
             let h = dist.entropy();
             let loss = reinforce_loss(&dist.log_prob(&samples.action), &advantage_t)
                 - entropy_bonus(&h, &options);
@@ -126,13 +125,13 @@ impl Algorithm for Vpg {
             entropy = h.mean(Kind::Float).double_value(&[]);
         }
         let value_loss = fit_baseline(
-            &self.model,
+            &self.trained.model,
             &mut self.vf_optim,
             &samples.obs,
             &tensor(&returns, self.device),
             (c.vf_epochs, c.vf_learning_rate, c.clip_grad_norm),
         );
-        self.updates += 1;
+        self.trained.updates += 1;
         Metrics(vec![
             ("policy_loss", policy_loss),
             ("value_loss", value_loss),
@@ -143,30 +142,36 @@ impl Algorithm for Vpg {
             ),
         ])
     }
+}
 
-    fn model(&self) -> &ActorCritic {
-        &self.model
+impl Algorithm for Vpg {
+    fn trains_on(&self) -> TrainsOn {
+        TrainsOn::Rollouts
     }
 
-    fn model_mut(&mut self) -> &mut ActorCritic {
-        &mut self.model
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        Ok(self.train(batch.rollouts()?).into())
     }
 
-    fn updates(&self) -> u64 {
-        self.updates
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
+    }
+
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.policy_optim.state();
         state.extend(self.vf_optim.state());
-        state.push(("vpg.updates".into(), Tensor::from(self.updates as i64)));
+        state.push(self.trained.counter_state());
         state
     }
 
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.policy_optim.load_state(state)?;
         self.vf_optim.load_state(state)?;
-        self.updates = load_counter(state, "vpg.updates")?;
+        self.trained.load_counter(state)?;
         Ok(())
     }
 }

@@ -9,6 +9,10 @@
 //!   config.toml         the run's effective configuration
 //! ```
 
+mod state;
+
+pub use state::{counter, find, StateError};
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};

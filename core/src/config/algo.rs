@@ -6,7 +6,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::offpolicy::{BcConfig, DqnConfig, SacConfig, Td3Config, DDPG_DEFAULTS};
-use super::ConfigError;
+use super::{check, ConfigError};
 
 /// Which algorithm trains, with its hyperparameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,17 +122,6 @@ impl AlgoConfig {
             AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => c.validate(),
             AlgoConfig::Bc(c) => c.validate(),
         }
-    }
-}
-
-pub(super) fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
-            key,
-            message: message.to_string(),
-        })
     }
 }
 

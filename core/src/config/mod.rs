@@ -554,6 +554,18 @@ pub fn resolve_preset(spec: &str) -> PathBuf {
         .unwrap_or(direct)
 }
 
+/// `Ok` when `ok`, else [`ConfigError::Invalid`] for `key` with `message`.
+pub(crate) fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            key,
+            message: message.to_string(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,8 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::algo::check;
-use super::ConfigError;
+use super::{check, ConfigError};
 
 /// The checks SAC and TD3 share: positive learning rates, at least one critic.
 fn check_actor_critic(policy_lr: f64, qf_lr: f64, num_critics: u32) -> Result<(), ConfigError> {

@@ -7,6 +7,7 @@
 //! gradients is then one op and an update a dozen, whatever the number of layers. That matters
 //! for the small networks RL uses, where per-op dispatch, not arithmetic, is the cost.
 
+use crate::checkpoint::{counter, find, StateError};
 use tch::{nn::VarStore, Kind, Tensor};
 
 const BETA1: f64 = 0.9;
@@ -164,31 +165,24 @@ impl Adam {
     }
 
     /// Restores a state written by [`Adam::state`] for the same network.
-    pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), String> {
-        let get = |name: &str| {
-            state
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, t)| t)
-                .ok_or(format!("missing `{name}`"))
-        };
+    pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         let _guard = tch::no_grad_guard();
         let n = self.name.clone();
         for (name, dst) in [
             (format!("{n}.exp_avg"), &mut self.exp_avg),
             (format!("{n}.exp_avg_sq"), &mut self.exp_avg_sq),
         ] {
-            let src = get(&name)?;
+            let src = find(state, &name)?;
             if src.size() != dst.size() {
-                return Err(format!(
-                    "`{name}` has shape {:?}, expected {:?}",
-                    src.size(),
-                    dst.size()
-                ));
+                return Err(StateError::Shape {
+                    name,
+                    found: src.size(),
+                    expected: dst.size(),
+                });
             }
             dst.copy_(&src.to_kind(Kind::Float));
         }
-        self.steps = get(&format!("{n}.steps"))?.int64_value(&[]) as u64;
+        self.steps = counter(state, &format!("{n}.steps"))?;
         Ok(())
     }
 }

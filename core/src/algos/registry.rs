@@ -1,0 +1,150 @@
+//! The one place that knows every algorithm: its family (what it trains on, so what actors
+//! collect and which table holds it), its model, its replay options and publish interval,
+//! and how to build it. Adding an algorithm adds one arm to [`spec`] and one to [`build`].
+
+use tch::Device;
+
+use super::bc::Bc;
+use super::dqn::Dqn;
+use super::sac::Sac;
+use super::td3::Td3;
+use super::{A2c, Algorithm, Impala, Ppo, Trpo, Vpg};
+use crate::config::{AlgoConfig, ReplayOptions, RunConfig};
+use crate::models::{ActorCritic, ModelError, OffPolicyModel, PolicyKind};
+use fleetrl_proto::space::Space;
+
+/// How an algorithm gets its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Actors stream rollouts of the current policy into a queue table; every rollout is
+    /// trained on once, and weights are published after every update.
+    OnPolicy,
+    /// Actors stream transitions (or sequences) into a replay table the learner samples at
+    /// the rate limiter's pace; weights are published every `publish_interval` updates.
+    OffPolicy,
+}
+
+/// What the rest of the system needs to know about an algorithm, without building it.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec<'a> {
+    /// Where its data comes from.
+    pub family: Family,
+    /// Replay table options (off-policy algorithms).
+    pub replay: Option<&'a ReplayOptions>,
+    /// Updates between weight publications (at least 1).
+    pub publish_interval: u64,
+    /// The off-policy model's policy kind and critic count; `None`: an actor-critic, or
+    /// (BC) whatever the action space calls for.
+    pub shape: Option<(PolicyKind, u32)>,
+    /// A directory of demos the learner inserts into the table before sampling (BC).
+    pub demo_dir: Option<&'a str>,
+}
+
+/// The registry entry of `algo`.
+pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
+    let on_policy = Spec {
+        family: Family::OnPolicy,
+        replay: None,
+        publish_interval: 1,
+        shape: None,
+        demo_dir: None,
+    };
+    let off_policy = |replay, interval: u64, shape| Spec {
+        family: Family::OffPolicy,
+        replay: Some(replay),
+        publish_interval: interval.max(1),
+        shape,
+        demo_dir: None,
+    };
+    match algo {
+        AlgoConfig::Ppo(_)
+        | AlgoConfig::A2c(_)
+        | AlgoConfig::Vpg(_)
+        | AlgoConfig::Trpo(_)
+        | AlgoConfig::Impala(_) => on_policy,
+        AlgoConfig::Dqn(c) => off_policy(
+            &c.replay,
+            c.publish_interval,
+            Some((PolicyKind::QValues, 1)),
+        ),
+        AlgoConfig::Sac(c) => off_policy(
+            &c.replay,
+            c.publish_interval,
+            Some((PolicyKind::SquashedGaussian, c.num_critics)),
+        ),
+        AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => off_policy(
+            &c.replay,
+            c.publish_interval,
+            Some((PolicyKind::Deterministic, c.num_critics)),
+        ),
+        AlgoConfig::Bc(c) => Spec {
+            demo_dir: c.demo_dir(),
+            ..off_policy(&c.replay, c.publish_interval, None)
+        },
+    }
+}
+
+/// The off-policy model `config` trains and acts with (BC: Q-value logits for discrete
+/// actions, a deterministic policy for continuous ones).
+pub fn build_model(
+    config: &RunConfig,
+    obs_space: &Space,
+    action_space: &Space,
+    device: Device,
+) -> Result<OffPolicyModel, ModelError> {
+    let (kind, critics) = spec(&config.algo).shape.unwrap_or(match action_space {
+        Space::Discrete { .. } => (PolicyKind::QValues, 1),
+        Space::Box { .. } => (PolicyKind::Deterministic, 1),
+    });
+    OffPolicyModel::new(
+        &config.model,
+        kind,
+        critics,
+        obs_space,
+        action_space,
+        device,
+    )
+}
+
+/// The algorithm `config.algo` names, with a fresh model for `obs_space` and `action_space`
+/// on `devices[0]` (off-policy algorithms also get a target model of the same shape). Linear
+/// schedules span the run's step budget; PPO splits its minibatches over
+/// `learner.update_threads` threads, or its update over several `devices` (config validation
+/// refuses several devices for the others).
+pub fn build(
+    config: &RunConfig,
+    obs_space: &Space,
+    action_space: &Space,
+    devices: &[Device],
+) -> Result<Box<dyn Algorithm>, ModelError> {
+    let device = devices.first().copied().unwrap_or(Device::Cpu);
+    let total = config.total_updates();
+    let actor_critic = |device| ActorCritic::new(&config.model, obs_space, action_space, device);
+    let off_policy = || build_model(config, obs_space, action_space, device);
+    Ok(match &config.algo {
+        AlgoConfig::Ppo(c) if devices.len() > 1 => {
+            let master = actor_critic(device)?;
+            let mut replicas = Vec::with_capacity(devices.len() - 1);
+            for &d in &devices[1..] {
+                replicas.push(actor_critic(d)?);
+            }
+            let mut replicas = replicas.into_iter();
+            let make = move |_| replicas.next().expect("one replica per further device");
+            Box::new(Ppo::new(c, master, total).on_devices(devices, make))
+        }
+        AlgoConfig::Ppo(c) => Box::new(
+            Ppo::new(c, actor_critic(device)?, total)
+                .with_threads(config.learner.update_threads as usize),
+        ),
+        AlgoConfig::A2c(c) => Box::new(A2c::new(c, actor_critic(device)?, total)),
+        AlgoConfig::Vpg(c) => Box::new(Vpg::new(c, actor_critic(device)?)),
+        AlgoConfig::Trpo(c) => Box::new(Trpo::new(c, actor_critic(device)?)),
+        AlgoConfig::Impala(c) => Box::new(Impala::new(c, actor_critic(device)?, total)),
+        AlgoConfig::Dqn(c) => Box::new(Dqn::new(c, off_policy()?, off_policy()?)),
+        AlgoConfig::Sac(c) => Box::new(Sac::new(c, off_policy()?, off_policy()?)),
+        AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => {
+            Box::new(Td3::new(c, off_policy()?, off_policy()?))
+        }
+        AlgoConfig::Bc(c) => Box::new(Bc::new(c, off_policy()?)),
+    })
+}

@@ -1,0 +1,59 @@
+//! What the off-policy algorithms share: target networks in checkpoints and TD losses.
+
+use tch::Tensor;
+
+use crate::checkpoint::StateError;
+use crate::models::OffPolicyModel;
+
+/// A target model's parameters, named `target.<path>` for checkpoints.
+pub(crate) fn target_state(target: &OffPolicyModel) -> Vec<(String, Tensor)> {
+    target
+        .named_parameters()
+        .into_iter()
+        .map(|(n, t)| (format!("target.{n}"), t))
+        .collect()
+}
+
+/// Restores what [`target_state`] wrote.
+pub(crate) fn load_target(
+    target: &mut OffPolicyModel,
+    state: &[(String, Tensor)],
+) -> Result<(), StateError> {
+    let named: Vec<(String, Tensor)> = state
+        .iter()
+        .filter_map(|(n, t)| {
+            n.strip_prefix("target.")
+                .map(|p| (p.to_string(), t.shallow_clone()))
+        })
+        .collect();
+    Ok(target.load_named(&named)?)
+}
+
+/// Mean of a tensor as f64.
+pub(crate) fn mean(t: &Tensor) -> f64 {
+    t.mean(tch::Kind::Float).double_value(&[])
+}
+
+/// Per-row loss on the TD error `delta`: Huber (delta 1, as SB3's smooth L1) or squared.
+pub fn td_loss(delta: &Tensor, huber: bool) -> Tensor {
+    if !huber {
+        return delta.square() * 0.5;
+    }
+    let abs = delta.abs();
+    let quadratic = abs.clamp_max(1.0);
+    &quadratic * &quadratic * 0.5 + (abs - &quadratic)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huber_is_quadratic_inside_one_and_linear_outside() {
+        let delta = Tensor::from_slice(&[0.5f32, -3.0]);
+        let loss = Vec::<f32>::try_from(&td_loss(&delta, true)).unwrap();
+        assert_eq!(loss, vec![0.125, 2.5]);
+        let sq = Vec::<f32>::try_from(&td_loss(&delta, false)).unwrap();
+        assert_eq!(sq, vec![0.125, 4.5]);
+    }
+}

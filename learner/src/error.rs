@@ -1,0 +1,44 @@
+//! The learner's errors, and the one place they become gRPC statuses.
+
+use fleetrl_core::broadcast::BroadcastError;
+use fleetrl_core::checkpoint::CheckpointError;
+use fleetrl_core::models::ModelError;
+use tonic::Status;
+
+/// What can go wrong serving the learner or running its trainer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LearnerError {
+    /// The model's weights could not be exported for publication.
+    #[error("cannot export the weights: {0}")]
+    Export(#[from] ModelError),
+    /// A checkpoint could not be written.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The trainer thread is gone (it failed; the learner is exiting).
+    #[error("the trainer has stopped")]
+    TrainerStopped,
+    /// An episode report whose columns disagree.
+    #[error("returns has {returns} entries but lengths has {lengths}")]
+    BadReport {
+        /// Entries in `returns`.
+        returns: usize,
+        /// Entries in `lengths`.
+        lengths: usize,
+    },
+    /// The chunked weight stream failed.
+    #[error(transparent)]
+    Broadcast(#[from] BroadcastError),
+}
+
+impl From<LearnerError> for Status {
+    fn from(error: LearnerError) -> Status {
+        let message = error.to_string();
+        match error {
+            LearnerError::BadReport { .. } => Status::invalid_argument(message),
+            LearnerError::TrainerStopped => Status::unavailable(message),
+            LearnerError::Export(_) | LearnerError::Checkpoint(_) | LearnerError::Broadcast(_) => {
+                Status::internal(message)
+            }
+        }
+    }
+}

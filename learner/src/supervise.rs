@@ -1,0 +1,121 @@
+//! Where the learner joins everything it runs: the gRPC server, the trainer thread and the
+//! sampling task. A signal stops them in order with a final checkpoint; a trainer that panics
+//! or a sampler that ends turns health NOT_SERVING, checkpoints when the trainer still can,
+//! and makes the learner exit non-zero so compose or Kubernetes restarts it.
+
+use std::any::Any;
+use std::time::Duration;
+
+use anyhow::Context;
+use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
+use fleetrl_runtime::net;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tonic_health::ServingStatus;
+
+use crate::sampler::Ended;
+use crate::service::{self, Learner};
+use crate::trainer::{log_final_checkpoint, Work};
+
+/// How long a failing learner keeps answering NOT_SERVING before it exits, so probes and
+/// clients see why it goes away.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// What the learner runs besides its server.
+pub(crate) struct Roles {
+    /// The trainer thread (it ends when every sender of `work` is gone).
+    pub(crate) trainer: std::thread::JoinHandle<()>,
+    /// The sampling task.
+    pub(crate) sampler: JoinHandle<Ended>,
+    /// Background helpers (priority updates, demo stats) stopped with the rest.
+    pub(crate) helpers: Vec<JoinHandle<()>>,
+    /// The trainer's work queue, for the final checkpoint.
+    pub(crate) work: mpsc::Sender<Work>,
+}
+
+/// Serves `service` on `listen` until a shutdown signal (Ok) or a failure of any role (Err,
+/// naming the cause).
+pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow::Result<()> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<LearnerServiceServer<Learner>>().await;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutdown = async {
+        tokio::select! {
+            _ = net::shutdown_signal() => {}
+            _ = stopped => {}
+        }
+    };
+    let listen = listen.to_string();
+    let mut server =
+        tokio::spawn(
+            async move { service::serve(&listen, service, health_service, shutdown).await },
+        );
+    let Roles {
+        trainer,
+        mut sampler,
+        helpers,
+        work,
+    } = roles;
+    let mut trainer = tokio::task::spawn_blocking(move || trainer.join());
+    let trainer_ended =
+        |joined: Result<std::thread::Result<()>, tokio::task::JoinError>| match joined {
+            Ok(Ok(())) => "the trainer thread ended".to_string(),
+            Ok(Err(panic)) => format!("the trainer thread panicked: {}", panic_message(&*panic)),
+            Err(error) => format!("the trainer thread could not be joined: {error}"),
+        };
+    let fault = tokio::select! {
+        served = &mut server => match served {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(format!("{error:#}")),
+            Err(error) => Some(format!("the server task failed: {error}")),
+        },
+        joined = &mut trainer => Some(trainer_ended(joined)),
+        ended = &mut sampler => Some(match ended {
+            // The trainer dropped its queue: say why it did.
+            Ok(Ended::TrainerGone) => match tokio::time::timeout(DRAIN, &mut trainer).await {
+                Ok(joined) => trainer_ended(joined),
+                Err(_) => "the trainer stopped taking batches".to_string(),
+            },
+            Ok(Ended::Failed(error)) => format!("sampling failed: {error}"),
+            Err(error) => format!("the sampler task failed: {error}"),
+        }),
+    };
+    sampler.abort();
+    for helper in helpers {
+        helper.abort();
+    }
+    if let Some(cause) = &fault {
+        tracing::error!(cause, "learner failure: NOT_SERVING, then exiting");
+        health
+            .set_not_serving::<LearnerServiceServer<Learner>>()
+            .await;
+        health
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
+    } else {
+        tracing::info!("shutting down: writing a final checkpoint");
+    }
+    // The trainer, if it still runs, writes a final checkpoint; a dead one drops the request.
+    let (reply, saved) = oneshot::channel();
+    if work.send(Work::Checkpoint(reply)).await.is_ok() {
+        log_final_checkpoint(saved).await;
+    }
+    drop(work);
+    let Some(cause) = fault else {
+        let _ = trainer.await;
+        return Ok(());
+    };
+    tokio::time::sleep(DRAIN).await;
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(DRAIN, server).await;
+    Err(anyhow::anyhow!(cause)).context("the learner stops")
+}
+
+/// The message a panic carried, when it is text.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
