@@ -6,7 +6,7 @@
 //! - [`items`]: what actors write (rollouts, transitions, sequences, demos).
 //! - [`acting`]: acting loops, exploration, PPO+D demo replay, evaluation.
 //! - [`config`]: the run configuration every binary reads.
-//! - [`checkpoint`]: checkpoints.
+//! - [`checkpoint`]: learner checkpoints (weights, optimiser state, counters).
 //!
 //! Torch-free plumbing (gRPC settings, telemetry, the launcher, the demo file format) is in
 //! `fleetrl-runtime`; replay table declarations are in `fleetrl_proto::table`.
