@@ -8,18 +8,29 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fleetrl_core::acting::ppod::{DemoActing, DemoSet, ReplayDemo};
-use fleetrl_core::buffers::demos::DemoKind;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::items::demo::{Demo, DemoError};
-use fleetrl_core::net;
-use fleetrl_core::telemetry::metrics::{Gauge, Registry};
 use fleetrl_proto::v1::demo_service_client::DemoServiceClient;
 use fleetrl_proto::v1::{
     self as pb, CandidateDemo, ConfigureDemosRequest, DemoState, OfferDemosRequest,
     SyncDemosRequest, ValueRefresh,
 };
+use fleetrl_runtime::demo::{Demo, DemoError, DemoKind};
+use fleetrl_runtime::net;
+use fleetrl_runtime::telemetry::metrics::{Gauge, Registry};
 use tokio::runtime::Handle;
 use tonic::transport::Channel;
+
+/// The demo buffers this run needs: the `[ppod]` section and the spaces of the env demos are
+/// recorded in (the raw env, as the demo files store them).
+fn demo_buffers_spec(config: &RunConfig) -> anyhow::Result<pb::DemoBuffersSpec> {
+    let env = fleetrl_core::envs::make(&config.env.id)
+        .with_context(|| format!("building {} to declare the demo buffers", config.env.id))?;
+    Ok(config.ppod.buffers_spec(
+        &config.env.id,
+        &env.observation_space(),
+        &env.action_space(),
+    ))
+}
 
 /// Why syncing with or offering to the demo buffers failed.
 #[derive(Debug, thiserror::Error)]
@@ -114,11 +125,11 @@ impl DemoLink {
             .await
             .context("connecting to the demo service")?;
         let mut client = DemoServiceClient::new(channel)
-            .max_decoding_message_size(fleetrl_core::net::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(fleetrl_core::net::MAX_MESSAGE_BYTES);
+            .max_decoding_message_size(fleetrl_runtime::net::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(fleetrl_runtime::net::MAX_MESSAGE_BYTES);
         let state = client
             .configure(ConfigureDemosRequest {
-                config_toml: config.to_toml(),
+                spec: Some(demo_buffers_spec(config)?),
             })
             .await
             .context("configuring the demo buffers")?

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use fleetrl_core::{net, telemetry};
+use fleetrl_runtime::{net, telemetry};
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 

@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleetrl_core::broadcast::{wire, Received, Receiver, DEFAULT_CHUNK_BYTES};
-use fleetrl_core::net::MAX_MESSAGE_BYTES;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::{ReportEpisodesRequest, SubscribeWeightsRequest};
+use fleetrl_runtime::net::MAX_MESSAGE_BYTES;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 use tonic_health::server::HealthReporter;

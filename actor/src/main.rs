@@ -19,8 +19,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::{net, replay_client, telemetry};
+use fleetrl_core::replay_client;
 use fleetrl_proto::v1::GetRunSpecRequest;
+use fleetrl_runtime::{net, telemetry};
 use supervisor::{Part, Supervisor};
 use tokio::sync::{mpsc, watch};
 
@@ -71,14 +72,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(run(args));
     // The acting thread may be blocked in an env step or an insert: do not wait for it.
     runtime.shutdown_timeout(Duration::from_secs(1));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            // The message and its causes; no backtrace, whatever RUST_BACKTRACE says.
-            tracing::error!("{error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    telemetry::exit_code(result)
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {

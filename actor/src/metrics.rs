@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleetrl_core::envs::Episode;
-use fleetrl_core::telemetry::metrics::{Counter, Gauge, Registry};
+use fleetrl_runtime::telemetry::metrics::{Counter, Gauge, Histogram, Registry};
 
 /// Episodes kept for the recent-return mean.
 const RECENT_EPISODES: usize = 100;
@@ -15,15 +15,13 @@ pub(crate) struct ActorMetrics {
     pub(crate) env_steps: Counter,
     env_steps_per_second: Gauge,
     episodes: Counter,
-    episode_return_sum: Counter,
+    episode_return_sum: Gauge,
     episode_return_recent: Gauge,
     pub(crate) rollouts_sent: Counter,
     pub(crate) insert_reconnects: Counter,
     pub(crate) weights_received: Counter,
-    /// Seconds from the learner publishing a version to this actor acting with it: the last
-    /// one, and their sum (divide by `weights_applied_total` for the mean).
-    weights_apply_latency: Gauge,
-    weights_apply_latency_sum: Counter,
+    /// Seconds from the learner publishing a version to this actor acting with it.
+    weights_apply_latency: Histogram,
     weights_applied: Counter,
     /// Seconds the env loop paused for the last swap (copying weights into the model).
     weights_swap: Gauge,
@@ -43,7 +41,8 @@ impl ActorMetrics {
                 "Env steps per second over the last few seconds.",
             ),
             episodes: r.counter("episodes_total", "Episodes finished."),
-            episode_return_sum: r.counter(
+            // A gauge: returns can be negative, and a counter never goes down.
+            episode_return_sum: r.gauge(
                 "episode_return_sum",
                 "Sum of finished episodes' returns (with episodes_total: the mean over any window).",
             ),
@@ -64,13 +63,9 @@ impl ActorMetrics {
                 "Weight versions received from the learner.",
             ),
             policy_version: r.gauge("policy_version", "Version of the policy acting now."),
-            weights_apply_latency: r.gauge(
+            weights_apply_latency: r.histogram(
                 "weights_apply_latency_seconds",
                 "Seconds from the learner publishing the acting policy to this actor swapping it in.",
-            ),
-            weights_apply_latency_sum: r.counter(
-                "weights_apply_latency_seconds_total",
-                "Sum of weights_apply_latency_seconds over every swap.",
             ),
             weights_applied: r.counter("weights_applied_total", "Weight versions swapped in."),
             weights_swap: r.gauge(
@@ -103,8 +98,7 @@ impl ActorMetrics {
     fn record_weights_applied(&self, published_unix_nanos: i64, swap: Duration) {
         self.weights_swap.set(swap.as_secs_f64());
         let latency = fleetrl_core::broadcast::seconds_since(published_unix_nanos);
-        self.weights_apply_latency.set(latency);
-        self.weights_apply_latency_sum.add(latency);
+        self.weights_apply_latency.observe(latency);
         self.weights_applied.inc();
     }
 
@@ -123,7 +117,8 @@ impl ActorMetrics {
         self.policy_lag.set((newest - acted).max(0) as f64);
         let mut window = self.window.lock().expect("metrics lock poisoned");
         for e in episodes {
-            self.episode_return_sum.add(e.return_);
+            self.episode_return_sum
+                .set(self.episode_return_sum.get() + e.return_);
             if window.0.len() == RECENT_EPISODES {
                 window.0.pop_front();
             }

@@ -12,7 +12,7 @@ use tonic_health::pb::HealthCheckRequest;
 /// within `timeout`.
 pub(crate) async fn run(addr: &str, service: &str, timeout: Duration) -> anyhow::Result<()> {
     let check = async {
-        let channel = fleetrl_core::net::connect(addr, timeout).await?;
+        let channel = fleetrl_runtime::net::connect(addr, timeout).await?;
         let request = HealthCheckRequest {
             service: service.to_string(),
         };

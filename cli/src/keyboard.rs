@@ -4,8 +4,9 @@
 
 use std::io::{BufRead, Write};
 
-use fleetrl_core::envs::{self, Action, Space};
-use fleetrl_core::items::demo::{Demo, DemoSource, Recorder};
+use fleetrl_core::envs;
+use fleetrl_proto::space::{Action, Space};
+use fleetrl_runtime::demo::{Demo, DemoSource, Recorder};
 
 /// One episode of `env_id` from `seed`, actions read from `input`, prompts written to `prompt`.
 pub(crate) fn play(
@@ -70,7 +71,7 @@ mod tests {
         let mut out = Vec::new();
         let mut input = std::io::Cursor::new("x\n7\n2\n\n0\nq\n");
         let demo = play("SparseMountainCar-v0", 1, &mut input, &mut out).unwrap();
-        let fleetrl_core::items::demo::DemoActions::Discrete { actions, .. } = &demo.actions else {
+        let fleetrl_runtime::demo::DemoActions::Discrete { actions, .. } = &demo.actions else {
             panic!("discrete");
         };
         assert_eq!(actions, &vec![2, 2, 0]);

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::telemetry;
+use fleetrl_runtime::telemetry;
 
 /// fleetrl: distributed actor-learner reinforcement learning.
 #[derive(Debug, Parser)]
@@ -112,7 +112,11 @@ fn default_out(config: &str) -> PathBuf {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    telemetry::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     telemetry::init("warn");
     tch::set_num_threads(1);
     match Cli::parse().command {

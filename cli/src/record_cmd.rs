@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use fleetrl_core::acting::eval::record_episode_env;
-use fleetrl_core::items::demo::{self, DemoSource};
+use fleetrl_runtime::demo::{self, DemoSource};
 
 use crate::eval_cmd::load_policy;
 

@@ -6,15 +6,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::net;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus, SaveCheckpointRequest};
+use fleetrl_runtime::net;
 use tonic::transport::Channel;
 
 use crate::eval_cmd::evaluate_checkpoint;
 use crate::progress::Progress;
 use crate::summary::{Evaluation, Summary};
-use fleetrl_core::launch::Role;
+use fleetrl_runtime::launch::Role;
 
 const START_PATIENCE: Duration = Duration::from_secs(120);
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -48,12 +48,7 @@ impl Cluster {
         let mut replay = Role::start(
             "replay-server",
             "fleet-replay-server",
-            &[
-                s("--listen"),
-                s("127.0.0.1:0"),
-                s("--config"),
-                config.clone(),
-            ],
+            &[s("--listen"), s("127.0.0.1:0")],
             &replay_log,
         )
         .await?;

@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use fleetrl_core::config::EnvConfig;
-use fleetrl_core::envs::{make_vec, Space, VecEnv};
+use fleetrl_core::envs::{make_vec, VecEnv};
+use fleetrl_proto::space::Space;
 
 /// Steps `venv` for about `budget`, returning env steps per second.
 fn steps_per_second(mut venv: VecEnv, budget: Duration) -> f64 {

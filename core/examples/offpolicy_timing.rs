@@ -2,7 +2,7 @@
 //! on a synthetic batch of its batch size, decoding a sampled (stacked) batch into tch tensors,
 //! exporting the weights (what the learner publishes), importing them (what an actor does on a
 //! new version) and one action for one env. Compare the update's time with the learner's
-//! `fleetrl_learner_update_seconds` per update in a real run to see the pipeline's share.
+//! `fleetrl_learner_update_seconds` histogram (`_sum` / `_count`) in a real run to see the pipeline's share.
 //!
 //! `cargo run --release -p fleetrl-core --example offpolicy_timing -- <preset> [key=value]...`
 
@@ -10,9 +10,10 @@ use std::time::Instant;
 
 use fleetrl_core::algos::offpolicy::{build, build_model, replay_options};
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs::{make_configured, Space};
+use fleetrl_core::envs::make_configured;
 use fleetrl_core::items::transition::{field, TransitionBatch};
 use fleetrl_core::models::Policy;
+use fleetrl_proto::space::Space;
 use fleetrl_proto::{Tensor, TensorMap};
 
 /// A stacked batch of `b` transitions as the replay server sends it.

@@ -2,7 +2,8 @@
 //! (`scripts/gen_cartpole_fixture.py`) through `TimeLimit<CartPole>` and checks that every
 //! observation, reward, `terminated` and `truncated` matches, step by step.
 
-use fleetrl_core::envs::{Action, CartPole, Env, TimeLimit};
+use fleetrl_core::envs::{CartPole, Env, TimeLimit};
+use fleetrl_proto::space::Action;
 use serde::Deserialize;
 
 /// Observations agree to this (the fixture holds float32 values rounded to 9 digits).

@@ -6,9 +6,8 @@
 
 use fleetrl_core::config::EnvConfig;
 use fleetrl_core::envs::python::{GymEnv, GymVecEnv};
-use fleetrl_core::envs::{
-    check_env_contract, make, make_configured, make_vec, Action, Env, Space, VecEnv,
-};
+use fleetrl_core::envs::{check_env_contract, make, make_configured, make_vec, Env, VecEnv};
+use fleetrl_proto::space::{Action, Space};
 
 fn gym(id: &str) -> EnvConfig {
     EnvConfig {

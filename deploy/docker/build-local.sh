@@ -9,22 +9,29 @@
 # virtualenv /opt/fleetrl/python holding gymnasium, mujoco and ale-py (installed with this
 # host's pip: the wheels are manylinux, the Pythons both 3.11), first on PATH.
 #
-# usage: deploy/docker/build-local.sh [--tag fleetrl:local] [--bin-dir target/release] [--gpu] [--python]
+# --replay-server builds the replay server's own image (default tag fleetrl-replay:local): only
+# fleet-replay-server and the few system libraries it loads, no libtorch, no libpython.
+#
+# usage: deploy/docker/build-local.sh [--tag fleetrl:local] [--bin-dir target/release] [--gpu] [--python] [--replay-server]
 # Prints the image size at the end. Tarballs are reproducible (sorted, mtime 0), so docker's
 # layer cache makes an unchanged rebuild take seconds.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-tag="fleetrl:local" bin_dir="$repo/target/release" stage_args=() python=0
+tag="" bin_dir="$repo/target/release" stage_args=() python=0 replay_only=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --tag) tag="$2"; shift 2 ;;
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --gpu) stage_args+=(--gpu); shift ;;
     --python) python=1; shift ;;
+    --replay-server) replay_only=1; stage_args+=(--bins fleet-replay-server); shift ;;
     *) echo "build-local.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+if [[ -z "$tag" ]]; then
+  if [[ $replay_only == 1 ]]; then tag="fleetrl-replay:local"; else tag="fleetrl:local"; fi
+fi
 command -v docker >/dev/null || { echo "build-local.sh: docker not found" >&2; exit 1; }
 
 source "$repo/deploy/tools.sh"
@@ -34,6 +41,7 @@ fi
 export PATCHELF
 
 work="$repo/target/image"
+[[ $replay_only == 0 ]] || work="$repo/target/image-replay"
 rootfs="$work/rootfs"
 bash "$here/stage.sh" --bin-dir "$bin_dir" --libtorch "$repo/.venv/libtorch" --out "$rootfs" \
   --system-libs "${stage_args[@]}"

@@ -5,12 +5,14 @@
 # along). Used by build-local.sh (scratch image from this machine) and by the Dockerfile's
 # build stage (registry path), so both images hold the same tree.
 #
-# usage: stage.sh --bin-dir DIR --libtorch DIR --out DIR [--gpu] [--system-libs]
+# usage: stage.sh --bin-dir DIR --libtorch DIR --out DIR [--gpu] [--system-libs] [--bins "B..."]
+#   --bins         stage only these binaries (default: all four); `fleet-replay-server` alone
+#                  needs neither libtorch nor libpython, so its tree has none
 #   --gpu          keep the learner's libtorch_cuda link and ship its CUDA closure (GBs)
 #   --system-libs  also copy glibc, libstdc++ and the loader (for a FROM scratch image)
 set -euo pipefail
 
-bin_dir="" libtorch="" out="" gpu=0 system_libs=0
+bin_dir="" libtorch="" out="" gpu=0 system_libs=0 bins=(fleet-actor fleet-learner fleet-replay-server fleetrl)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin-dir) bin_dir="$2"; shift 2 ;;
@@ -18,6 +20,7 @@ while [[ $# -gt 0 ]]; do
     --out) out="$2"; shift 2 ;;
     --gpu) gpu=1; shift ;;
     --system-libs) system_libs=1; shift ;;
+    --bins) read -r -a bins <<<"$2"; shift 2 ;;
     *) echo "stage.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -31,7 +34,6 @@ patchelf="${PATCHELF:-$(command -v patchelf || true)}"
 [[ -x "$patchelf" ]] || { echo "stage.sh: patchelf not found (set PATCHELF)" >&2; exit 1; }
 libtorch="$(cd "$libtorch" && pwd -P)"
 
-bins=(fleet-actor fleet-learner fleet-replay-server fleetrl)
 rm -rf "$out"
 mkdir -p "$out/opt/fleetrl/bin" "$out/opt/fleetrl/lib" "$out/opt/fleetrl/configs"
 for b in "${bins[@]}"; do
@@ -89,7 +91,7 @@ if [[ $gpu == 1 ]]; then
 fi
 # The loader itself (ldd prints it without "=>").
 if [[ $system_libs == 1 ]]; then
-  loader="$(readelf -l "$out/opt/fleetrl/bin/fleetrl" | sed -n 's/.*interpreter: \(.*\)]/\1/p')"
+  loader="$(readelf -l "$out/opt/fleetrl/bin/${bins[0]}" | sed -n 's/.*interpreter: \(.*\)]/\1/p')"
   mkdir -p "$out$(dirname "$loader")"
   install -m 0755 "$(readlink -f "$loader")" "$out$loader"
 fi

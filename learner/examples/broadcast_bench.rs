@@ -27,11 +27,11 @@ use anyhow::Context;
 use fleetrl_core::broadcast::wire::{LearnerRoutes, WeightsOnly};
 use fleetrl_core::broadcast::{self, Receiver, DEFAULT_CHUNK_BYTES};
 use fleetrl_core::config::BroadcastDtype;
-use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
 use fleetrl_proto::v1::{SubscribeWeightsRequest, Weights};
-use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
+use fleetrl_proto::TensorMap;
+use fleetrl_runtime::net::{self, MAX_MESSAGE_BYTES};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -45,7 +45,7 @@ fn model(params: usize, version: i64) -> Weights {
         let values = tch::Tensor::randn([n as i64], (tch::Kind::Float, tch::Device::Cpu)) * 0.05;
         map.tensors.insert(
             format!("layer{i:03}.weight"),
-            ProtoTensor::try_from(&values).expect("f32 converts"),
+            fleetrl_core::models::weights::to_proto(&values).expect("f32 converts"),
         );
         left -= n;
         i += 1;

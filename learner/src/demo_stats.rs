@@ -42,7 +42,7 @@ impl DemoStats {
             loop {
                 tokio::time::sleep(period).await;
                 if client.is_none() {
-                    client = fleetrl_core::net::connect(&replay, Duration::from_secs(1))
+                    client = fleetrl_runtime::net::connect(&replay, Duration::from_secs(1))
                         .await
                         .ok()
                         .map(DemoServiceClient::new);

@@ -17,7 +17,7 @@ use anyhow::Context;
 use clap::Parser;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::replay_client;
-use fleetrl_core::telemetry::{self, EventWriter};
+use fleetrl_runtime::telemetry::{self, EventWriter};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::setup::{build_algorithm, Restored};
@@ -53,7 +53,11 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    telemetry::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     telemetry::init("info");
     let args = Args::parse();
     let config =

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fleetrl_core::algos::Metrics;
-use fleetrl_core::telemetry::metrics::{self, Counter, Gauge, Registry};
+use fleetrl_runtime::telemetry::metrics::{self, Counter, Gauge, Histogram, Registry};
 
 use crate::stats::Stats;
 
@@ -35,7 +35,7 @@ pub(crate) struct LearnerMetrics {
     pub(crate) policy_version: Gauge,
     pub(crate) updates_per_second: Gauge,
     pub(crate) batch_wait_seconds: Counter,
-    pub(crate) update_seconds: Counter,
+    pub(crate) update_seconds: Histogram,
     pub(crate) weights_published: Counter,
     pub(crate) rollouts_received: Counter,
     pub(crate) rollouts_dropped: Counter,
@@ -73,7 +73,7 @@ impl LearnerMetrics {
                 "batch_wait_seconds_total",
                 "Seconds the trainer waited for rollouts from the replay server.",
             ),
-            update_seconds: r.counter("update_seconds_total", "Seconds spent in updates."),
+            update_seconds: r.histogram("update_seconds", "Seconds each update took."),
             weights_published: r.counter(
                 "weights_published_total",
                 "Weight versions published to the actors.",

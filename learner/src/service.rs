@@ -17,9 +17,9 @@ use tonic::{Request, Response, Status};
 
 use anyhow::Context;
 use fleetrl_core::broadcast::{self, EncodedCache};
-use fleetrl_core::net::{self, MAX_MESSAGE_BYTES};
-use fleetrl_core::telemetry;
 use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
+use fleetrl_runtime::net::{self, MAX_MESSAGE_BYTES};
+use fleetrl_runtime::telemetry;
 
 use crate::metrics::LearnerMetrics;
 use crate::stats::Stats;

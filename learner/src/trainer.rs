@@ -11,9 +11,9 @@ use fleetrl_core::algos::{self, Algorithm, Metrics};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::rollout::RolloutBatch;
-use fleetrl_core::telemetry::EventWriter;
 use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
+use fleetrl_runtime::telemetry::EventWriter;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::metrics::LearnerMetrics;
@@ -101,7 +101,7 @@ impl Trainer {
                     self.train(&batch);
                     let updating = started.elapsed().as_secs_f64();
                     self.timing.updating += updating;
-                    self.metrics.update_seconds.add(updating);
+                    self.metrics.update_seconds.observe(updating);
                     self.timing.updates += 1;
                 }
                 Work::Checkpoint(reply) => {

@@ -1,7 +1,10 @@
 //! The `fleetrl.v1` gRPC protocol: generated messages and services, plus the hand-written
-//! conversions between proto tensors and Rust data (and tch tensors, with the `tch` feature).
+//! conversions between proto tensors and Rust data (tch conversions are in fleetrl-core, so this
+//! crate never depends on tch).
 //!
-//! Handlers never touch raw tensor bytes: they go through [`tensor`].
+//! Handlers never touch raw tensor bytes: they go through [`tensor`]. The replay table
+//! declarations every role shares ([`table`]: spec, signature, batch splitting and stacking) and
+//! env [`space`]s live here too, so that no role needs libtorch to speak the protocol.
 
 #![allow(missing_docs, unreachable_pub)]
 
@@ -11,6 +14,8 @@ pub mod v1 {
 }
 
 pub mod codec;
+pub mod space;
+pub mod table;
 pub mod tensor;
 
 pub use tensor::{Element, TensorError};

@@ -28,7 +28,8 @@ pub enum TensorError {
     Empty,
     #[error("missing field `{0}`")]
     MissingField(String),
-    #[cfg(feature = "tch")]
+    /// The tensor library on either side of a conversion refused (fleetrl-core's tch
+    /// conversions).
     #[error("tch: {0}")]
     Tch(String),
 }
@@ -254,69 +255,6 @@ impl TensorMap {
         self.tensors
             .get(name)
             .ok_or_else(|| TensorError::MissingField(name.to_string()))
-    }
-}
-
-#[cfg(feature = "tch")]
-mod tch_conv {
-    use super::*;
-
-    fn kind_of(dtype: Dtype) -> Result<tch::Kind, TensorError> {
-        Ok(match dtype {
-            Dtype::F32 => tch::Kind::Float,
-            Dtype::F64 => tch::Kind::Double,
-            Dtype::I64 => tch::Kind::Int64,
-            Dtype::I32 => tch::Kind::Int,
-            Dtype::U8 => tch::Kind::Uint8,
-            Dtype::Bool => tch::Kind::Bool,
-            Dtype::F16 => tch::Kind::Half,
-            Dtype::Unspecified => return Err(TensorError::UnknownDType(0)),
-        })
-    }
-
-    fn dtype_of(kind: tch::Kind) -> Result<Dtype, TensorError> {
-        Ok(match kind {
-            tch::Kind::Float => Dtype::F32,
-            tch::Kind::Double => Dtype::F64,
-            tch::Kind::Int64 => Dtype::I64,
-            tch::Kind::Int => Dtype::I32,
-            tch::Kind::Uint8 => Dtype::U8,
-            tch::Kind::Bool => Dtype::Bool,
-            tch::Kind::Half => Dtype::F16,
-            other => return Err(TensorError::Tch(format!("no proto dtype for {other:?}"))),
-        })
-    }
-
-    impl TryFrom<&tch::Tensor> for Tensor {
-        type Error = TensorError;
-
-        /// Copies a tch tensor (any device) into a proto tensor.
-        fn try_from(t: &tch::Tensor) -> Result<Tensor, TensorError> {
-            let dtype = dtype_of(t.kind())?;
-            let t = t.to_device(tch::Device::Cpu).contiguous();
-            let numel = t.numel();
-            let mut data = vec![0u8; numel * dtype.size()];
-            // x86-64 and aarch64 are little-endian, so the in-memory bytes are the wire bytes.
-            #[cfg(target_endian = "little")]
-            t.f_copy_data_u8(&mut data, numel)
-                .map_err(|e| TensorError::Tch(e.to_string()))?;
-            Ok(Tensor {
-                dtype: dtype as i32,
-                shape: t.size(),
-                data: Bytes::from(data),
-            })
-        }
-    }
-
-    impl TryFrom<&Tensor> for tch::Tensor {
-        type Error = TensorError;
-
-        /// Copies a proto tensor into a new CPU tch tensor.
-        fn try_from(t: &Tensor) -> Result<tch::Tensor, TensorError> {
-            let dtype = t.validate()?;
-            tch::Tensor::f_from_data_size(&t.data, &t.shape, kind_of(dtype)?)
-                .map_err(|e| TensorError::Tch(e.to_string()))
-        }
     }
 }
 

@@ -27,10 +27,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fleetrl_core::launch::Role;
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{InsertRequest, ResetRequest, SampleRequest};
 use fleetrl_proto::{Tensor, TensorMap};
+use fleetrl_runtime::launch::Role;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;

@@ -1,27 +1,28 @@
-//! The `fleetrl.v1.DemoService` handlers: PPO+D's demo buffers (`fleetrl_core::buffers::demos`)
+//! The `fleetrl.v1.DemoService` handlers: PPO+D's demo buffers (`crate::buffers::demos`)
 //! behind one lock, configured by the first actor that joins, saved with every checkpoint
 //! into `<checkpoint-dir>/demos` and restored from there.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use fleetrl_core::buffers::demos::{self, DemoKind, DemoStore, DemoStoreConfig};
-use fleetrl_core::config::{PpodConfig, RunConfig};
-use fleetrl_core::envs::{self, Space};
-use fleetrl_core::items::demo::{self, Demo, DemoError};
+use crate::buffers::demos::{self, DemoStore, DemoStoreConfig};
+use fleetrl_proto::space::Space;
 use fleetrl_proto::v1::demo_service_server::DemoService;
 use fleetrl_proto::v1::{
     self as pb, ConfigureDemosRequest, DemoState, DemoStateRequest, OfferDemosRequest,
     SyncDemosRequest, SyncDemosResponse,
 };
+use fleetrl_runtime::demo::{self, Demo, DemoError, DemoKind};
 use tonic::{Request, Response, Status};
+
+use crate::error::ServiceError;
 use tracing::{info, warn};
 
 /// A configured store and what it was configured with.
 #[derive(Debug)]
 struct Active {
     store: DemoStore,
-    ppod: PpodConfig,
+    ppod: pb::DemoBuffersSpec,
     env_id: String,
     obs: Space,
     action: Space,
@@ -55,8 +56,8 @@ pub(crate) struct DemoHub {
     checkpoint_dir: Option<PathBuf>,
 }
 
-fn invalid(e: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(e.to_string())
+fn invalid(why: impl Into<String>) -> ServiceError {
+    ServiceError::InvalidRequest(why.into())
 }
 
 impl DemoHub {
@@ -81,22 +82,25 @@ impl DemoHub {
         Ok(())
     }
 
-    fn configure(&self, config: RunConfig) -> Result<DemoState, Status> {
+    fn configure(&self, ppod: pb::DemoBuffersSpec) -> Result<DemoState, ServiceError> {
         let mut active = self.active.lock().expect("demo lock poisoned");
         if let Some(a) = active.as_ref() {
-            if a.env_id != config.env.id {
-                return Err(Status::already_exists(format!(
-                    "demo buffers are configured for {}, not {}",
-                    a.env_id, config.env.id
-                )));
+            if a.env_id != ppod.env_id {
+                return Err(ServiceError::DemosConfiguredFor {
+                    configured: a.env_id.clone(),
+                    requested: ppod.env_id,
+                });
             }
             return Ok(a.state());
         }
-        let ppod = config.ppod.clone();
-        if !ppod.enabled {
-            return Err(invalid("ppod.enabled is false in this run config"));
-        }
-        let env = envs::make(&config.env.id).map_err(invalid)?;
+        let space = |which: &str, space: &Option<pb::Space>| {
+            space
+                .as_ref()
+                .ok_or_else(|| invalid(format!("the {which} space is missing")))
+                .and_then(|s| Space::try_from(s).map_err(|e| invalid(format!("{which}: {e}"))))
+        };
+        let obs = space("observation", &ppod.observation_space)?;
+        let action = space("action", &ppod.action_space)?;
         let store_config = DemoStoreConfig {
             capacity: ppod.capacity as usize,
             rho: ppod.rho,
@@ -106,15 +110,15 @@ impl DemoHub {
         };
         let restored = match &self.checkpoint_dir {
             Some(root) => demos::load(&Self::saved_dir(root), store_config.clone())
-                .map_err(|e| Status::internal(format!("restoring demo buffers: {e}")))?,
+                .map_err(|e| ServiceError::Internal(format!("restoring demo buffers: {e}")))?,
             None => None,
         };
         let mut next = Active {
-            store: DemoStore::new(store_config.clone(), Vec::new()).map_err(invalid)?,
+            store: DemoStore::new(store_config.clone(), Vec::new())?,
+            env_id: ppod.env_id.clone(),
             ppod,
-            env_id: config.env.id.clone(),
-            obs: env.observation_space(),
-            action: env.action_space(),
+            obs,
+            action,
         };
         next.store = match restored {
             Some(store) => {
@@ -124,12 +128,12 @@ impl DemoHub {
             None => {
                 let initial = match next.ppod.demos_dir.as_str() {
                     "" => Vec::new(),
-                    dir => demo::read_dir(Path::new(dir)).map_err(invalid)?,
+                    dir => demo::read_dir(Path::new(dir))?,
                 };
                 for d in &initial {
-                    next.check(d).map_err(invalid)?;
+                    next.check(d)?;
                 }
-                DemoStore::new(store_config, initial).map_err(invalid)?
+                DemoStore::new(store_config, initial)?
             }
         };
         info!(env = %next.env_id, stats = ?next.store.stats(), "demo buffers configured");
@@ -140,12 +144,10 @@ impl DemoHub {
 
     fn with_active<T>(
         &self,
-        f: impl FnOnce(&mut Active) -> Result<T, Status>,
-    ) -> Result<T, Status> {
+        f: impl FnOnce(&mut Active) -> Result<T, ServiceError>,
+    ) -> Result<T, ServiceError> {
         let mut active = self.active.lock().expect("demo lock poisoned");
-        let active = active.as_mut().ok_or_else(|| {
-            Status::failed_precondition("demo buffers are not configured (call Configure first)")
-        })?;
+        let active = active.as_mut().ok_or(ServiceError::DemosNotConfigured)?;
         f(active)
     }
 }
@@ -214,10 +216,12 @@ impl DemoService for Demos {
         &self,
         request: Request<ConfigureDemosRequest>,
     ) -> Result<Response<DemoState>, Status> {
-        let text = request.into_inner().config_toml;
-        let config = RunConfig::from_toml(&text, "the Configure request").map_err(invalid)?;
+        let spec = request
+            .into_inner()
+            .spec
+            .ok_or_else(|| invalid("the Configure request has no spec"))?;
         let hub = self.hub.clone();
-        let state = tokio::task::spawn_blocking(move || hub.configure(config))
+        let state = tokio::task::spawn_blocking(move || hub.configure(spec))
             .await
             .map_err(crate::error::task_failed)??;
         Ok(Response::new(state))
@@ -227,7 +231,7 @@ impl DemoService for Demos {
         &self,
         _request: Request<DemoStateRequest>,
     ) -> Result<Response<DemoState>, Status> {
-        self.hub.with_active(|a| Ok(Response::new(a.state())))
+        Ok(self.hub.with_active(|a| Ok(Response::new(a.state())))?)
     }
 
     async fn sync(
@@ -235,7 +239,7 @@ impl DemoService for Demos {
         request: Request<SyncDemosRequest>,
     ) -> Result<Response<SyncDemosResponse>, Status> {
         let known = request.into_inner().known_generation;
-        self.hub.with_active(|a| {
+        let response = self.hub.with_active(|a| {
             let state = a.state();
             let changed = known != state.generation;
             let mut demos = Vec::new();
@@ -252,7 +256,7 @@ impl DemoService for Demos {
                         demo: d
                             .demo
                             .to_bytes()
-                            .map_err(|e| Status::internal(e.to_string()))?,
+                            .map_err(|e| ServiceError::Internal(e.to_string()))?,
                     });
                 }
             }
@@ -261,7 +265,8 @@ impl DemoService for Demos {
                 changed,
                 demos,
             }))
-        })
+        })?;
+        Ok(response)
     }
 
     async fn offer(
@@ -274,13 +279,12 @@ impl DemoService for Demos {
             hub.with_active(|a| {
                 let mut episodes = Vec::with_capacity(request.candidates.len());
                 for c in &request.candidates {
-                    let d = Demo::from_bytes(&c.demo, Path::new("<offered episode>"))
-                        .map_err(invalid)?;
-                    a.check(&d).map_err(invalid)?;
+                    let d = Demo::from_bytes(&c.demo, Path::new("<offered episode>"))?;
+                    a.check(&d)?;
                     episodes.push((d, c.max_value));
                 }
                 for (d, max_value) in episodes {
-                    a.store.offer(d, max_value).map_err(invalid)?;
+                    a.store.offer(d, max_value)?;
                 }
                 for r in &request.refreshes {
                     a.store.refresh_value(r.id, r.max_value);
@@ -300,7 +304,7 @@ impl DemoService for Demos {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetrl_core::items::demo::DemoSource;
+    use fleetrl_runtime::demo::DemoSource;
 
     fn scripted(seed: u64, source: DemoSource) -> Demo {
         fleetrl_core::acting::scripted::play("SparseMountainCar-v0", seed, source).unwrap()
@@ -317,23 +321,28 @@ mod tests {
         std::fs::create_dir_all(&extra).unwrap();
         let name = |n: &str| format!("{n}{}", demo::EXTENSION);
         demo::write(&scripted(5, DemoSource::Human), &initial.join(name("h"))).unwrap();
-        let mut config = RunConfig::default();
-        config.env.id = "SparseMountainCar-v0".into();
-        config.ppod.enabled = true;
-        config.ppod.save_every = 2;
-        config.ppod.save_top_k = 1;
-        config.ppod.demos_dir = initial.display().to_string();
-        config.ppod.supplementary_dir = extra.display().to_string();
-        config.ppod.target_dir = target.display().to_string();
+        let mut ppod = fleetrl_core::config::PpodConfig {
+            enabled: true,
+            save_every: 2,
+            save_top_k: 1,
+            ..Default::default()
+        };
+        ppod.demos_dir = initial.display().to_string();
+        ppod.supplementary_dir = extra.display().to_string();
+        ppod.target_dir = target.display().to_string();
+        let env = fleetrl_core::envs::make("SparseMountainCar-v0").unwrap();
+        let spec = ppod.buffers_spec(
+            "SparseMountainCar-v0",
+            &env.observation_space(),
+            &env.action_space(),
+        );
         let demos = Demos {
             hub: Arc::new(DemoHub::new(None)),
         };
         let offer = || Request::new(OfferDemosRequest::default());
         assert!(demos.offer(offer()).await.is_err(), "not configured yet");
         let state = demos
-            .configure(Request::new(ConfigureDemosRequest {
-                config_toml: config.to_toml(),
-            }))
+            .configure(Request::new(ConfigureDemosRequest { spec: Some(spec) }))
             .await
             .unwrap()
             .into_inner();

@@ -1,7 +1,62 @@
 //! The one place where errors become gRPC status codes.
 
-use fleetrl_core::buffers::ReplayError;
+use fleetrl_proto::table::ReplayError;
+use fleetrl_runtime::demo::DemoError;
 use tonic::{Code, Status};
+
+/// Why a request to this server failed: a table error or a demo-service error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServiceError {
+    /// A table refused the operation.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// A demo (offered, or in the demos directory) is malformed or recorded in another env.
+    #[error(transparent)]
+    Demo(#[from] DemoError),
+    /// The request is malformed; the message says what is missing or wrong.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// `Configure` for another env than the one the demo buffers hold.
+    #[error("demo buffers are configured for {configured}, not {requested}")]
+    DemosConfiguredFor {
+        /// The env the buffers hold.
+        configured: String,
+        /// The env the request names.
+        requested: String,
+    },
+    /// A demo request before `Configure`.
+    #[error("demo buffers are not configured (call Configure first)")]
+    DemosNotConfigured,
+    /// A `Checkpoint` request to a server started without `--checkpoint-dir`.
+    #[error("this replay server has no --checkpoint-dir")]
+    NoCheckpointDir,
+    /// The server failed (a checkpoint it could not write or read, a helper task that
+    /// panicked): not the client's fault.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<ServiceError> for Status {
+    /// | error | code |
+    /// |---|---|
+    /// | `Replay` | per [`code`] |
+    /// | `Demo`, `InvalidRequest` | `INVALID_ARGUMENT` |
+    /// | `DemosConfiguredFor` | `ALREADY_EXISTS` |
+    /// | `DemosNotConfigured`, `NoCheckpointDir` | `FAILED_PRECONDITION` |
+    /// | `Internal` | `INTERNAL` |
+    fn from(err: ServiceError) -> Status {
+        let code = match &err {
+            ServiceError::Replay(replay) => code(replay),
+            ServiceError::Demo(_) | ServiceError::InvalidRequest(_) => Code::InvalidArgument,
+            ServiceError::DemosConfiguredFor { .. } => Code::AlreadyExists,
+            ServiceError::DemosNotConfigured | ServiceError::NoCheckpointDir => {
+                Code::FailedPrecondition
+            }
+            ServiceError::Internal(_) => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}
 
 /// The wire code of each [`ReplayError`] variant.
 ///
@@ -32,7 +87,7 @@ pub(crate) fn to_status(err: ReplayError) -> Status {
 /// The status of a request whose blocking helper task panicked or was cancelled: a server
 /// bug, not the client's fault.
 pub(crate) fn task_failed(err: tokio::task::JoinError) -> Status {
-    Status::internal(format!("replay server task failed: {err}"))
+    ServiceError::Internal(format!("replay server task failed: {err}")).into()
 }
 
 #[cfg(test)]
@@ -62,5 +117,28 @@ mod tests {
             to_status(ReplayError::invalid_item("obs", "bad")).message(),
             "field `obs`: bad"
         );
+        let service = [
+            (
+                ServiceError::InvalidRequest("x".into()),
+                Code::InvalidArgument,
+            ),
+            (ServiceError::DemosNotConfigured, Code::FailedPrecondition),
+            (ServiceError::NoCheckpointDir, Code::FailedPrecondition),
+            (ServiceError::Internal("x".into()), Code::Internal),
+            (
+                ServiceError::Replay(ReplayError::RateLimited),
+                Code::ResourceExhausted,
+            ),
+            (
+                ServiceError::DemosConfiguredFor {
+                    configured: "a".into(),
+                    requested: "b".into(),
+                },
+                Code::AlreadyExists,
+            ),
+        ];
+        for (err, expected) in service {
+            assert_eq!(Status::from(err).code(), expected);
+        }
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! [`serve`] runs `fleetrl.v1.ReplayService` (stream protocols in
 //! `proto/proto/fleetrl/v1/replay.proto`) and `grpc.health.v1.Health` until a shutdown future
-//! resolves. The tables themselves live in `fleetrl_core::buffers`; `service` only
+//! resolves. The table engine is [`buffers`]; `service` only
 //! adapts them to gRPC and `error` maps their errors to status codes. The binary is
 //! `src/main.rs`.
 
+pub mod buffers;
 mod demos;
 mod error;
 pub mod metrics;
@@ -19,12 +20,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use fleetrl_core::buffers::TableSpec;
+use fleetrl_proto::table::TableSpec;
 use fleetrl_proto::v1::replay_service_server::ReplayServiceServer;
+use fleetrl_runtime::telemetry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tokio::task::JoinSet;
+use tracing::{error, info, warn};
 
+pub use metrics::ReplayMetrics;
 use persistence::Checkpointer;
 use service::{Replay, Tables};
 
@@ -41,7 +45,7 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How a server runs, apart from where it listens.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
-    /// Tables declared at start (from the server's TOML file or the run config). Tables
+    /// Tables declared at start (from the server's tables file). Tables
     /// restored from a checkpoint must match the declaration of the same name.
     pub tables: Vec<TableSpec>,
     /// Where checkpoints go and are restored from; `None` keeps everything in memory only.
@@ -50,16 +54,19 @@ pub struct ServerOptions {
     pub checkpoint_interval: Option<Duration>,
     /// Largest item a table may declare, in bytes.
     pub max_item_bytes: u64,
+    /// Where the service records insert and sample latency (in the binary's registry).
+    pub metrics: ReplayMetrics,
 }
 
 impl ServerOptions {
-    /// In-memory tables, no checkpoints.
+    /// In-memory tables, no checkpoints, metrics in a registry of their own (not served).
     pub fn in_memory(tables: Vec<TableSpec>) -> ServerOptions {
         ServerOptions {
             tables,
             checkpoint_dir: None,
             checkpoint_interval: None,
             max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
+            metrics: ReplayMetrics::new(Registry::new("fleetrl_replay")),
         }
     }
 }
@@ -67,8 +74,17 @@ impl ServerOptions {
 /// Default limit on one item's size: as large as one gRPC message can carry.
 pub const DEFAULT_MAX_ITEM_BYTES: u64 = MAX_MESSAGE_BYTES as u64;
 
+/// Background work the server supervises beside its own tasks (the metrics exporter): a task
+/// that ends, with an error, a panic or even `Ok`, stops the server as a failure.
+pub type Tasks = JoinSet<anyhow::Result<()>>;
+
 /// Serves the tables `options` declares (after restoring the newest checkpoint, if any) on
-/// `listener` until `shutdown` resolves.
+/// `listener` until `shutdown` resolves, supervising `tasks` and its own.
+///
+/// Every task is joined here. If one ends unexpectedly (the gRPC server, the periodic
+/// checkpointer, or one of `tasks`: by panic, error or return) the cause is logged and the
+/// server stops as on shutdown, then returns that cause as an error so the binary exits
+/// non-zero and its supervisor restarts it.
 ///
 /// On shutdown the health status turns NOT_SERVING, every table closes (waiting inserts and
 /// samples end with UNAVAILABLE), a final checkpoint is written (so nothing acknowledged is
@@ -79,8 +95,9 @@ pub async fn serve(
     listener: TcpListener,
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
+    mut tasks: Tasks,
 ) -> anyhow::Result<()> {
-    let tables = Tables::new(options.max_item_bytes);
+    let tables = Tables::new(options.max_item_bytes, options.metrics.clone());
     let demo_hub = Arc::new(demos::DemoHub::new(options.checkpoint_dir.clone()));
     let checkpointer = options
         .checkpoint_dir
@@ -114,8 +131,8 @@ pub async fn serve(
     health.set_serving::<ReplayServiceServer<Replay>>().await;
 
     let mut server_stop = stop_rx;
-    let incoming = fleetrl_core::net::incoming(listener);
-    let server = fleetrl_core::net::server()
+    let incoming = fleetrl_runtime::net::incoming(listener);
+    let server = fleetrl_runtime::net::server()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(health_service)
@@ -133,22 +150,35 @@ pub async fn serve(
     let mut server = pin!(server);
     info!(%addr, tables = ?tables.names(), "replay server serving");
     // Announced only now, with every table restored: whoever waits for this line may use them.
-    fleetrl_core::telemetry::announce_listening(addr);
+    fleetrl_runtime::telemetry::announce_listening(addr);
 
-    let periodic = async {
-        match (&checkpointer, options.checkpoint_interval) {
-            (Some(checkpointer), Some(period)) => {
-                checkpointer.periodically(tables.clone(), period).await
-            }
-            _ => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        result = &mut server => return result.context("replay server failed"),
-        () = shutdown => {}
-        () = periodic => {}
+    if let (Some(checkpointer), Some(period)) = (&checkpointer, options.checkpoint_interval) {
+        let (checkpointer, tables) = (checkpointer.clone(), tables.clone());
+        tasks.spawn(async move {
+            checkpointer.periodically(tables, period).await;
+            anyhow::bail!("the periodic checkpointer stopped")
+        });
     }
-    info!("replay server shutting down");
+    let mut server_ended = false;
+    let failure = tokio::select! {
+        result = &mut server => {
+            server_ended = true;
+            Some(match result {
+                Ok(()) => anyhow::anyhow!("the gRPC server stopped on its own"),
+                Err(e) => anyhow::Error::new(e).context("the gRPC server failed"),
+            })
+        }
+        () = shutdown => None,
+        Some(joined) = tasks.join_next() => Some(task_ended(joined)),
+    };
+    match &failure {
+        Some(error) => error!(
+            error = format!("{error:#}"),
+            "replay server task ended; stopping"
+        ),
+        None => info!("replay server shutting down"),
+    }
+    tasks.abort_all();
     health
         .set_not_serving::<ReplayServiceServer<Replay>>()
         .await;
@@ -158,13 +188,31 @@ pub async fn serve(
         None => Ok(None),
     };
     stop_tx.send_replace(true);
-    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(result) => result.context("replay server failed while draining")?,
-        Err(_) => warn!(
-            grace_s = SHUTDOWN_GRACE.as_secs(),
-            "streams still open after the grace period; dropping them"
-        ),
+    if !server_ended {
+        match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+            Ok(result) => result.context("replay server failed while draining")?,
+            Err(_) => warn!(
+                grace_s = SHUTDOWN_GRACE.as_secs(),
+                "streams still open after the grace period; dropping them"
+            ),
+        }
     }
-    saved.context("writing the final replay checkpoint")?;
-    Ok(())
+    if let Err(error) = saved {
+        let error = error.context("writing the final replay checkpoint");
+        return Err(match failure {
+            Some(cause) => cause.context(format!("{error:#}")),
+            None => error,
+        });
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// The error of a supervised task that ended: its own, its panic, or that it returned at all.
+fn task_ended(joined: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Error {
+    match joined {
+        Ok(Ok(())) => anyhow::anyhow!("a supervised task returned"),
+        Ok(Err(error)) => error,
+        Err(join) if join.is_panic() => anyhow::anyhow!("a supervised task panicked: {join}"),
+        Err(join) => anyhow::anyhow!("a supervised task was cancelled: {join}"),
+    }
 }

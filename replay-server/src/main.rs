@@ -1,5 +1,6 @@
-//! fleet-replay-server: parses flags, loads the run config, builds the run's tables and serves
-//! them until SIGTERM or Ctrl-C.
+//! fleet-replay-server: parses flags, declares the tables of a tables file and serves them
+//! (and those learners declare with `EnsureTable`) until SIGTERM or Ctrl-C. It reads no run
+//! config and builds no environment.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,31 +8,21 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use fleet_replay_server::ServerOptions;
-use fleetrl_core::buffers::TableSpec;
-use fleetrl_core::config::RunConfig;
-use fleetrl_core::telemetry;
+use fleet_replay_server::{ReplayMetrics, ServerOptions};
+use fleetrl_proto::table::TableSpec;
+use fleetrl_runtime::telemetry;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
-/// Serves replay tables over gRPC: those of a fleetrl run (`--config`), those of a tables file
-/// (`--tables`), those restored from `--checkpoint-dir`, and any a learner creates with
-/// `EnsureTable`.
+/// Serves replay tables over gRPC: those of a tables file (`--tables`), those restored from
+/// `--checkpoint-dir`, and any a learner creates with `EnsureTable` (every fleetrl learner
+/// declares its tables that way).
 #[derive(Debug, Parser)]
 #[command(name = "fleet-replay-server", version)]
 struct Args {
     /// Address to listen on (port 0 picks a free port; the chosen one is printed).
     #[arg(long, env = "FLEETRL_REPLAY_LISTEN", default_value = "0.0.0.0:50051")]
     listen: SocketAddr,
-
-    /// Run config (a TOML file or a preset name such as `cartpole-ppo`) whose rollout table
-    /// this server declares at start.
-    #[arg(long, env = "FLEETRL_CONFIG")]
-    config: Option<String>,
-
-    /// Run config override `key=value` (e.g. `replay.max_size=16`); repeatable.
-    #[arg(long = "set", value_name = "KEY=VALUE", requires = "config")]
-    set: Vec<String>,
 
     /// A TOML file of `[[table]]` definitions to declare at start (see the crate README).
     #[arg(long, env = "FLEETRL_REPLAY_TABLES")]
@@ -68,23 +59,15 @@ struct TablesFile {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    telemetry::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init("info");
     let shutdown = shutdown_signal()?;
     let mut tables = Vec::new();
-    if let Some(config) = &args.config {
-        let run = RunConfig::load(config, &args.set)
-            .with_context(|| format!("loading run config `{config}`"))?;
-        // Off-policy learners create their transition table with EnsureTable (its limiter
-        // depends on the algorithm and, for BC, on the demos).
-        if !run.algo.is_off_policy() {
-            tables.push(
-                fleetrl_core::items::rollout::table_spec(&run)
-                    .context("building the rollout table")?,
-            );
-        }
-    }
     if let Some(path) = &args.tables {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading tables file {}", path.display()))?;
@@ -102,23 +85,28 @@ async fn main() -> anyhow::Result<()> {
             "table declared"
         );
     }
+    let registry = telemetry::Registry::new("fleetrl_replay");
     let options = ServerOptions {
         tables,
         checkpoint_interval: (args.checkpoint_dir.is_some() && args.checkpoint_interval_s > 0)
             .then(|| Duration::from_secs(args.checkpoint_interval_s)),
         checkpoint_dir: args.checkpoint_dir,
         max_item_bytes: args.max_item_bytes,
+        metrics: ReplayMetrics::new(registry.clone()),
     };
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
+    let mut tasks = fleet_replay_server::Tasks::new();
     if args.metrics_listen.is_some() {
-        let registry = telemetry::Registry::new("fleetrl_replay");
         telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
-        fleet_replay_server::metrics::spawn_exporter(registry, local);
+        tasks.spawn(async move {
+            fleet_replay_server::metrics::export(registry, local).await;
+            anyhow::bail!("the metrics exporter stopped")
+        });
     }
-    fleet_replay_server::serve(listener, options, shutdown).await?;
+    fleet_replay_server::serve(listener, options, shutdown, tasks).await?;
     tracing::info!("replay server stopped");
     Ok(())
 }

@@ -3,94 +3,111 @@
 //!
 //! Table sizes and insert/sample totals come from the server's own `Info` RPC, polled once a
 //! second over loopback: the exporter reads exactly what clients see and needs no hooks inside
-//! the tables. Rate-limiter waits are timed where the service awaits the table
-//! ([`INSERT_WAITS`], [`SAMPLE_WAITS`]); they are process-wide, like the server's tables.
+//! the tables. What only the service sees (insert and sample latency, rate-limiter waits) is
+//! observed where it awaits the table, through [`ReplayMetrics`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fleetrl_core::telemetry::metrics::Registry;
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::InfoRequest;
+use fleetrl_runtime::telemetry::metrics::{Counter, Registry};
 
 /// A wait longer than this counts as a rate-limiter wait (a free table answers in microseconds).
 const WAIT_THRESHOLD: Duration = Duration::from_millis(1);
 
-/// Time spent waiting on a table's rate limiter, and how many calls had to wait.
-#[derive(Debug)]
-pub(crate) struct Waits {
-    nanos: AtomicU64,
-    count: AtomicU64,
+/// Calls that waited on a table's rate limiter, and the seconds they waited, for one op.
+#[derive(Debug, Clone)]
+struct Waits {
+    count: Counter,
+    seconds: Counter,
 }
 
 impl Waits {
-    const fn new() -> Waits {
+    fn new(r: &Registry, op: &str) -> Waits {
+        let labels = [("op", op)];
         Waits {
-            nanos: AtomicU64::new(0),
-            count: AtomicU64::new(0),
+            count: r.counter_with(
+                "rate_limiter_waits_total",
+                "Inserts (op=insert) and samples (op=sample) that waited on a table's rate limiter.",
+                &labels,
+            ),
+            seconds: r.counter_with(
+                "rate_limiter_wait_seconds_total",
+                "Seconds inserts and samples spent waiting on a table's rate limiter.",
+                &labels,
+            ),
         }
     }
 
-    /// Records one insert or sample that took `elapsed` from call to completion.
-    pub(crate) fn record(&self, elapsed: Duration) {
+    fn record(&self, elapsed: Duration) {
         if elapsed >= WAIT_THRESHOLD {
-            self.count.fetch_add(1, Ordering::Relaxed);
-            let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-            self.nanos.fetch_add(nanos, Ordering::Relaxed);
+            self.count.inc();
+            self.seconds.add(elapsed.as_secs_f64());
         }
-    }
-
-    fn seconds(&self) -> f64 {
-        self.nanos.load(Ordering::Relaxed) as f64 * 1e-9
-    }
-
-    fn count(&self) -> f64 {
-        self.count.load(Ordering::Relaxed) as f64
     }
 }
 
-/// Inserts that waited for room (a full queue).
-pub(crate) static INSERT_WAITS: Waits = Waits::new();
-/// Samples that waited for items (an empty queue).
-pub(crate) static SAMPLE_WAITS: Waits = Waits::new();
+/// What the service observes per call, in the server's registry.
+#[derive(Debug, Clone)]
+pub struct ReplayMetrics {
+    registry: Arc<Registry>,
+    insert_waits: Waits,
+    sample_waits: Waits,
+}
 
-/// Polls the server at `server` once a second and mirrors its tables into `registry`.
-pub fn spawn_exporter(registry: Arc<Registry>, server: SocketAddr) {
+impl ReplayMetrics {
+    /// Registers the service's metrics in `registry` (prefix `fleetrl_replay`).
+    pub fn new(registry: Arc<Registry>) -> ReplayMetrics {
+        ReplayMetrics {
+            insert_waits: Waits::new(&registry, "insert"),
+            sample_waits: Waits::new(&registry, "sample"),
+            registry,
+        }
+    }
+
+    /// Records one insert into `table` that took `elapsed`, rate-limiter wait included.
+    pub(crate) fn record_insert(&self, table: &str, elapsed: Duration) {
+        self.insert_waits.record(elapsed);
+        self.registry
+            .histogram_with(
+                "insert_seconds",
+                "Seconds from an insert reaching its table to its items stored (rate-limiter waits included).",
+                &[("table", table)],
+            )
+            .observe_duration(elapsed);
+    }
+
+    /// Records one batch sampled from `table`: `waited` to take its items, `elapsed` until
+    /// it was stacked and ready to send.
+    pub(crate) fn record_sample(&self, table: &str, waited: Duration, elapsed: Duration) {
+        self.sample_waits.record(waited);
+        self.registry
+            .histogram_with(
+                "sample_seconds",
+                "Seconds from asking a table for a batch to the batch stacked (rate-limiter waits included).",
+                &[("table", table)],
+            )
+            .observe_duration(elapsed);
+    }
+}
+
+/// Polls the server at `server` once a second and mirrors its tables into `registry`; runs
+/// until dropped (the server supervises it).
+pub async fn export(registry: Arc<Registry>, server: SocketAddr) {
     let mut target = server;
     if target.ip().is_unspecified() {
         target.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    tokio::spawn(async move {
-        let mut last: HashMap<String, (Instant, u64, u64)> = HashMap::new();
-        let mut ticker = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            ticker.tick().await;
-            mirror_waits(&registry);
-            if let Err(error) = poll(&registry, target, &mut last).await {
-                tracing::debug!(%error, "metrics: cannot read table info");
-            }
+    let mut last: HashMap<String, (Instant, u64, u64)> = HashMap::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticker.tick().await;
+        if let Err(error) = poll(&registry, target, &mut last).await {
+            tracing::debug!(%error, "metrics: cannot read table info");
         }
-    });
-}
-
-fn mirror_waits(r: &Registry) {
-    for (kind, waits) in [("insert", &INSERT_WAITS), ("sample", &SAMPLE_WAITS)] {
-        let labels = [("op", kind)];
-        r.counter_with(
-            "rate_limiter_waits_total",
-            "Inserts (op=insert) and samples (op=sample) that waited on a table's rate limiter.",
-            &labels,
-        )
-        .set_total(waits.count());
-        r.counter_with(
-            "rate_limiter_wait_seconds_total",
-            "Seconds inserts and samples spent waiting on a table's rate limiter.",
-            &labels,
-        )
-        .set_total(waits.seconds());
     }
 }
 
@@ -99,7 +116,8 @@ async fn poll(
     server: SocketAddr,
     last: &mut HashMap<String, (Instant, u64, u64)>,
 ) -> anyhow::Result<()> {
-    let channel = fleetrl_core::net::connect(&server.to_string(), Duration::from_secs(1)).await?;
+    let channel =
+        fleetrl_runtime::net::connect(&server.to_string(), Duration::from_secs(1)).await?;
     let info = ReplayServiceClient::new(channel)
         .info(InfoRequest {})
         .await?

@@ -1,11 +1,11 @@
 //! Checkpoints of every table: on request, periodically, and at shutdown; restore at start.
-//! The on-disk format and its checks live in `fleetrl_core::buffers::persist`.
+//! The on-disk format and its checks live in `crate::buffers::persist`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::buffers::{persist, Table};
 use anyhow::Context;
-use fleetrl_core::buffers::{persist, Table};
 use tracing::info;
 
 use crate::demos::DemoHub;

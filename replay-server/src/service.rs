@@ -11,7 +11,8 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use fleetrl_core::buffers::{difference, split_stacked, ReplayError, Table, TableSpec};
+use crate::buffers::Table;
+use fleetrl_proto::table::{difference, split_stacked, ReplayError, TableSpec};
 use fleetrl_proto::v1::replay_service_server::ReplayService;
 use fleetrl_proto::v1::{
     CheckpointRequest, CheckpointResponse, DeleteRequest, DeleteResponse, EnsureTableRequest,
@@ -24,7 +25,8 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, instrument, warn, Instrument, Span};
 
-use crate::error::{task_failed, to_status};
+use crate::error::{task_failed, to_status, ServiceError};
+use crate::metrics::ReplayMetrics;
 use crate::persistence::Checkpointer;
 
 /// A boxed response stream, as tonic wants for streaming RPCs.
@@ -36,14 +38,18 @@ type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + '
 pub(crate) struct Tables {
     map: Arc<RwLock<BTreeMap<String, Arc<Table>>>>,
     max_item_bytes: u64,
+    /// Where inserts and samples record their latency.
+    metrics: ReplayMetrics,
 }
 
 impl Tables {
-    /// An empty registry whose tables' items may take at most `max_item_bytes`.
-    pub(crate) fn new(max_item_bytes: u64) -> Tables {
+    /// An empty registry whose tables' items may take at most `max_item_bytes`, recording
+    /// inserts and samples in `metrics`.
+    pub(crate) fn new(max_item_bytes: u64, metrics: ReplayMetrics) -> Tables {
         Tables {
             map: Arc::default(),
             max_item_bytes,
+            metrics,
         }
     }
 
@@ -215,10 +221,9 @@ impl ReplayService for Replay {
         &self,
         request: Request<EnsureTableRequest>,
     ) -> Result<Response<EnsureTableResponse>, Status> {
-        let config = request
-            .into_inner()
-            .table
-            .ok_or_else(|| Status::invalid_argument("EnsureTable needs a table definition"))?;
+        let config = request.into_inner().table.ok_or_else(|| {
+            ServiceError::InvalidRequest("EnsureTable needs a table definition".into())
+        })?;
         let spec = TableSpec::try_from(&config).map_err(to_status)?;
         let created = self.tables.ensure(&spec).map_err(|err| {
             warn!(table = %spec.name, error = %err, "EnsureTable refused");
@@ -235,13 +240,14 @@ impl ReplayService for Replay {
         &self,
         _request: Request<CheckpointRequest>,
     ) -> Result<Response<CheckpointResponse>, Status> {
-        let checkpointer = self.checkpointer.clone().ok_or_else(|| {
-            Status::failed_precondition("this replay server has no --checkpoint-dir")
-        })?;
+        let checkpointer = self
+            .checkpointer
+            .clone()
+            .ok_or(ServiceError::NoCheckpointDir)?;
         let path = checkpointer
             .write(&self.tables)
             .await
-            .map_err(|e| Status::internal(format!("checkpoint failed: {e:#}")))?;
+            .map_err(|e| ServiceError::Internal(format!("checkpoint failed: {e:#}")))?;
         Ok(Response::new(CheckpointResponse {
             path: path.display().to_string(),
         }))
@@ -328,7 +334,9 @@ impl InsertStream {
             .insert_many(items.into_iter().zip(priorities).collect())
             .await
             .map_err(to_status)?;
-        crate::metrics::INSERT_WAITS.record(started.elapsed());
+        self.tables
+            .metrics
+            .record_insert(table.name(), started.elapsed());
         Ok(InsertResponse { keys })
     }
 }
@@ -336,6 +344,7 @@ impl InsertStream {
 /// One learner's sample stream: a batch at a time, each built when the previous was taken.
 struct SampleStream {
     table: Arc<Table>,
+    metrics: ReplayMetrics,
     batch_size: usize,
     timeout: Option<Duration>,
     /// Batches still to send; `None` streams until the client cancels.
@@ -356,6 +365,7 @@ impl SampleStream {
                 .then(|| Duration::from_millis(request.rate_limiter_timeout_ms));
             Ok(SampleStream {
                 table,
+                metrics: tables.metrics.clone(),
                 batch_size,
                 timeout,
                 remaining,
@@ -407,11 +417,13 @@ impl SampleStream {
             .take(self.batch_size, self.timeout)
             .await
             .map_err(to_status)?;
-        crate::metrics::SAMPLE_WAITS.record(started.elapsed());
+        let waited = started.elapsed();
         let table = self.table.clone();
         let stacked = tokio::task::spawn_blocking(move || taken.stack(table.signature()))
             .await
             .map_err(task_failed)?;
+        self.metrics
+            .record_sample(self.table.name(), waited, started.elapsed());
         Ok(stacked.map_err(to_status)?.into())
     }
 }

@@ -4,8 +4,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fleet_replay_server::{serve, ServerOptions};
-use fleetrl_core::buffers::{FieldSpec, Signature, TableSpec};
+use fleet_replay_server::{serve, ServerOptions, Tasks};
+use fleetrl_proto::table::{FieldSpec, Signature, TableSpec};
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{
     InfoRequest, InsertRequest, InsertResponse, SampleRequest, SampleResponse,
@@ -81,9 +81,11 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let tables = vec![TableSpec::queue(TABLE, max_size, signature())];
-        let task = tokio::spawn(serve(listener, ServerOptions::in_memory(tables), async {
+        let shutdown = async {
             let _ = stopped.await;
-        }));
+        };
+        let options = ServerOptions::in_memory(tables);
+        let task = tokio::spawn(serve(listener, options, shutdown, Tasks::new()));
         TestServer { addr, stop, task }
     }
 

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use fleet_replay_server::{serve, ServerOptions};
-use fleetrl_core::buffers::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
+use fleet_replay_server::{serve, ServerOptions, Tasks};
+use fleetrl_proto::table::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{
     CheckpointRequest, DeleteRequest, EnsureTableRequest, InfoRequest, InsertRequest, ResetRequest,
@@ -53,10 +53,11 @@ async fn start(options: ServerOptions) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve(listener, options, async {
+    let shutdown = async {
         let _ = stopped.await;
-    }));
-    let channel = fleetrl_core::net::connect(&addr.to_string(), LIMIT)
+    };
+    let task = tokio::spawn(serve(listener, options, shutdown, Tasks::new()));
+    let channel = fleetrl_runtime::net::connect(&addr.to_string(), LIMIT)
         .await
         .unwrap();
     Server {
@@ -439,4 +440,58 @@ async fn checkpoint_rpc_and_restart_restore_everything() {
     assert_eq!(next, vec![6], "keys continue after a restore");
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A supervised task that panics stops the server: it still writes its final checkpoint and
+/// `serve` returns the panic as its error (the binary then exits non-zero).
+#[tokio::test]
+async fn a_panicking_task_stops_the_server_after_a_final_checkpoint() {
+    let dir = std::env::temp_dir().join(format!("fleetrl-replay-fault-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let options = ServerOptions {
+        checkpoint_dir: Some(dir.clone()),
+        ..ServerOptions::in_memory(vec![prioritized("fault")])
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (fault, faulted) = oneshot::channel::<()>();
+    let mut tasks = Tasks::new();
+    tasks.spawn(async move {
+        let _ = faulted.await;
+        panic!("injected fault");
+    });
+    let task = tokio::spawn(serve(listener, options, std::future::pending(), tasks));
+    let channel = fleetrl_runtime::net::connect(&addr.to_string(), LIMIT)
+        .await
+        .unwrap();
+    let mut client = ReplayServiceClient::new(channel);
+    let request = InsertRequest {
+        table: "fault".into(),
+        items: Some(items(0, 3)),
+        priorities: vec![1.0; 3],
+    };
+    insert(&mut client, request).await.unwrap();
+    fault.send(()).unwrap();
+    let result = tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+    let error = format!("{:#}", result.unwrap_err());
+    assert!(error.contains("panicked"), "{error}");
+    let restored = start(ServerOptions {
+        checkpoint_dir: Some(dir.clone()),
+        ..ServerOptions::in_memory(Vec::new())
+    })
+    .await;
+    let info = restored
+        .client
+        .clone()
+        .info(fleetrl_proto::v1::InfoRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let table = info.tables.iter().find(|t| t.name == "fault").unwrap();
+    assert_eq!(
+        table.current_size, 3,
+        "the final checkpoint kept every item"
+    );
+    restored.stop().await;
+    std::fs::remove_dir_all(&dir).unwrap();
 }

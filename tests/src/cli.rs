@@ -8,7 +8,7 @@ use crate::compose::repo_root;
 
 /// The `fleetrl` binary built beside the role binaries.
 pub fn fleetrl_bin() -> PathBuf {
-    fleetrl_core::launch::bin_dir()
+    fleetrl_runtime::launch::bin_dir()
         .expect("the binary directory")
         .join("fleetrl")
 }

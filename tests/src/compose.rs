@@ -56,7 +56,7 @@ pub fn repo_root() -> PathBuf {
 /// Builds the runtime image `tag` from the release binaries; returns its size in bytes.
 pub fn build_image(tag: &str) -> anyhow::Result<u64> {
     let root = repo_root();
-    let bin_dir = fleetrl_core::launch::bin_dir()?;
+    let bin_dir = fleetrl_runtime::launch::bin_dir()?;
     let out = Command::new("bash")
         .arg(root.join("deploy/docker/build-local.sh"))
         .args(["--tag", tag, "--bin-dir"])
@@ -200,10 +200,10 @@ pub async fn scrape(addr: SocketAddr) -> anyhow::Result<String> {
     Ok(body.to_string())
 }
 
-/// One value from `addr`'s metrics (see [`fleetrl_core::telemetry::metrics::parse_value`]).
+/// One value from `addr`'s metrics (see [`fleetrl_runtime::telemetry::metrics::parse_value`]).
 pub async fn metric(addr: SocketAddr, series: &str) -> anyhow::Result<f64> {
     let text = scrape(addr).await?;
-    fleetrl_core::telemetry::metrics::parse_value(&text, series)
+    fleetrl_runtime::telemetry::metrics::parse_value(&text, series)
         .with_context(|| format!("{addr}/metrics has no `{series}`"))
 }
 

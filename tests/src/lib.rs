@@ -3,20 +3,22 @@
 //! launcher does, and gives the test clients and handles to kill or add actors.
 //!
 //! The binaries must be built first (`cargo build --release --bins`; the README's test command
-//! does it). One scenario per file in `tests/`. [`compose`] runs the same roles in containers.
+//! does it). One scenario per file in `tests/`. [`compose`] runs the same roles in containers;
+//! [`requires`] decides whether a test that needs a tool or a GPU runs, skips or fails.
 
 pub mod cli;
 pub mod compose;
+pub mod requires;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fleetrl_core::launch::Role;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus};
+use fleetrl_runtime::launch::Role;
 use tonic::transport::Channel;
 
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -87,13 +89,15 @@ impl Sandbox {
 
     /// A learner client.
     pub async fn learner(&self) -> anyhow::Result<LearnerServiceClient<Channel>> {
-        let channel = fleetrl_core::net::connect(&self.learner_addr.to_string(), PATIENCE).await?;
+        let channel =
+            fleetrl_runtime::net::connect(&self.learner_addr.to_string(), PATIENCE).await?;
         Ok(LearnerServiceClient::new(channel))
     }
 
     /// A replay client.
     pub async fn replay(&self) -> anyhow::Result<ReplayServiceClient<Channel>> {
-        let channel = fleetrl_core::net::connect(&self.replay_addr.to_string(), PATIENCE).await?;
+        let channel =
+            fleetrl_runtime::net::connect(&self.replay_addr.to_string(), PATIENCE).await?;
         Ok(ReplayServiceClient::new(channel))
     }
 
@@ -242,7 +246,7 @@ pub async fn wait_health(
 ) -> anyhow::Result<()> {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
-    let channel = fleetrl_core::net::connect(&addr.to_string(), PATIENCE).await?;
+    let channel = fleetrl_runtime::net::connect(&addr.to_string(), PATIENCE).await?;
     let mut client = HealthClient::new(channel);
     let started = Instant::now();
     loop {
@@ -326,7 +330,7 @@ impl SandboxBuilder {
             None
         };
         let replay_log = dir.join("replay-server.log");
-        let mut replay_args = vec![s("--listen"), s("127.0.0.1:0"), s("--config"), cfg.clone()];
+        let mut replay_args = vec![s("--listen"), s("127.0.0.1:0")];
         replay_args.extend(metrics_args(metrics.map(|m| m.replay)));
         let mut replay = Role::start(
             "replay-server",
@@ -413,9 +417,9 @@ impl ReplayProcess {
 
     /// A client of this server.
     pub async fn client(&self) -> anyhow::Result<ReplayServiceClient<Channel>> {
-        let channel = fleetrl_core::net::connect(&self.addr.to_string(), PATIENCE).await?;
+        let channel = fleetrl_runtime::net::connect(&self.addr.to_string(), PATIENCE).await?;
         Ok(ReplayServiceClient::new(channel)
-            .max_decoding_message_size(fleetrl_core::net::MAX_MESSAGE_BYTES))
+            .max_decoding_message_size(fleetrl_runtime::net::MAX_MESSAGE_BYTES))
     }
 
     /// The server's info on `table`.

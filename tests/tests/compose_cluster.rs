@@ -3,7 +3,8 @@
 //! training progress, scales to 4 actors without restarting the learner, kills an actor,
 //! restarts the replay server (its checkpoint restored) and the learner (it resumes with its
 //! step counter), and ends with a checkpoint whose 20-episode evaluation solves CartPole.
-//! Skipped, with a message saying why, where no Docker engine or compose is installed.
+//! Skipped, with a message saying why, where no Docker engine or compose is installed; a
+//! failure instead under `CI=true` (see `fleetrl_tests::requires`).
 //!
 //! Prints the deployment timings: image size and build time, `up` to the first learner
 //! update, env steps/s with 2 and with 4 actors.
@@ -16,6 +17,7 @@ use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{GetStatusRequest, InfoRequest, SaveCheckpointRequest};
 use fleetrl_tests::compose::{self, metric, poll, Compose};
+use fleetrl_tests::requires::{self, Need};
 
 const IMAGE: &str = "fleetrl:test";
 const PRESET: &str = "compose-test";
@@ -30,8 +32,7 @@ const CONNECTED: &str = "fleetrl_learner_actors_connected";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_cluster_trains_scales_and_survives_restarts() -> anyhow::Result<()> {
-    if let Some(why) = compose::docker_unavailable() {
-        eprintln!("SKIPPED compose_cluster: {why}");
+    if !requires::should_run("compose_cluster", Need::Tool, compose::docker_unavailable())? {
         return Ok(());
     }
     let built = Instant::now();
@@ -204,7 +205,8 @@ impl std::fmt::Display for Rate {
 
 /// Actors whose last episode report reached the learner within the last 3 s.
 async fn reporting_actors(learner: SocketAddr) -> anyhow::Result<usize> {
-    let channel = fleetrl_core::net::connect(&learner.to_string(), Duration::from_secs(5)).await?;
+    let channel =
+        fleetrl_runtime::net::connect(&learner.to_string(), Duration::from_secs(5)).await?;
     let status = LearnerServiceClient::new(channel)
         .get_status(GetStatusRequest {})
         .await?
@@ -229,7 +231,8 @@ async fn training_continues(metrics: SocketAddr, after: &str) -> anyhow::Result<
 }
 
 async fn replay_inserted(replay: SocketAddr) -> anyhow::Result<u64> {
-    let channel = fleetrl_core::net::connect(&replay.to_string(), Duration::from_secs(5)).await?;
+    let channel =
+        fleetrl_runtime::net::connect(&replay.to_string(), Duration::from_secs(5)).await?;
     let info = ReplayServiceClient::new(channel)
         .info(InfoRequest {})
         .await?
@@ -301,7 +304,7 @@ async fn restart_learner(cluster: &Compose, metrics: SocketAddr) -> anyhow::Resu
 /// Asks the learner for a checkpoint and evaluates it in the learner's container.
 async fn solved_checkpoint(cluster: &Compose) -> anyhow::Result<Option<String>> {
     let grpc = cluster.port("learner", 1, 50052)?;
-    let channel = fleetrl_core::net::connect(&grpc.to_string(), Duration::from_secs(5)).await?;
+    let channel = fleetrl_runtime::net::connect(&grpc.to_string(), Duration::from_secs(5)).await?;
     let saved = LearnerServiceClient::new(channel)
         .save_checkpoint(SaveCheckpointRequest {})
         .await?

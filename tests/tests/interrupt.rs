@@ -23,7 +23,7 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
 fn ctrl_c_stops_the_run_cleanly() -> anyhow::Result<()> {
     let out = std::env::temp_dir().join(format!("fleetrl-interrupt-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let fleetrl = fleetrl_core::launch::bin_dir()?.join("fleetrl");
+    let fleetrl = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut child = Command::new(fleetrl)
         .current_dir(root)

@@ -66,6 +66,19 @@ async fn every_role_serves_its_metrics() -> anyhow::Result<()> {
         metric(replay_m, &format!("fleetrl_replay_table_max_size{table}")).await?,
         2.0
     );
+    // The latency histograms: one observation per update, insert and sampled batch.
+    at_least(learner_m, "fleetrl_learner_update_seconds_count", 2.0).await?;
+    let update_s = metric(learner_m, "fleetrl_learner_update_seconds_sum").await?;
+    assert!(
+        update_s > 0.0 && update_s.is_finite(),
+        "update time {update_s}"
+    );
+    for op in ["insert", "sample"] {
+        let series = format!("fleetrl_replay_{op}_seconds_count{table}");
+        at_least(replay_m, &series, 5.0).await?;
+        let all = format!("fleetrl_replay_{op}_seconds_bucket{{le=\"+Inf\",table=\"rollouts\"}}");
+        at_least(replay_m, &all, 5.0).await?;
+    }
     drop(sandbox);
     Ok(())
 }
@@ -75,11 +88,13 @@ async fn an_off_policy_actor_reports_its_weight_swaps() -> anyhow::Result<()> {
     let (sandbox, run) = start("cartpole-dqn").await?;
     at_least(run.learner, "fleetrl_learner_weights_published_total", 3.0).await?;
     at_least(run.actor, "fleetrl_actor_weights_applied_total", 2.0).await?;
-    let latency = metric(
+    let latency = metric(run.actor, "fleetrl_actor_weights_apply_latency_seconds_sum").await?;
+    let swaps = metric(
         run.actor,
-        "fleetrl_actor_weights_apply_latency_seconds_total",
+        "fleetrl_actor_weights_apply_latency_seconds_count",
     )
     .await?;
+    assert!(swaps >= 2.0, "{swaps} swaps in the latency histogram");
     let swap = metric(run.actor, "fleetrl_actor_weights_swap_seconds").await?;
     assert!(
         latency > 0.0 && latency.is_finite(),

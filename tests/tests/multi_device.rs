@@ -8,6 +8,7 @@ use std::time::Duration;
 use fleetrl_core::broadcast::Receiver;
 use fleetrl_proto::v1::SubscribeWeightsRequest;
 use fleetrl_proto::Dtype;
+use fleetrl_tests::requires::{self, Need};
 use fleetrl_tests::Sandbox;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,7 +81,7 @@ async fn two_cpu_replicas_with_f16_chunked_weights_learn_cartpole() -> anyhow::R
 /// Starts `fleet-learner` on `preset` with `sets` (no replay server: it must fail before
 /// needing one); its stderr.
 fn refused_learner(preset: &str, sets: &[&str]) -> anyhow::Result<String> {
-    let learner = fleetrl_core::launch::bin_dir()?.join("fleet-learner");
+    let learner = fleetrl_runtime::launch::bin_dir()?.join("fleet-learner");
     let config = fleetrl_tests::compose::repo_root().join(format!("configs/{preset}.toml"));
     let mut command = Command::new(learner);
     command
@@ -138,11 +139,12 @@ fn devices_the_learner_cannot_use_are_refused_by_name() -> anyhow::Result<()> {
 #[test]
 fn learner_binary_links_libtorch_cuda() -> anyhow::Result<()> {
     let libtorch = fleetrl_tests::compose::repo_root().join(".venv/libtorch/lib");
-    if !libtorch.join("libtorch_cuda.so").exists() {
-        eprintln!("skipped: {} has no libtorch_cuda.so", libtorch.display());
+    let missing = (!libtorch.join("libtorch_cuda.so").exists())
+        .then(|| format!("{} has no libtorch_cuda.so", libtorch.display()));
+    if !requires::should_run("learner_binary_links_libtorch_cuda", Need::Gpu, missing)? {
         return Ok(());
     }
-    let learner = fleetrl_core::launch::bin_dir()?.join("fleet-learner");
+    let learner = fleetrl_runtime::launch::bin_dir()?.join("fleet-learner");
     let bytes = std::fs::read(&learner)?;
     let needle = b"libtorch_cuda.so\0";
     assert!(

@@ -18,7 +18,7 @@ fn train(name: &str, preset: &str, overrides: &[&str]) -> anyhow::Result<serde_j
     let out = std::env::temp_dir().join(format!("fleetrl-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let bin = fleetrl_core::launch::bin_dir()?.join("fleetrl");
+    let bin = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
     let mut cmd = Command::new(bin);
     cmd.current_dir(&root).args(["train", "--config", preset]);
     for o in overrides {

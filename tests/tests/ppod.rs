@@ -14,12 +14,13 @@ use std::process::Command;
 use std::time::Duration;
 
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs::{self, Action};
-use fleetrl_core::items::demo::{self, Demo, DemoSource, Recorder};
+use fleetrl_core::envs;
+use fleetrl_proto::space::Action;
 use fleetrl_proto::v1::demo_service_client::DemoServiceClient;
 use fleetrl_proto::v1::{
     CandidateDemo, CheckpointRequest, ConfigureDemosRequest, OfferDemosRequest, SyncDemosRequest,
 };
+use fleetrl_runtime::demo::{self, Demo, DemoSource, Recorder};
 use fleetrl_tests::ReplayProcess;
 
 const TABLES: &str = r#"
@@ -57,17 +58,22 @@ fn episode(env_id: &str, seed: u64, scripted: bool) -> Demo {
     }
 }
 
-fn run_config(demos_dir: &Path) -> String {
+fn demo_buffers(demos_dir: &Path) -> fleetrl_proto::v1::DemoBuffersSpec {
     let mut config = RunConfig::default();
     config.env.id = "SparseMountainCar-v0".into();
     config.ppod.enabled = true;
     config.ppod.capacity = 5;
     config.ppod.demos_dir = demos_dir.display().to_string();
-    config.to_toml()
+    let env = fleetrl_core::envs::make(&config.env.id).unwrap();
+    config.ppod.buffers_spec(
+        &config.env.id,
+        &env.observation_space(),
+        &env.action_space(),
+    )
 }
 
 async fn demo_client(server: &ReplayProcess) -> DemoServiceClient<tonic::transport::Channel> {
-    let channel = fleetrl_core::net::connect(&server.addr.to_string(), Duration::from_secs(30))
+    let channel = fleetrl_runtime::net::connect(&server.addr.to_string(), Duration::from_secs(30))
         .await
         .unwrap();
     DemoServiceClient::new(channel)
@@ -89,7 +95,7 @@ async fn demo_buffers_refuse_bad_demos_and_survive_a_restart() -> anyhow::Result
     assert_eq!(sync.code(), tonic::Code::FailedPrecondition, "{sync}");
     let state = client
         .configure(ConfigureDemosRequest {
-            config_toml: run_config(&demos),
+            spec: Some(demo_buffers(&demos)),
         })
         .await?
         .into_inner();
@@ -128,7 +134,7 @@ async fn demo_buffers_refuse_bad_demos_and_survive_a_restart() -> anyhow::Result
     let mut client = demo_client(&server).await;
     let restored = client
         .configure(ConfigureDemosRequest {
-            config_toml: run_config(&demos),
+            spec: Some(demo_buffers(&demos)),
         })
         .await?
         .into_inner();
@@ -154,7 +160,7 @@ async fn demo_buffers_refuse_bad_demos_and_survive_a_restart() -> anyhow::Result
 }
 
 fn fleetrl(root: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let bin = fleetrl_core::launch::bin_dir()?.join("fleetrl");
+    let bin = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
     let run = Command::new(bin).current_dir(root).args(args).output()?;
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "fleetrl {args:?} failed: {stderr}");

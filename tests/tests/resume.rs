@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn train(out: &Path, steps: u64, resume: bool) -> anyhow::Result<serde_json::Value> {
-    let fleetrl = fleetrl_core::launch::bin_dir()?.join("fleetrl");
+    let fleetrl = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut cmd = Command::new(fleetrl);
     cmd.current_dir(root)

@@ -6,10 +6,11 @@
 //! are the learner's job here, so steps go in raw.
 
 use fleetrl_core::config::{AlgoConfig, DqnConfig, RunConfig};
-use fleetrl_core::envs::{Action, Episode};
+use fleetrl_core::envs::Episode;
 use fleetrl_core::items::sequence::{keep_first_state, SequenceStep};
 use fleetrl_core::models::{ModelError, Policy, RnnState};
 use fleetrl_core::replay_client::SequenceBuilder;
+use fleetrl_proto::space::Action;
 use tch::{Device, Tensor};
 
 use super::transitions::{clip, Stepping};

@@ -4,10 +4,11 @@ use tch::Tensor;
 
 use crate::acting::clipped;
 use crate::config::{EnvConfig, RunConfig};
-use crate::envs::{self, Action, Env, EnvError, Space};
-use crate::items::demo::{Demo, DemoSource, Recorder};
+use crate::envs::{self, Env, EnvError};
 use crate::items::rollout::Actions;
 use crate::models::{Policy, RnnState};
+use fleetrl_proto::space::{Action, Space};
+use fleetrl_runtime::demo::{Demo, DemoSource, Recorder};
 
 /// Env seeds of evaluation start here (offset from the run's seed, so evaluation episodes
 /// never replay the training envs' starts); `fleetrl train` and `fleetrl eval` agree on it.

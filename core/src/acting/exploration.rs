@@ -6,7 +6,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::config::{Exploration, NoiseKind};
-use crate::envs::{Action, Space};
+use fleetrl_proto::space::{Action, Space};
 
 /// Explores around a policy's actions for M envs.
 #[derive(Debug)]

@@ -9,9 +9,10 @@ pub mod scripted;
 
 use tch::Tensor;
 
-use crate::envs::{Action, EnvError, Space, VecEnv};
+use crate::envs::{EnvError, VecEnv};
 use crate::items::rollout::{Actions, Bootstrap, RolloutBuilder, StepRecord};
 use crate::models::{Policy, RnnState};
+use fleetrl_proto::space::{Action, Space};
 
 /// Why a rollout could not be collected.
 #[derive(Debug, thiserror::Error)]

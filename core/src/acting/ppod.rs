@@ -16,11 +16,12 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::acting::{batch, clipped, ActingError};
-use crate::buffers::demos::{value_weights, DemoKind};
-use crate::envs::{Action, VecEnv};
-use crate::items::demo::{Demo, DemoSource, Recorder};
+use crate::envs::VecEnv;
 use crate::items::rollout::{Actions, Bootstrap, RolloutBuilder, StepRecord};
 use crate::models::Policy;
+use fleetrl_proto::space::Action;
+use fleetrl_runtime::demo::{value_weights, DemoKind};
+use fleetrl_runtime::demo::{Demo, DemoSource, Recorder};
 
 /// A demo an actor may replay.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,8 +1,9 @@
 //! Hand-written controllers for native envs, played to record demos without a trained
 //! policy (`fleetrl record --scripted ENV`, PPO+D's tests).
 
-use crate::envs::{self, mountain_car_controller, Action, EnvError};
-use crate::items::demo::{Demo, DemoSource, Recorder};
+use crate::envs::{self, mountain_car_controller, EnvError};
+use fleetrl_proto::space::Action;
+use fleetrl_runtime::demo::{Demo, DemoSource, Recorder};
 
 /// A controller: observation in, action out.
 type Controller = fn(&[f32]) -> Action;

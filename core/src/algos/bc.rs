@@ -110,7 +110,7 @@ impl OffPolicyAlgorithm for Bc {
 mod tests {
     use super::*;
     use crate::config::ModelConfig;
-    use crate::envs::Space;
+    use fleetrl_proto::space::Space;
 
     #[test]
     fn log_prob_loss_is_the_cross_entropy_and_training_fits_the_expert() {

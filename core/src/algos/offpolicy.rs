@@ -10,9 +10,9 @@ use super::sac::Sac;
 use super::td3::Td3;
 use super::Metrics;
 use crate::config::{AlgoConfig, ReplayOptions, RunConfig};
-use crate::envs::Space;
 use crate::items::transition::TransitionBatch;
 use crate::models::{ModelError, OffPolicyModel, PolicyKind};
+use fleetrl_proto::space::Space;
 use fleetrl_proto::{TensorError, TensorMap};
 
 /// The result of one gradient update.

@@ -546,7 +546,7 @@ mod tests {
 
     fn fresh_ppo(threads: usize) -> Ppo {
         use crate::config::ModelConfig;
-        use crate::envs::Space;
+        use fleetrl_proto::space::Space;
         let obs = Space::Box {
             shape: vec![4],
             low: vec![-1.0; 4],

@@ -226,8 +226,8 @@ mod tests {
     #[test]
     fn caps_terms_are_weighted_mean_squared_action_differences() {
         use crate::config::ModelConfig;
-        use crate::envs::Space;
         use crate::models::PolicyKind;
+        use fleetrl_proto::space::Space;
         let b = |n: usize| Space::Box {
             shape: vec![n as i64],
             low: vec![-1.0; n],

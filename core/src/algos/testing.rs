@@ -3,9 +3,9 @@
 use tch::Device;
 
 use crate::config::ModelConfig;
-use crate::envs::Space;
 use crate::items::rollout::{Actions, RolloutBatch};
 use crate::models::ActorCritic;
+use fleetrl_proto::space::Space;
 
 /// A fresh CartPole-shaped (4 observations, 2 actions) actor-critic, seeded.
 pub(crate) fn cartpole_model(seed: i64) -> ActorCritic {

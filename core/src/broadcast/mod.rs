@@ -28,7 +28,7 @@ const _: () = assert!(
 use fleetrl_proto::TensorError;
 
 /// Bytes per chunk message actors ask for: large enough that per-message costs vanish (1 MiB
-/// is one HTTP/2 frame at [`crate::net::MAX_FRAME_BYTES`]), small enough that writing one
+/// is one HTTP/2 frame at [`fleetrl_runtime::net::MAX_FRAME_BYTES`]), small enough that writing one
 /// chunk into place keeps the receiving async task well under a millisecond.
 pub const DEFAULT_CHUNK_BYTES: u32 = 1024 * 1024;
 

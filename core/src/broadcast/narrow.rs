@@ -212,18 +212,21 @@ mod tests {
         let mut params = TensorMap::default();
         for (i, &n) in sizes.iter().enumerate() {
             let t = tch::Tensor::randn([n], (tch::Kind::Float, tch::Device::Cpu)) * 300.0;
-            params
-                .tensors
-                .insert(format!("t{i}"), ProtoTensor::try_from(&t).unwrap());
+            params.tensors.insert(
+                format!("t{i}"),
+                crate::models::weights::to_proto(&t).unwrap(),
+            );
         }
         let edge = tch::Tensor::from_slice(&[65504.0f32, -65504.0, 1e-8, 0.0]);
-        params
-            .tensors
-            .insert("edge".into(), ProtoTensor::try_from(&edge).unwrap());
+        params.tensors.insert(
+            "edge".into(),
+            crate::models::weights::to_proto(&edge).unwrap(),
+        );
         let nan = tch::Tensor::from_slice(&[1.0f32, f32::NAN]);
-        params
-            .tensors
-            .insert("nan".into(), ProtoTensor::try_from(&nan).unwrap());
+        params.tensors.insert(
+            "nan".into(),
+            crate::models::weights::to_proto(&nan).unwrap(),
+        );
         params
             .tensors
             .insert("steps".into(), ProtoTensor::from_slice(&[1], &[7i64]));
@@ -248,8 +251,14 @@ mod tests {
                 assert_eq!(got, t, "{name} stays as it is");
                 continue;
             }
-            let torch = tch::Tensor::try_from(t).unwrap().to_kind(tch::Kind::Half);
-            assert_eq!(got, &ProtoTensor::try_from(&torch).unwrap(), "{name}");
+            let torch = crate::models::weights::from_proto(t)
+                .unwrap()
+                .to_kind(tch::Kind::Half);
+            assert_eq!(
+                got,
+                &crate::models::weights::to_proto(&torch).unwrap(),
+                "{name}"
+            );
         }
     }
 

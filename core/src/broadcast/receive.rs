@@ -402,7 +402,7 @@ fn kind_of(dtype: Dtype) -> Kind {
 
 /// One tensor of an unchunked message as a tch tensor, f16 widened back to f32.
 fn to_f32_tensor(t: &ProtoTensor) -> Result<Tensor, BroadcastError> {
-    let tensor = Tensor::try_from(t)?;
+    let tensor = crate::models::weights::from_proto(t)?;
     Ok(if tensor.kind() == Kind::Half {
         tensor.to_kind(Kind::Float)
     } else {

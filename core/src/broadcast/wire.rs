@@ -35,7 +35,7 @@ use tonic::server::NamedService;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
-use crate::net::MAX_MESSAGE_BYTES;
+use fleetrl_runtime::net::MAX_MESSAGE_BYTES;
 
 /// The method's HTTP/2 path.
 pub const SUBSCRIBE_WEIGHTS_PATH: &str = "/fleetrl.v1.LearnerService/SubscribeWeights";

@@ -1,6 +1,7 @@
 //! `[ppod]`: PPO+D (learning from demonstrations through the replay server's demo tables).
 //! Off unless `enabled`; the algorithm stays `[algo] name = "ppo"` (or any on-policy one).
 
+use fleetrl_proto::space::Space;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
@@ -55,6 +56,32 @@ impl Default for PpodConfig {
 }
 
 impl PpodConfig {
+    /// The declaration of the demo buffers for an env with these spaces: what an actor sends
+    /// the replay server's `DemoService.Configure` (the server builds no env of its own).
+    pub fn buffers_spec(
+        &self,
+        env_id: &str,
+        observation: &Space,
+        action: &Space,
+    ) -> fleetrl_proto::v1::DemoBuffersSpec {
+        fleetrl_proto::v1::DemoBuffersSpec {
+            env_id: env_id.to_string(),
+            observation_space: Some(observation.into()),
+            action_space: Some(action.into()),
+            rho: self.rho,
+            phi: self.phi,
+            alpha: self.alpha,
+            capacity: self.capacity,
+            anneal_steps: self.anneal_steps,
+            demos_dir: self.demos_dir.clone(),
+            supplementary_dir: self.supplementary_dir.clone(),
+            target_dir: self.target_dir.clone(),
+            save_every: self.save_every,
+            save_top_k: self.save_top_k,
+            reward_threshold: self.reward_threshold,
+        }
+    }
+
     /// Checks the ranges serde cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key, message: &str| {

@@ -19,7 +19,8 @@ use std::f64::consts::PI;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 /// Integration time step, seconds.
 const DT: f64 = 0.2;

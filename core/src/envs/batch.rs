@@ -2,7 +2,8 @@
 //! Python is entered once per batch), which [`VecEnv`](super::VecEnv) can host instead of one
 //! [`Env`](super::Env) per row.
 
-use super::{EnvError, Space, VecStep};
+use super::{EnvError, VecStep};
+use fleetrl_proto::space::Space;
 
 /// The actions of every env in a batch, row-major.
 #[derive(Debug, Clone, Copy)]

@@ -114,7 +114,10 @@ mod tests {
         let mut venv = make_vec(&config, 2).unwrap();
         venv.reset(0);
         let step = venv
-            .step(&vec![crate::envs::Action::Continuous(vec![0.0]); 2])
+            .step(&vec![
+                fleetrl_proto::space::Action::Continuous(vec![0.0]);
+                2
+            ])
             .unwrap();
         assert!(step.reward.iter().all(|r| (-0.5..=0.0).contains(r)));
     }

@@ -2,7 +2,8 @@
 //! `FrameStackObservation` with `padding_type="reset"`: a reset fills the stack with the first
 //! observation).
 
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 /// Stacks the last `k` observations along a new leading axis.
 pub struct FrameStack<E> {

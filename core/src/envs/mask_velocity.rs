@@ -2,7 +2,8 @@
 //! positions, hiding its velocities), so the task needs memory (as SB3-contrib's
 //! `CartPoleNoVel`). Registered as `CartPoleNoVel-v1`: observation `[x, theta]`.
 
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 /// Shows only the observation components at `keep`.
 pub struct MaskObservation<E> {

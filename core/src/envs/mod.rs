@@ -34,6 +34,8 @@ mod sparse_mountain_car;
 mod time_limit;
 mod vec_env;
 
+use fleetrl_proto::space::{Action, Space};
+
 pub use acrobot::Acrobot;
 pub use atari::{AtariPreprocessing, ATARI_SIZE};
 pub use batch::{BatchActions, BatchEnv};
@@ -89,44 +91,6 @@ pub const KNOWN_ENVS: &[&str] = &[
     "MountainCarContinuous-v0",
     "SparseMountainCar-v0",
 ];
-
-/// An observation or action space.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Space {
-    /// Integers `0..n`.
-    Discrete {
-        /// Number of actions.
-        n: i64,
-    },
-    /// A box of f32 values with per-element bounds (infinite bounds allowed).
-    Box {
-        /// Shape of one value.
-        shape: Vec<i64>,
-        /// Lower bound per element (row-major, product(shape) entries).
-        low: Vec<f32>,
-        /// Upper bound per element.
-        high: Vec<f32>,
-    },
-}
-
-impl Space {
-    /// Number of scalar elements in one value of this space (1 for discrete).
-    pub fn flat_dim(&self) -> usize {
-        match self {
-            Space::Discrete { .. } => 1,
-            Space::Box { shape, .. } => shape.iter().product::<i64>() as usize,
-        }
-    }
-}
-
-/// An action for one env.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Action {
-    /// An index into a [`Space::Discrete`].
-    Discrete(i64),
-    /// A point in a [`Space::Box`].
-    Continuous(Vec<f32>),
-}
 
 /// What one env step returns, named as gymnasium names it.
 #[derive(Debug, Clone, PartialEq)]

@@ -16,7 +16,8 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 pub(super) const MIN_POSITION: f64 = -1.2;
 pub(super) const MAX_POSITION: f64 = 0.6;

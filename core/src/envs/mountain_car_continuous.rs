@@ -24,7 +24,8 @@ use rand::{Rng, SeedableRng};
 use super::mountain_car::{
     observation_space, GRAVITY, MAX_POSITION, MAX_SPEED, MIN_POSITION, RESET_HIGH, RESET_LOW,
 };
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 const MIN_ACTION: f32 = -1.0;
 const MAX_ACTION: f32 = 1.0;

@@ -16,7 +16,8 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 const MAX_SPEED: f64 = 8.0;
 const MAX_TORQUE: f32 = 2.0;

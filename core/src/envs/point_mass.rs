@@ -10,7 +10,8 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 /// How far a unit action moves the point in one step.
 const SPEED: f32 = 0.1;

@@ -1,7 +1,8 @@
 //! [`RewardTransform`]: scales and clips the rewards the learner sees (SB3's reward scaling,
 //! the Atari `ClipRewardEnv`), while episodes keep being reported in the unchanged score.
 
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 /// `reward * scale`, then clipped to `[-clip, clip]` when `clip > 0`.
 pub struct RewardTransform<E> {

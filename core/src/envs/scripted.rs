@@ -1,7 +1,8 @@
 //! A tiny scripted env for wrapper tests: observation `[t, seed-dependent offset, last action]`,
 //! reward `rewards[t]`, terminated after `len` steps.
 
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 /// Steps through `rewards`; the observation is `[t, offset, last action]`.
 pub(crate) struct Scripted {

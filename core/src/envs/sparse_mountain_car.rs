@@ -3,7 +3,8 @@
 //! other step. A random policy practically never reaches the goal in 200 steps, so there is
 //! no learning signal until an episode succeeds: the PPO+D test task.
 
-use super::{Action, Env, EnvError, MountainCar, Space, Step};
+use super::{Env, EnvError, MountainCar, Step};
+use fleetrl_proto::space::{Action, Space};
 
 /// Mountain car rewarded only at the goal.
 #[derive(Default)]
@@ -57,7 +58,7 @@ pub fn mountain_car_controller(obs: &[f32]) -> i64 {
 mod tests {
     use super::*;
     use crate::envs::check_env_contract;
-    use crate::items::demo::DemoSource;
+    use fleetrl_runtime::demo::DemoSource;
 
     #[test]
     fn keeps_the_contract_and_rewards_only_the_goal() {

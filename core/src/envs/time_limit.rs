@@ -1,7 +1,8 @@
 //! [`TimeLimit`], gymnasium's `TimeLimit` wrapper (`gymnasium/wrappers/common.py`): truncates an
 //! episode after a fixed number of steps.
 
-use super::{Action, Env, EnvError, Space, Step};
+use super::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 /// Wraps an env and sets `truncated = true` on the step where the number of steps since the last
 /// reset reaches `max_episode_steps`. As in gymnasium, `terminated` and `truncated` are

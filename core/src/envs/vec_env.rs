@@ -5,7 +5,8 @@
 //! first observation of the next episode and `final_obs[i]` holds the last one of the episode
 //! that ended (SB3's `terminal_observation`), which a learner needs to bootstrap truncations.
 
-use super::{make, Action, BatchActions, BatchEnv, Env, EnvError, Space};
+use super::{make, BatchActions, BatchEnv, Env, EnvError};
+use fleetrl_proto::space::{Action, Space};
 
 /// A finished episode's statistics.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,7 +1,6 @@
 //! What actors write and learners read: fixed-length rollouts (on-policy), n-step
-//! transitions and burn-in sequences (off-policy), and recorded demonstrations (PPO+D, BC).
+//! transitions and burn-in sequences (off-policy). The demo file format is `fleetrl_runtime::demo`.
 
-pub mod demo;
 pub mod rollout;
 pub mod sequence;
 pub mod transition;

@@ -20,9 +20,10 @@
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
 use crate::algos::returns::StepData;
-use crate::buffers::{FieldSpec, Signature, TableSpec};
 use crate::config::RunConfig;
-use crate::envs::{self, EnvError, Space};
+use crate::envs::{self, EnvError};
+use fleetrl_proto::space::Space;
+use fleetrl_proto::table::{FieldSpec, Signature, TableSpec};
 
 /// Field names, so producers and consumers cannot drift apart.
 pub mod field {

@@ -19,9 +19,9 @@
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
-use crate::buffers::{FieldSpec, Signature};
-use crate::envs::Space;
 use crate::models::RnnState;
+use fleetrl_proto::space::Space;
+use fleetrl_proto::table::{FieldSpec, Signature};
 
 /// Field names.
 pub mod field {
@@ -148,7 +148,7 @@ impl SequenceBatch {
     /// Reads a stacked sample (leading dimension B) onto `device`, time-major, unit weights.
     pub fn from_stacked(batch: &TensorMap, device: tch::Device) -> Result<Self, TensorError> {
         let get = |name: &str| -> Result<tch::Tensor, TensorError> {
-            Ok(tch::Tensor::try_from(batch.field(name)?)?.to_device(device))
+            Ok(crate::models::weights::from_proto(batch.field(name)?)?.to_device(device))
         };
         let time_major = |name: &str| -> Result<tch::Tensor, TensorError> {
             Ok(get(name)?.transpose(0, 1).contiguous())
@@ -191,8 +191,8 @@ impl SequenceBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffers::TakenItems;
     use crate::replay_client::SequenceBuilder;
+    use fleetrl_proto::table::TakenItems;
 
     /// Steps cut by the builder, trimmed to their first state, pass the table's signature,
     /// stack into a batch and come back as time-major tensors with the stored state of each

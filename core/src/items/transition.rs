@@ -17,9 +17,10 @@ use std::collections::VecDeque;
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
-use crate::buffers::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
 use crate::config::{ReplayOptions, RunConfig};
-use crate::envs::{self, Action, EnvError, Space};
+use crate::envs::{self, EnvError};
+use fleetrl_proto::space::{Action, Space};
+use fleetrl_proto::table::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
 
 /// Field names.
 pub mod field {
@@ -222,7 +223,7 @@ impl TransitionBatch {
     /// Reads a stacked sample (leading dimension B) onto `device`, with unit weights.
     pub fn from_stacked(batch: &TensorMap, device: tch::Device) -> Result<Self, TensorError> {
         let get = |name: &str| -> Result<tch::Tensor, TensorError> {
-            Ok(tch::Tensor::try_from(batch.field(name)?)?.to_device(device))
+            Ok(crate::models::weights::from_proto(batch.field(name)?)?.to_device(device))
         };
         let reward = get(field::REWARD)?;
         Ok(TransitionBatch {

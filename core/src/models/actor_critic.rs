@@ -9,7 +9,7 @@ use tch::{Device, Tensor};
 use super::atari::NatureCnn;
 use super::{weights, Dist, FrameShape, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState};
 use crate::config::{Activation, ModelConfig};
-use crate::envs::Space;
+use fleetrl_proto::space::Space;
 
 /// What [`Policy::act`] returns for a batch.
 #[derive(Debug)]

@@ -21,7 +21,7 @@ pub use obs_norm::ObsNorm;
 pub use offpolicy::{OffPolicyModel, PolicyKind};
 pub use recurrent_q::{RecurrentQ, Unrolled};
 
-use crate::envs::Space;
+use fleetrl_proto::space::Space;
 
 /// Why a model could not be built or loaded.
 #[derive(Debug, thiserror::Error)]

@@ -21,7 +21,7 @@ use tch::{Device, Kind, Tensor};
 use super::recurrent_q::RecurrentQ;
 use super::{weights, Mlp, ModelError, Policy, PolicyStep, RnnState};
 use crate::config::{Activation, ModelConfig};
-use crate::envs::Space;
+use fleetrl_proto::space::Space;
 
 /// The log-std range of the squashed Gaussian (SAC's usual bounds).
 const LOG_STD_RANGE: (f64, f64) = (-20.0, 2.0);

@@ -3,16 +3,68 @@
 
 use std::collections::HashMap;
 
-use fleetrl_proto::{Tensor as ProtoTensor, TensorMap};
+use bytes::Bytes;
+use fleetrl_proto::{Dtype, Tensor as ProtoTensor, TensorError, TensorMap};
 use tch::{nn, Tensor};
 
 use super::ModelError;
+
+fn kind_of(dtype: Dtype) -> Result<tch::Kind, TensorError> {
+    Ok(match dtype {
+        Dtype::F32 => tch::Kind::Float,
+        Dtype::F64 => tch::Kind::Double,
+        Dtype::I64 => tch::Kind::Int64,
+        Dtype::I32 => tch::Kind::Int,
+        Dtype::U8 => tch::Kind::Uint8,
+        Dtype::Bool => tch::Kind::Bool,
+        Dtype::F16 => tch::Kind::Half,
+        Dtype::Unspecified => return Err(TensorError::UnknownDType(0)),
+    })
+}
+
+fn dtype_of(kind: tch::Kind) -> Result<Dtype, TensorError> {
+    Ok(match kind {
+        tch::Kind::Float => Dtype::F32,
+        tch::Kind::Double => Dtype::F64,
+        tch::Kind::Int64 => Dtype::I64,
+        tch::Kind::Int => Dtype::I32,
+        tch::Kind::Uint8 => Dtype::U8,
+        tch::Kind::Bool => Dtype::Bool,
+        tch::Kind::Half => Dtype::F16,
+        other => return Err(TensorError::Tch(format!("no proto dtype for {other:?}"))),
+    })
+}
+
+/// Copies a tch tensor (any device) into a proto tensor. (Here, not in fleetrl-proto, so that
+/// the protocol crate never depends on tch: the replay server links neither.)
+pub fn to_proto(t: &Tensor) -> Result<ProtoTensor, TensorError> {
+    let dtype = dtype_of(t.kind())?;
+    let t = t.to_device(tch::Device::Cpu).contiguous();
+    let numel = t.numel();
+    let mut data = vec![0u8; numel * dtype.size()];
+    // x86-64 and aarch64 are little-endian, so the in-memory bytes are the wire bytes.
+    #[cfg(target_endian = "little")]
+    t.f_copy_data_u8(&mut data, numel)
+        .map_err(|e| TensorError::Tch(e.to_string()))?;
+    Ok(ProtoTensor {
+        dtype: dtype as i32,
+        shape: t.size(),
+        data: Bytes::from(data),
+    })
+}
+
+/// Copies a proto tensor into a new CPU tch tensor.
+pub fn from_proto(t: &ProtoTensor) -> Result<Tensor, TensorError> {
+    let dtype = t.validate()?;
+    Tensor::f_from_data_size(&t.data, &t.shape, kind_of(dtype)?)
+        .map_err(|e| TensorError::Tch(e.to_string()))
+}
 
 /// Every variable of `vs` as a proto tensor, by path.
 pub fn export(vs: &nn::VarStore) -> Result<TensorMap, ModelError> {
     let mut map = HashMap::new();
     for (name, var) in vs.variables() {
-        map.insert(name, ProtoTensor::try_from(&var)?);
+        map.insert(name, to_proto(&var)?);
     }
     Ok(TensorMap { tensors: map })
 }
@@ -21,7 +73,7 @@ pub fn export(vs: &nn::VarStore) -> Result<TensorMap, ModelError> {
 pub fn import(vs: &nn::VarStore, weights: &TensorMap) -> Result<(), ModelError> {
     let mut named = Vec::with_capacity(weights.tensors.len());
     for (name, proto) in &weights.tensors {
-        named.push((name.clone(), Tensor::try_from(proto)?));
+        named.push((name.clone(), from_proto(proto)?));
     }
     load_named(vs, &named)
 }

@@ -21,8 +21,8 @@ use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use tonic::transport::Channel;
 use tonic::Code;
 
-use crate::buffers::TableSpec;
-use crate::net::{self, MAX_MESSAGE_BYTES};
+use fleetrl_proto::table::TableSpec;
+use fleetrl_runtime::net::{self, MAX_MESSAGE_BYTES};
 
 /// Time between reconnection attempts to a shard that went away.
 pub const RECONNECT_DELAY: Duration = Duration::from_millis(500);

@@ -5,7 +5,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
-use fleetrl_core::envs::{Action, Env, TimeLimit};
+use fleetrl_core::envs::{Env, TimeLimit};
+use fleetrl_proto::space::Action;
 use serde::Deserialize;
 
 /// Observations and rewards agree to this (the fixture holds float32 observations rounded to 9

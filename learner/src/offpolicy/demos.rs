@@ -7,10 +7,10 @@ use std::time::Duration;
 use anyhow::Context;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
-use fleetrl_core::items::demo;
 use fleetrl_core::items::transition::Transition;
 use fleetrl_core::replay_client::{Writer, WriterOptions};
 use fleetrl_proto::TensorMap;
+use fleetrl_runtime::demo;
 
 /// The table items of every demo in `dir`, checked against the run's env.
 pub(crate) fn items(config: &RunConfig, dir: &str) -> anyhow::Result<Vec<TensorMap>> {

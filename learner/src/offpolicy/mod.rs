@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fleetrl_core::algos::offpolicy::{self as algos, OffPolicyAlgorithm};
-use fleetrl_core::buffers::RateLimiterSpec;
 use fleetrl_core::checkpoint;
 use fleetrl_core::config::{AlgoConfig, RunConfig};
 use fleetrl_core::envs;
 use fleetrl_core::items::transition;
 use fleetrl_core::replay_client::{self, sample_stream, SampleOptions};
-use fleetrl_core::telemetry::EventWriter;
+use fleetrl_proto::table::RateLimiterSpec;
+use fleetrl_runtime::telemetry::EventWriter;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::setup::run_spec;

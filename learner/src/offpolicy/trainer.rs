@@ -10,8 +10,8 @@ use fleetrl_core::algos::Metrics;
 use fleetrl_core::config::{ReplayOptions, RunConfig};
 use fleetrl_core::items::transition::importance_weights;
 use fleetrl_core::replay_client::ShardBatch;
-use fleetrl_core::telemetry::EventWriter;
 use fleetrl_proto::v1::Weights;
+use fleetrl_runtime::telemetry::EventWriter;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::priorities::PriorityUpdate;
@@ -143,7 +143,7 @@ impl OffPolicyTrainer {
         }
         self.metrics
             .update_seconds
-            .add(started.elapsed().as_secs_f64());
+            .observe_duration(started.elapsed());
         self.metrics
             .record_update(updates, env_steps, version, &update.metrics);
         self.record(version, env_steps, &update.metrics);

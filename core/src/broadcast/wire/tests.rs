@@ -161,9 +161,9 @@ async fn serve(service: WeightsOnly) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
-        crate::net::server()
+        fleetrl_runtime::net::server()
             .add_service(LearnerRoutes::new(service))
-            .serve_with_incoming(crate::net::incoming(listener)),
+            .serve_with_incoming(fleetrl_runtime::net::incoming(listener)),
     );
     format!("http://{addr}")
 }
@@ -172,7 +172,7 @@ async fn serve(service: WeightsOnly) -> String {
 async fn a_subscriber_receives_versions_over_grpc_and_errors_carry_their_status() {
     let (tx, rx) = watch::channel(Arc::new(weights(0, &values(5000))));
     let addr = serve(WeightsOnly::new(rx, BroadcastDtype::F16)).await;
-    let channel = crate::net::connect_weights_subscriber(&addr, Duration::from_secs(10))
+    let channel = fleetrl_runtime::net::connect_weights_subscriber(&addr, Duration::from_secs(10))
         .await
         .unwrap();
 
@@ -228,7 +228,7 @@ async fn a_subscriber_receives_versions_over_grpc_and_errors_carry_their_status(
 async fn a_request_that_is_not_grpc_is_refused_by_name() {
     let (_tx, rx) = watch::channel(Arc::new(weights(0, &[1.0, 2.0])));
     let addr = serve(WeightsOnly::new(rx, BroadcastDtype::F32)).await;
-    let mut channel = crate::net::connect(&addr, Duration::from_secs(10))
+    let mut channel = fleetrl_runtime::net::connect(&addr, Duration::from_secs(10))
         .await
         .unwrap();
     let mut call = http::Request::new(Body::new(http_body_util::Full::new(Bytes::from_static(

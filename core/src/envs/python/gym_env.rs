@@ -6,7 +6,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use super::{make_host_env, py_error};
-use crate::envs::{Action, Env, EnvError, Space, Step};
+use crate::envs::{Env, EnvError, Step};
+use fleetrl_proto::space::{Action, Space};
 
 /// One gymnasium env (`gymnasium.make(id, **kwargs)`), observations as flat f32.
 pub struct GymEnv {

@@ -6,7 +6,8 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use super::gym_env::read_f32;
 use super::{make_host_env, py_error};
-use crate::envs::{BatchActions, BatchEnv, EnvError, Space, VecStep};
+use crate::envs::{BatchActions, BatchEnv, EnvError, VecStep};
+use fleetrl_proto::space::Space;
 
 /// M copies of a gymnasium env in one `SyncVectorEnv` with same-step auto-reset.
 pub struct GymVecEnv {

@@ -11,7 +11,7 @@ pub use uniform::UniformSelector;
 
 use rand::rngs::SmallRng;
 
-use super::SelectorKind;
+use fleetrl_proto::table::SelectorKind;
 
 /// Picks keys among the items a table holds.
 ///

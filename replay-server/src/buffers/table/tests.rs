@@ -11,7 +11,7 @@ use fleetrl_proto::{Dtype, Tensor, TensorMap};
 use proptest::prelude::*;
 
 use super::*;
-use crate::buffers::{FieldSpec, RateLimiterSpec, SelectorKind};
+use fleetrl_proto::table::{FieldSpec, RateLimiterSpec, SelectorKind};
 
 const WAIT: Duration = Duration::from_secs(10);
 

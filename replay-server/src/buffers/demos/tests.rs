@@ -1,6 +1,6 @@
 use super::*;
-use crate::envs::{Action, Space};
-use crate::items::demo::{DemoSource, Recorder};
+use fleetrl_proto::space::{Action, Space};
+use fleetrl_runtime::demo::{value_weights, DemoSource, Recorder};
 
 /// An episode of `len` steps whose last step pays `reward` (every other step 0).
 fn episode(len: usize, reward: f32) -> Demo {

@@ -1,12 +1,10 @@
 //! Conversions between table definitions and their wire messages (`fleetrl.v1.TableConfig`).
 
-use fleetrl_proto::v1 as pb;
-use fleetrl_proto::Dtype;
+use crate::v1 as pb;
+use crate::Dtype;
 use pb::selector::Kind;
 
-use super::{
-    FieldSpec, RateLimiterSpec, ReplayError, SelectorKind, Signature, TableInfo, TableSpec,
-};
+use super::{FieldSpec, RateLimiterSpec, ReplayError, SelectorKind, Signature, TableSpec};
 
 impl From<&TableSpec> for pb::TableConfig {
     fn from(spec: &TableSpec) -> Self {
@@ -110,28 +108,6 @@ fn selector(kind: SelectorKind) -> pb::Selector {
     pb::Selector {
         kind: kind as i32,
         priority_exponent,
-    }
-}
-
-impl From<&TableInfo> for pb::TableInfo {
-    fn from(info: &TableInfo) -> Self {
-        pb::TableInfo {
-            name: info.spec.name.clone(),
-            sampler: info.spec.sampler.name().to_string(),
-            max_size: info.spec.max_size,
-            current_size: info.current_size,
-            num_inserted: info.counters.inserted,
-            num_sampled: info.counters.sampled,
-            signature: info.spec.signature.fields.iter().map(Into::into).collect(),
-            config: Some((&info.spec).into()),
-            num_deleted: info.counters.deleted,
-            bytes: info.bytes,
-            limiter_diff: info.diff,
-            limiter_min_diff: info.bounds.min_diff,
-            limiter_max_diff: info.bounds.max_diff,
-            waiting_inserts: info.waiting_inserts,
-            waiting_samples: info.waiting_samples,
-        }
     }
 }
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{DemoKind, DemoStore, DemoStoreConfig, StoredDemo};
-use crate::items::demo::{self, DemoError};
+use super::{DemoStore, DemoStoreConfig, StoredDemo};
+use fleetrl_runtime::demo::{self, DemoError, DemoKind};
 
 /// The persisted format's version.
 const STATE_VERSION: u32 = 1;

@@ -31,7 +31,7 @@
 //!
 //! # Value-demo weights
 //!
-//! [`value_weights`]: p_j proportional to `exp(alpha * (v_j - max_k v_k))`, i.e. a softmax
+//! [`fleetrl_runtime::demo::value_weights`]: p_j proportional to `exp(alpha * (v_j - max_k v_k))`, i.e. a softmax
 //! with temperature 1/alpha. It is positive and increasing in v for negative values too, where
 //! pytorchrl's `v^alpha` is not.
 
@@ -39,43 +39,9 @@ mod persist;
 #[cfg(test)]
 mod tests;
 
-use crate::items::demo::{Demo, DemoError};
+use fleetrl_runtime::demo::{Demo, DemoError, DemoKind};
 
 pub use persist::{load, save};
-
-/// Which buffer a demo is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DemoKind {
-    /// Loaded at start from the demos directory; a reward demo never evicted.
-    Initial,
-    /// The agent's own episode (or a supplementary demo) that reached the threshold.
-    Agent,
-    /// An unsuccessful agent episode kept for its high predicted value.
-    Value,
-}
-
-impl DemoKind {
-    /// Whether it is in the reward buffer.
-    pub fn is_reward(self) -> bool {
-        matches!(self, DemoKind::Initial | DemoKind::Agent)
-    }
-
-    /// Its name in persisted state.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DemoKind::Initial => "initial",
-            DemoKind::Agent => "agent",
-            DemoKind::Value => "value",
-        }
-    }
-
-    /// The kind called `name`.
-    pub fn parse(name: &str) -> Option<DemoKind> {
-        [DemoKind::Initial, DemoKind::Agent, DemoKind::Value]
-            .into_iter()
-            .find(|k| k.as_str() == name)
-    }
-}
 
 /// A demo in the store.
 #[derive(Debug, Clone, PartialEq)]
@@ -421,35 +387,11 @@ pub fn truncated_after_last_reward(mut demo: Demo) -> Demo {
         values.truncate(keep);
     }
     match &mut demo.actions {
-        crate::items::demo::DemoActions::Discrete { actions, .. } => actions.truncate(keep),
-        crate::items::demo::DemoActions::Continuous { low, actions, .. } => {
+        fleetrl_runtime::demo::DemoActions::Discrete { actions, .. } => actions.truncate(keep),
+        fleetrl_runtime::demo::DemoActions::Continuous { low, actions, .. } => {
             actions.truncate(keep * low.len())
         }
     }
     demo.terminated = false;
     demo
-}
-
-/// Sampling weights of value demos with these max values: `exp(alpha * (v - max v))`,
-/// normalised to sum to 1 (uniform when all are equal or alpha is 0). A non-finite max value
-/// weighs 0 unless no value is finite (then all weigh the same). Empty in, empty out.
-pub fn value_weights(max_values: &[f32], alpha: f64) -> Vec<f64> {
-    let top = max_values
-        .iter()
-        .map(|&v| v as f64)
-        .filter(|v| v.is_finite())
-        .fold(f64::NEG_INFINITY, f64::max);
-    let raw: Vec<f64> = max_values
-        .iter()
-        .map(|&v| match (v as f64).is_finite() {
-            true => (alpha * (v as f64 - top)).exp(),
-            false => 0.0,
-        })
-        .collect();
-    let sum: f64 = raw.iter().sum();
-    if sum > 0.0 {
-        raw.iter().map(|w| w / sum).collect()
-    } else {
-        vec![1.0 / max_values.len().max(1) as f64; max_values.len()]
-    }
 }

@@ -26,9 +26,8 @@ use rand::SeedableRng;
 use tokio::sync::Notify;
 
 use super::selectors::{self, Selector};
-use super::{
-    Counters, RateLimiter, ReplayError, SampledBatch, Signature, TableInfo, TableSpec, TakenItems,
-};
+use super::{Counters, RateLimiter, TableInfo};
+use fleetrl_proto::table::{ReplayError, SampledBatch, Signature, TableSpec, TakenItems};
 
 /// A named store of items. Share it between tasks with an `Arc`.
 #[derive(Debug)]

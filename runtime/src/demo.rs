@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
-use crate::envs::{Action, Space};
+use fleetrl_proto::space::{Action, Space};
 
 /// The `format` header value of every demo file.
 pub const FORMAT: &str = "fleetrl-demo";
@@ -535,6 +535,64 @@ impl Recorder {
     pub fn finish(mut self, terminated: bool) -> Demo {
         self.demo.terminated = terminated;
         self.demo
+    }
+}
+
+/// Which buffer a demo is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DemoKind {
+    /// Loaded at start from the demos directory; a reward demo never evicted.
+    Initial,
+    /// The agent's own episode (or a supplementary demo) that reached the threshold.
+    Agent,
+    /// An unsuccessful agent episode kept for its high predicted value.
+    Value,
+}
+
+impl DemoKind {
+    /// Whether it is in the reward buffer.
+    pub fn is_reward(self) -> bool {
+        matches!(self, DemoKind::Initial | DemoKind::Agent)
+    }
+
+    /// Its name in persisted state.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DemoKind::Initial => "initial",
+            DemoKind::Agent => "agent",
+            DemoKind::Value => "value",
+        }
+    }
+
+    /// The kind called `name`.
+    pub fn parse(name: &str) -> Option<DemoKind> {
+        [DemoKind::Initial, DemoKind::Agent, DemoKind::Value]
+            .into_iter()
+            .find(|k| k.as_str() == name)
+    }
+}
+
+/// Sampling weights of value demos with these max values: `exp(alpha * (v - max v))`,
+/// normalised to sum to 1 (uniform when all are equal or alpha is 0). A non-finite max value
+/// weighs 0 unless no value is finite (then all weigh the same). Empty in, empty out.
+pub fn value_weights(max_values: &[f32], alpha: f64) -> Vec<f64> {
+    let top = max_values
+        .iter()
+        .map(|&v| v as f64)
+        .filter(|v| v.is_finite())
+        .fold(f64::NEG_INFINITY, f64::max);
+    let raw: Vec<f64> = max_values
+        .iter()
+        .map(|&v| match (v as f64).is_finite() {
+            true => (alpha * (v as f64 - top)).exp(),
+            false => 0.0,
+        })
+        .collect();
+    let sum: f64 = raw.iter().sum();
+    if sum > 0.0 {
+        raw.iter().map(|w| w / sum).collect()
+    } else {
+        vec![1.0 / max_values.len().max(1) as f64; max_values.len()]
     }
 }
 

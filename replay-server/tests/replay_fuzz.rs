@@ -2,7 +2,8 @@
 //! path returns an item list or an error naming the problem, and never panics, hangs or
 //! allocates without bound. (Property-based with proptest, so it runs in the normal suite.)
 
-use fleetrl_core::buffers::{split_stacked, FieldSpec, Signature, Table, TableSpec};
+use fleet_replay_server::buffers::Table;
+use fleetrl_proto::table::{split_stacked, FieldSpec, Signature, TableSpec};
 use fleetrl_proto::v1::{InsertRequest, TableConfig};
 use fleetrl_proto::{Dtype, Tensor, TensorMap};
 use proptest::prelude::*;
@@ -20,7 +21,7 @@ fn signature() -> Signature {
 
 fn table() -> Table {
     let mut spec = TableSpec::replay("fuzz", 64, 1.0, 1, signature());
-    spec.rate_limiter = fleetrl_core::buffers::RateLimiterSpec::MinSize { min_size: 1 };
+    spec.rate_limiter = fleetrl_proto::table::RateLimiterSpec::MinSize { min_size: 1 };
     Table::seeded(&spec, 1).unwrap()
 }
 

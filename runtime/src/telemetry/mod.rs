@@ -1,12 +1,15 @@
 //! Logs and metrics: tracing to stderr for every binary, Prometheus metrics over HTTP for every
-//! binary ([`metrics`]), TensorBoard event files for learners.
+//! binary ([`metrics`]), TensorBoard event files for learners, and how `main` reports a failure
+//! ([`exit_code`]).
 
+mod exit;
 pub mod metrics;
 mod tensorboard;
 
 use std::io::Write;
 use std::net::SocketAddr;
 
+pub use exit::exit_code;
 pub use metrics::Registry;
 pub use tensorboard::EventWriter;
 

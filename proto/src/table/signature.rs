@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use fleetrl_proto::{Dtype, Tensor, TensorMap};
+use crate::{Dtype, Tensor, TensorMap};
 
 use super::{FieldSpec, ReplayError, Signature};
 

@@ -2,7 +2,7 @@
 //! signature. Specs come from the server's TOML file, from `EnsureTable` requests, and from
 //! checkpoints; [`TableSpec::check`] rejects every combination that could never work.
 
-use fleetrl_proto::Dtype;
+use crate::Dtype;
 use serde::{Deserialize, Serialize};
 
 use super::ReplayError;
@@ -284,14 +284,18 @@ impl TableSpec {
                 "an item takes {item_bytes} bytes, above this server's limit of {max_item_bytes}"
             )));
         }
-        self.check_rate_limiter().map_err(bad)
+        match self.rate_limiter_problem() {
+            Some(why) => Err(bad(why)),
+            None => Ok(()),
+        }
     }
 
-    fn check_rate_limiter(&self) -> Result<(), String> {
+    /// What makes the rate limiter unable to make progress, if anything.
+    fn rate_limiter_problem(&self) -> Option<String> {
         match self.rate_limiter {
             RateLimiterSpec::MinSize { min_size } => {
                 if min_size == 0 || min_size > self.max_size {
-                    return Err(format!(
+                    return Some(format!(
                         "min_size {min_size} must be in 1..=max_size ({}), or nothing is ever sampled",
                         self.max_size
                     ));
@@ -303,19 +307,19 @@ impl TableSpec {
                 error_buffer,
             } => {
                 if !(samples_per_insert.is_finite() && samples_per_insert > 0.0) {
-                    return Err(format!(
+                    return Some(format!(
                         "samples_per_insert must be finite and > 0, got {samples_per_insert}"
                     ));
                 }
                 if min_size_to_sample == 0 || min_size_to_sample > self.max_size {
-                    return Err(format!(
+                    return Some(format!(
                         "min_size_to_sample {min_size_to_sample} must be in 1..=max_size ({})",
                         self.max_size
                     ));
                 }
                 let needed = 2.0 * samples_per_insert.max(1.0);
                 if !(error_buffer.is_finite() && error_buffer >= needed) {
-                    return Err(format!(
+                    return Some(format!(
                         "error_buffer must be at least 2 * max(1, samples_per_insert) = {needed}, \
                          got {error_buffer}: a smaller buffer can stall both inserts and samples"
                     ));
@@ -323,21 +327,21 @@ impl TableSpec {
             }
             RateLimiterSpec::Queue { size } => {
                 if size == 0 || size > self.max_size {
-                    return Err(format!(
+                    return Some(format!(
                         "queue size {size} must be in 1..=max_size ({}): a larger queue would \
                          evict items before they are sampled",
                         self.max_size
                     ));
                 }
                 if self.max_times_sampled != 1 {
-                    return Err(format!(
+                    return Some(format!(
                         "a queue samples each item exactly once, so max_times_sampled must be 1, got {}",
                         self.max_times_sampled
                     ));
                 }
             }
         }
-        Ok(())
+        None
     }
 
     /// Largest batch a sample request may ask for: larger ones could never be served.
@@ -360,7 +364,7 @@ impl TableSpec {
 
 /// Serialises [`Dtype`] by its short lowercase name (`"f32"`, `"u8"`, ...).
 mod dtype_name {
-    use fleetrl_proto::Dtype;
+    use crate::Dtype;
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
     const NAMES: [(Dtype, &str); 6] = [
@@ -393,9 +397,9 @@ mod dtype_name {
     }
 }
 
-impl From<&FieldSpec> for fleetrl_proto::v1::FieldSpec {
+impl From<&FieldSpec> for crate::v1::FieldSpec {
     fn from(spec: &FieldSpec) -> Self {
-        fleetrl_proto::v1::FieldSpec {
+        crate::v1::FieldSpec {
             name: spec.name.clone(),
             dtype: spec.dtype as i32,
             shape: spec.shape.clone(),

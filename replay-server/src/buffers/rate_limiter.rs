@@ -1,7 +1,7 @@
 //! The rate limiter: when a table lets an insert or a sample proceed (see
 //! [`RateLimiterSpec`] for the rule, shared by the min-size, samples-per-insert and queue kinds).
 
-use super::spec::{LimiterBounds, RateLimiterSpec};
+use fleetrl_proto::table::{LimiterBounds, RateLimiterSpec};
 
 /// Lifetime counters of a table, as the rate limiter sees them. Persisted with the table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -1,6 +1,6 @@
 //! A sampled batch: items stacked field by field along a new leading dimension.
 
-use fleetrl_proto::{Tensor, TensorMap};
+use crate::{Tensor, TensorMap};
 
 use super::{ReplayError, Signature};
 
@@ -42,9 +42,8 @@ impl TakenItems {
         debug_assert_eq!(self.keys.len(), self.items.len());
         let mut batch = TensorMap::default();
         for spec in &signature.fields {
-            let invalid = |e: fleetrl_proto::TensorError| {
-                ReplayError::invalid_item(&spec.name, e.to_string())
-            };
+            let invalid =
+                |e: crate::TensorError| ReplayError::invalid_item(&spec.name, e.to_string());
             let mut parts = Vec::with_capacity(self.items.len());
             for item in &self.items {
                 parts.push(item.field(&spec.name).map_err(invalid)?);
@@ -146,9 +145,9 @@ pub fn split_stacked(
     Ok(items)
 }
 
-impl From<SampledBatch> for fleetrl_proto::v1::SampleResponse {
+impl From<SampledBatch> for crate::v1::SampleResponse {
     fn from(sampled: SampledBatch) -> Self {
-        fleetrl_proto::v1::SampleResponse {
+        crate::v1::SampleResponse {
             batch: Some(sampled.batch),
             keys: sampled.keys,
             probabilities: sampled.probabilities,
@@ -161,8 +160,8 @@ impl From<SampledBatch> for fleetrl_proto::v1::SampleResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffers::FieldSpec;
-    use fleetrl_proto::Dtype;
+    use crate::table::FieldSpec;
+    use crate::Dtype;
 
     #[test]
     fn split_inverts_stack_and_names_bad_fields() {

@@ -30,7 +30,8 @@ use bytes::Bytes;
 use fleetrl_proto::{Tensor, TensorMap};
 use serde::{Deserialize, Serialize};
 
-use super::{Counters, SnapshotItem, TableSnapshot, TableSpec};
+use super::{Counters, SnapshotItem, TableSnapshot};
+use fleetrl_proto::table::TableSpec;
 
 /// The format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -370,7 +371,8 @@ fn sync_dir(dir: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffers::{FieldSpec, Table};
+    use crate::buffers::Table;
+    use fleetrl_proto::table::FieldSpec;
     use fleetrl_proto::Dtype;
 
     fn spec() -> TableSpec {
@@ -379,15 +381,15 @@ mod tests {
             8,
             1.0,
             1,
-            crate::buffers::Signature {
+            fleetrl_proto::table::Signature {
                 fields: vec![
                     FieldSpec::new("obs", Dtype::U8, &[2, 3]),
                     FieldSpec::new("reward", Dtype::F32, &[]),
                 ],
             },
         );
-        spec.sampler = crate::buffers::SelectorKind::Prioritized { exponent: 1.0 };
-        spec.rate_limiter = crate::buffers::RateLimiterSpec::MinSize { min_size: 1 };
+        spec.sampler = fleetrl_proto::table::SelectorKind::Prioritized { exponent: 1.0 };
+        spec.rate_limiter = fleetrl_proto::table::RateLimiterSpec::MinSize { min_size: 1 };
         spec
     }
 

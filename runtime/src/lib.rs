@@ -1,0 +1,15 @@
+//! fleetrl-runtime: the torch-free plumbing every fleetrl binary shares, so that the replay
+//! server links neither libtorch nor Python.
+//!
+//! - [`net`]: gRPC server and channel settings, connecting with retries, SIGTERM-aware serving.
+//! - [`telemetry`]: logging, the Prometheus registry and endpoint, TensorBoard event files, the
+//!   `listening on` announcement.
+//! - [`launch`]: starting fleetrl binaries as child processes (the `fleetrl` launcher, the
+//!   replay bench and the integration tests).
+//! - [`demo`]: the demo file format (PPO+D, behaviour cloning) and what actors and the replay
+//!   server share about demo buffers.
+
+pub mod demo;
+pub mod launch;
+pub mod net;
+pub mod telemetry;

@@ -1,0 +1,106 @@
+//! A user error (an unknown config key, an address that cannot be served) ends every binary
+//! with its message and context chain on stderr and exit code 1, and no backtrace even with
+//! `RUST_BACKTRACE=1` (see `fleetrl_runtime::telemetry::exit_code`).
+
+use std::process::Command;
+
+use fleetrl_tests::compose::repo_root;
+
+/// Runs `binary ARGS` from the repository root with backtraces asked for; its stderr, after
+/// checking that it failed with exit code 1 and printed no backtrace.
+fn failing(binary: &str, args: &[&str]) -> anyhow::Result<String> {
+    let path = fleetrl_runtime::launch::bin_dir()?.join(binary);
+    let run = Command::new(path)
+        .current_dir(repo_root())
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert_eq!(run.status.code(), Some(1), "{binary}: {stderr}");
+    assert!(
+        !stderr.to_lowercase().contains("backtrace"),
+        "{binary} printed a backtrace: {stderr}"
+    );
+    Ok(stderr)
+}
+
+#[test]
+fn the_learner_names_an_unknown_key_without_a_backtrace() -> anyhow::Result<()> {
+    let stderr = failing(
+        "fleet-learner",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--replay",
+            "127.0.0.1:9",
+            "--config",
+            "configs/cartpole-ppo.toml",
+            "--set",
+            "learner.no_such_key=1",
+        ],
+    )?;
+    assert!(stderr.contains("error: loading the run config"), "{stderr}");
+    assert!(
+        stderr.contains("caused by: ") && stderr.contains("no_such_key"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_replay_server_names_an_unknown_key_without_a_backtrace() -> anyhow::Result<()> {
+    let stderr = failing(
+        "fleet-replay-server",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            "configs/cartpole-ppo.toml",
+            "--set",
+            "no_such_section.key=1",
+        ],
+    )?;
+    assert!(stderr.contains("error: loading run config"), "{stderr}");
+    assert!(stderr.contains("no_such_section"), "{stderr}");
+    Ok(())
+}
+
+#[test]
+fn the_cli_names_an_unknown_key_without_a_backtrace() -> anyhow::Result<()> {
+    let out = std::env::temp_dir().join(format!("fleetrl-user-errors-{}", std::process::id()));
+    let out = out.to_string_lossy().into_owned();
+    let stderr = failing(
+        "fleetrl",
+        &[
+            "train",
+            "--config",
+            "cartpole-ppo",
+            "--set",
+            "algo.no_such_key=1",
+            "--out",
+            &out,
+        ],
+    )?;
+    assert!(stderr.contains("error: loading the run config"), "{stderr}");
+    assert!(stderr.contains("no_such_key"), "{stderr}");
+    Ok(())
+}
+
+#[test]
+fn the_actor_names_an_address_it_cannot_serve_without_a_backtrace() -> anyhow::Result<()> {
+    let stderr = failing(
+        "fleet-actor",
+        &[
+            "--metrics-listen",
+            "127.0.0.1:99999",
+            "--connect-patience-s",
+            "1",
+        ],
+    )?;
+    assert!(
+        stderr.contains("error: serving metrics on 127.0.0.1:99999"),
+        "{stderr}"
+    );
+    Ok(())
+}
