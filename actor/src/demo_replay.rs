@@ -14,13 +14,23 @@ use fleetrl_proto::v1::{
     self as pb, CandidateDemo, ConfigureDemosRequest, DemoState, OfferDemosRequest,
     SyncDemosRequest, ValueRefresh,
 };
-use fleetrl_runtime::demo::Demo;
-use fleetrl_runtime::demo::DemoError;
-use fleetrl_runtime::demo::DemoKind;
+use fleetrl_runtime::demo::{Demo, DemoError, DemoKind};
 use fleetrl_runtime::net;
 use fleetrl_runtime::telemetry::metrics::{Gauge, Registry};
 use tokio::runtime::Handle;
 use tonic::transport::Channel;
+
+/// The demo buffers this run needs: the `[ppod]` section and the spaces of the env demos are
+/// recorded in (the raw env, as the demo files store them).
+fn demo_buffers_spec(config: &RunConfig) -> anyhow::Result<pb::DemoBuffersSpec> {
+    let env = fleetrl_core::envs::make(&config.env.id)
+        .with_context(|| format!("building {} to declare the demo buffers", config.env.id))?;
+    Ok(config.ppod.buffers_spec(
+        &config.env.id,
+        &env.observation_space(),
+        &env.action_space(),
+    ))
+}
 
 /// Why syncing with or offering to the demo buffers failed.
 #[derive(Debug, thiserror::Error)]
@@ -85,18 +95,6 @@ impl DemoGauges {
         self.value.set(f64::from(s.value_demos));
         self.successes.set(s.successes as f64);
     }
-}
-
-/// The demo buffers this run needs: the `[ppod]` section and the spaces of the env demos are
-/// recorded in (the raw env, as the demo files store them).
-fn demo_buffers_spec(config: &RunConfig) -> anyhow::Result<pb::DemoBuffersSpec> {
-    let env = fleetrl_core::envs::make(&config.env.id)
-        .with_context(|| format!("building {} to declare the demo buffers", config.env.id))?;
-    Ok(config.ppod.buffers_spec(
-        &config.env.id,
-        &env.observation_space(),
-        &env.action_space(),
-    ))
 }
 
 /// The actor's connection to the demo buffers.
