@@ -125,15 +125,6 @@ pub fn explained_variance(values: &[f32], returns: &[f32]) -> f64 {
     }
 }
 
-/// Reads a `<name>.updates` counter from a checkpoint state.
-pub fn load_counter(state: &[(String, Tensor)], name: &str) -> Result<u64, String> {
-    let found = state
-        .iter()
-        .find(|(n, _)| n == name)
-        .ok_or(format!("missing `{name}`"))?;
-    Ok(found.1.int64_value(&[]) as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
