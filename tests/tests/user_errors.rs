@@ -50,19 +50,17 @@ fn the_learner_names_an_unknown_key_without_a_backtrace() -> anyhow::Result<()> 
 
 #[test]
 fn the_replay_server_names_an_unknown_key_without_a_backtrace() -> anyhow::Result<()> {
+    let tables =
+        std::env::temp_dir().join(format!("fleetrl-bad-tables-{}.toml", std::process::id()));
+    std::fs::write(&tables, "[[table]]\nname = \"t\"\nno_such_key = 1\n")?;
+    let path = tables.display().to_string();
     let stderr = failing(
         "fleet-replay-server",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            "configs/cartpole-ppo.toml",
-            "--set",
-            "no_such_section.key=1",
-        ],
+        &["--listen", "127.0.0.1:0", "--tables", &path],
     )?;
-    assert!(stderr.contains("error: loading run config"), "{stderr}");
-    assert!(stderr.contains("no_such_section"), "{stderr}");
+    std::fs::remove_file(&tables)?;
+    assert!(stderr.contains("error: parsing tables file"), "{stderr}");
+    assert!(stderr.contains("no_such_key"), "{stderr}");
     Ok(())
 }
 
