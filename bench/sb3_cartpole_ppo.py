@@ -42,7 +42,7 @@ class EvalAndStop(BaseCallback):
         t = time.time()
         mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
         self.eval_seconds += time.time() - t
-        self.evals.append((self.num_timesteps, float(mean)))
+        self.evals.append((self.num_timesteps, float(mean), time.time() - T0))
         if mean >= TARGET:
             self.solved_at = (self.num_timesteps, time.time() - T0)
             return False
@@ -63,7 +63,7 @@ def main(seed):
     train_seconds = learn_seconds - callback.eval_seconds
     steps = model.num_timesteps
     print(json.dumps({
-        "system": "sb3-2.9.2", "seed": seed, "solved": callback.solved_at is not None,
+        "system": "sb3-2.9.2", "label": f"sb3 seed {seed}", "seed": seed, "solved": callback.solved_at is not None,
         "env_steps": steps, "wall_seconds": time.time() - T0 if callback.solved_at is None else callback.solved_at[1],
         "env_steps_per_second": steps / train_seconds, "evaluations": callback.evals,
         "final_eval_return": callback.evals[-1][1] if callback.evals else float(np.nan),

@@ -16,9 +16,9 @@ use fleetrl_proto::v1::{
 };
 use fleetrl_runtime::demo::{Demo, DemoError, DemoKind};
 use fleetrl_runtime::net;
+use fleetrl_runtime::net::Channel;
 use fleetrl_runtime::telemetry::metrics::{Gauge, Registry};
 use tokio::runtime::Handle;
-use tonic::transport::Channel;
 
 /// The demo buffers this run needs: the `[ppod]` section and the spaces of the env demos are
 /// recorded in (the raw env, as the demo files store them).

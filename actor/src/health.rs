@@ -21,6 +21,7 @@ pub(crate) async fn bind(
     let listener = tokio::net::TcpListener::bind(listen).await?;
     telemetry::announce_listening(listener.local_addr()?);
     let server = net::server()
+        .map_err(std::io::Error::other)?
         .add_service(service)
         .serve_with_incoming(net::incoming(listener));
     Ok((reporter, server))

@@ -8,6 +8,9 @@ use fleetrl_core::replay_client::{Writer, WriterOptions};
 use fleetrl_proto::TensorMap;
 use tokio::sync::mpsc;
 
+/// How often the insert counters reach the metrics.
+const PUBLISH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
 use crate::metrics::ActorMetrics;
 
 /// Where and how to insert.
@@ -29,25 +32,38 @@ impl Inserter {
         options.max_in_flight = self.max_in_flight.max(1);
         options.max_items_per_request = self.max_items_per_request.max(1);
         let (writer, task) = Writer::spawn(self.shards, options);
-        let publish = |writer: &Writer| {
-            self.metrics.rollouts_sent.set_total(writer.acked() as f64);
-            self.metrics
+        // Published on a clock, not per insert: an insert can wait for seconds on a shard that
+        // is down, which is exactly when the reconnect count matters.
+        let progress = writer.progress();
+        let metrics = self.metrics.clone();
+        let publish = move || {
+            metrics.rollouts_sent.set_total(progress.acked() as f64);
+            metrics
                 .insert_reconnects
-                .set_total(writer.reconnects() as f64);
+                .set_total(progress.reconnects() as f64);
         };
+        let publisher = tokio::spawn({
+            let publish = publish.clone();
+            async move {
+                let mut tick = tokio::time::interval(PUBLISH_INTERVAL);
+                loop {
+                    tick.tick().await;
+                    publish();
+                }
+            }
+        });
         while let Some(rollout) = rollouts.recv().await {
             if writer.insert(rollout, 1.0).await.is_err() {
                 break; // the writer ended; `finish` says why
             }
-            publish(&writer);
         }
-        let last = writer.clone();
         drop(writer);
         let result = task
             .finish()
             .await
             .map_err(|e| e.context("replay server rejected our rollouts"));
-        publish(&last);
+        publisher.abort();
+        publish();
         result
     }
 }

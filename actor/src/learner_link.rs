@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use fleetrl_core::broadcast::{wire, Received, Receiver, DEFAULT_CHUNK_BYTES};
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::{ReportEpisodesRequest, SubscribeWeightsRequest};
+use fleetrl_runtime::net::Channel;
 use fleetrl_runtime::net::MAX_MESSAGE_BYTES;
 use tokio::sync::watch;
-use tonic::transport::Channel;
 use tonic_health::server::HealthReporter;
 
 use crate::acting::Progress;
@@ -23,8 +23,16 @@ pub(crate) fn client(channel: Channel) -> LearnerServiceClient<Channel> {
 
 /// The learner's weight stream is gone for good.
 #[derive(Debug, thiserror::Error)]
-#[error("no weights from the learner for {0:?} (the learner is gone)")]
-pub(crate) struct LearnerLost(Duration);
+pub(crate) enum LearnerLost {
+    /// No subscription succeeded for this long.
+    #[error("no weights from the learner for {0:?} (the learner is gone)")]
+    Gone(Duration),
+    /// The learner restarted from a checkpoint: its versions start again below the ones this
+    /// actor acted with, so the actor exits to rejoin with a clean state (its supervisor
+    /// restarts it: `fleetrl train`, compose and Kubernetes all do).
+    #[error("the learner restarted ({0}); exiting to rejoin the run")]
+    Restarted(String),
+}
 
 /// Keeps `latest` set to the newest published weights, resubscribing after errors; health is
 /// SERVING while weights flow and NOT_SERVING while the stream is lost. Weights arrive in
@@ -36,6 +44,7 @@ pub(crate) struct LearnerLost(Duration);
 /// nothing to act for).
 pub(crate) async fn follow_weights(
     channel: Channel,
+    run_id: String,
     latest: watch::Sender<Option<Arc<Received>>>,
     metrics: Arc<ActorMetrics>,
     health: HealthReporter,
@@ -51,6 +60,7 @@ pub(crate) async fn follow_weights(
         let request = SubscribeWeightsRequest {
             after_version,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
+            run_id: run_id.clone(),
         };
         match wire::subscribe(channel.clone(), request).await {
             Ok(mut stream) => {
@@ -76,6 +86,9 @@ pub(crate) async fn follow_weights(
                 }
                 tracing::warn!(after_version, "weight stream ended; resubscribing");
             }
+            Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+                return Err(LearnerLost::Restarted(status.message().to_string()));
+            }
             Err(status) => tracing::warn!(%status, "cannot subscribe to weights; retrying"),
         }
         if serving {
@@ -83,7 +96,7 @@ pub(crate) async fn follow_weights(
             health::set(&health, false).await;
         }
         if lost_since.get_or_insert_with(Instant::now).elapsed() > patience {
-            return Err(LearnerLost(patience));
+            return Err(LearnerLost::Gone(patience));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -45,7 +45,7 @@ struct Args {
     #[arg(
         long,
         env = "FLEETRL_ACTOR_HEALTH_LISTEN",
-        default_value = "0.0.0.0:50053"
+        default_value = "127.0.0.1:50053"
     )]
     health_listen: String,
     /// Seconds to keep trying to reach the learner at startup, and to get its weight stream
@@ -56,6 +56,9 @@ struct Args {
     #[arg(long, env = "FLEETRL_METRICS_LISTEN")]
     metrics_listen: Option<String>,
 }
+
+/// How long the acting loop and the inserter get to finish at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     telemetry::init("info");
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    fleetrl_runtime::net::load_security()?;
     let (registry, metrics) = metrics::build();
     telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
     let (health, health_server) = health::bind(&args.health_listen)
@@ -98,6 +102,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (weights_tx, weights_rx) = watch::channel(None);
     let follow = learner_link::follow_weights(
         learner.clone(),
+        spec.run_id.clone(),
         weights_tx,
         metrics.clone(),
         health.clone(),
@@ -123,10 +128,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics: metrics.clone(),
     };
     parts.spawn(Part::Inserter, inserter.run(items_rx));
-    // The acting thread finishes its rollout and the inserter flushes what it holds. An
-    // off-policy actor's last transitions can wait on the replay server's rate limiter until
-    // the learner catches up (seconds): at shutdown they are worth less than a prompt exit.
-    let grace = Duration::from_secs(if config.algo.is_off_policy() { 1 } else { 10 });
+    // The acting thread finishes its rollout and the inserter flushes what it holds: a
+    // learner that is training takes it within milliseconds. Longer waits are on the replay
+    // server's rate limiter (a full queue at the end of a run, transitions ahead of the
+    // learner): at shutdown those items are worth less than a prompt exit, which `fleetrl
+    // train` (stopping the actors, then the learner) and every orchestrator wait on.
+    let grace = SHUTDOWN_GRACE;
     let (stop, stop_rx) = watch::channel(false);
     let actor_id = args.actor_id;
     let acting_loop = acting::ActingLoop {

@@ -2,25 +2,58 @@
 
 use std::path::Path;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use fleetrl_core::acting::eval::{eval_seed, evaluate_env, EvalResult};
-use fleetrl_core::config::RunConfig;
+use fleetrl_core::config::{EnvConfig, RunConfig};
+use fleetrl_core::envs;
 use fleetrl_core::models::Policy;
+use fleetrl_proto::space::Space;
 
-/// Plays `episodes` deterministic episodes with the policy in checkpoint `path`.
-/// Blocks (tch and env work): call from a blocking thread.
+/// Plays `episodes` deterministic episodes with the policy in checkpoint `path`, on the run's
+/// env or on `env_id` (same wrappers, e.g. `gym:CartPole-v1` to score a native CartPole policy
+/// in gymnasium's own implementation). Blocks (tch and env work): call from a blocking thread.
 /// `seed` defaults to the run's evaluation seed; the seed used is returned with the result.
 pub(crate) fn evaluate_checkpoint(
     path: &Path,
     episodes: usize,
     seed: Option<u64>,
+    env_id: Option<&str>,
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, config) = load_policy(path)?;
     let seed = seed.unwrap_or_else(|| eval_seed(&config));
+    let mut env = config.env.clone();
+    if let Some(id) = env_id {
+        env.id = id.to_string();
+        same_spaces(&config.env, &env)?;
+    }
     Ok((
-        evaluate_env(model.as_ref(), &config.env, episodes, seed, true)?,
+        evaluate_env(model.as_ref(), &env, episodes, seed, true)?,
         seed,
     ))
+}
+
+/// Refuses an evaluation env whose spaces differ from the ones the policy was trained on.
+fn same_spaces(trained: &EnvConfig, other: &EnvConfig) -> anyhow::Result<()> {
+    let a = envs::make_configured(trained)
+        .with_context(|| format!("making the checkpoint's env {}", trained.id))?;
+    let b = envs::make_configured(other).with_context(|| format!("making --env {}", other.id))?;
+    let (obs_a, obs_b) = (a.observation_space(), b.observation_space());
+    let (act_a, act_b) = (a.action_space(), b.action_space());
+    // Observation bounds are informational (gymnasium writes f32::MAX where a native env may
+    // write infinity); action bounds decide how actions are clipped, so they must agree.
+    let same_shape = |x: &Space, y: &Space| match (x, y) {
+        (Space::Box { shape: p, .. }, Space::Box { shape: q, .. }) => p == q,
+        _ => x == y,
+    };
+    if !same_shape(&obs_a, &obs_b) || act_a != act_b {
+        bail!(
+            "--env {} does not fit this checkpoint: its spaces are observation {obs_b:?}, action \
+             {act_b:?}; the policy was trained on {} with observation {obs_a:?}, action {act_a:?}",
+            other.id,
+            trained.id
+        );
+    }
+    Ok(())
 }
 
 /// The policy saved in checkpoint `path` (any algorithm), on the CPU, and the run config it
@@ -30,8 +63,13 @@ pub(crate) fn load_policy(path: &Path) -> anyhow::Result<(Box<dyn Policy>, RunCo
 }
 
 /// The `eval` subcommand: prints the mean return and writes `<checkpoint>/eval.json`.
-pub(crate) fn run(path: &Path, episodes: usize, seed: Option<u64>) -> anyhow::Result<()> {
-    let (result, seed) = evaluate_checkpoint(path, episodes, seed)?;
+pub(crate) fn run(
+    path: &Path,
+    episodes: usize,
+    seed: Option<u64>,
+    env_id: Option<&str>,
+) -> anyhow::Result<()> {
+    let (result, seed) = evaluate_checkpoint(path, episodes, seed, env_id)?;
     println!(
         "mean return {:.2} ± {:.2} over {} episodes",
         result.mean(),
@@ -40,13 +78,18 @@ pub(crate) fn run(path: &Path, episodes: usize, seed: Option<u64>) -> anyhow::Re
     );
     let report = serde_json::json!({
         "checkpoint": path.display().to_string(),
+        "env": env_id,
         "episodes": episodes,
         "seed": seed,
         "mean_return": result.mean(),
         "std_return": result.std(),
         "returns": result.returns,
     });
-    let out = path.join("eval.json");
+    // An evaluation on another env does not replace the run env's `eval.json`.
+    let out = match env_id {
+        None => path.join("eval.json"),
+        Some(id) => path.join(format!("eval-{}.json", id.replace(['/', ':'], "_"))),
+    };
     std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
         .with_context(|| format!("writing {}", out.display()))?;
     println!("wrote {}", out.display());

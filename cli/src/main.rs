@@ -4,6 +4,7 @@
 mod eval_cmd;
 mod health_cmd;
 mod keyboard;
+mod plot_cmd;
 mod progress;
 mod record_cmd;
 mod summary;
@@ -52,6 +53,10 @@ enum Command {
         /// Seed of the first episode's env (default: the run's evaluation seed, as in training).
         #[arg(long)]
         seed: Option<u64>,
+        /// Play on this env id instead of the run's (same spaces and wrappers), e.g.
+        /// `gym:CartPole-v1` for gymnasium's own implementation of a native env.
+        #[arg(long)]
+        env: Option<String>,
     },
     /// Record demonstrations: play a checkpoint's policy (or a scripted controller, or the
     /// keyboard) and write each episode as a demo file (format: fleetrl-demo v1, see the README).
@@ -87,6 +92,20 @@ enum Command {
         #[arg(long)]
         min_return: Option<f64>,
     },
+    /// Draw learning curves: evaluation return against env steps and against wall time, one
+    /// line per run, as a PNG.
+    Plot {
+        /// Run output directories (their summary.json), or JSON files with an `evaluations`
+        /// list (e.g. what bench/sb3_*.py print).
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        /// The PNG to write.
+        #[arg(long, default_value = "curves.png")]
+        out: PathBuf,
+        /// Title above the two panels.
+        #[arg(long)]
+        title: Option<String>,
+    },
     /// Check a role's `grpc.health.v1.Health`: exit 0 if it reports SERVING (container health checks).
     Health {
         /// The server, `host:port`.
@@ -119,7 +138,10 @@ async fn main() -> std::process::ExitCode {
 async fn run() -> anyhow::Result<()> {
     telemetry::init("warn");
     tch::set_num_threads(1);
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    // A bad token or certificate file is an error here, before anything connects.
+    fleetrl_runtime::net::load_security()?;
+    match command {
         Command::Train {
             config,
             overrides,
@@ -140,8 +162,12 @@ async fn run() -> anyhow::Result<()> {
             checkpoint,
             episodes,
             seed,
+            env,
         } => {
-            tokio::task::spawn_blocking(move || eval_cmd::run(&checkpoint, episodes, seed)).await?
+            tokio::task::spawn_blocking(move || {
+                eval_cmd::run(&checkpoint, episodes, seed, env.as_deref())
+            })
+            .await?
         }
         Command::Record {
             checkpoint,
@@ -167,6 +193,7 @@ async fn run() -> anyhow::Result<()> {
             };
             tokio::task::spawn_blocking(move || record_cmd::run(&player, &out, &args)).await?
         }
+        Command::Plot { runs, out, title } => plot_cmd::run(&runs, &out, title.as_deref()),
         Command::Health {
             addr,
             service,

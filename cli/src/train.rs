@@ -9,7 +9,7 @@ use fleetrl_core::config::RunConfig;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus, SaveCheckpointRequest};
 use fleetrl_runtime::net;
-use tonic::transport::Channel;
+use fleetrl_runtime::net::Channel;
 
 use crate::eval_cmd::evaluate_checkpoint;
 use crate::progress::Progress;
@@ -159,7 +159,14 @@ pub(crate) async fn train(
     out: &Path,
     resume: Option<&str>,
 ) -> anyhow::Result<(Summary, bool)> {
+    if config.actors.count == 0 {
+        anyhow::bail!(
+            "actors.count = 0: `fleetrl train` needs at least one actor to collect experience \
+             (set actors.count, e.g. --set actors.count=2)"
+        );
+    }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    run_token(out)?;
     let config_path = out.join("config.toml");
     std::fs::write(&config_path, config.to_toml())
         .with_context(|| format!("writing {}", config_path.display()))?;
@@ -186,6 +193,29 @@ pub(crate) async fn train(
     };
     cluster.stop().await;
     finished
+}
+
+/// The run's token: the environment's (`FLEETRL_TOKEN_FILE`, `FLEETRL_TOKEN`), else a fresh
+/// random one. Installed for this process and its children, and written to `out/run.token`
+/// (mode 0600) for tools that talk to the running cluster.
+fn run_token(out: &Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let token = match net::auth::from_env()? {
+        Some(token) => token,
+        None => net::auth::Token::random().context("making the run's token")?,
+    };
+    net::auth::install(Some(token.clone()));
+    let path = out.join("run.token");
+    let _ = std::fs::remove_file(&path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(file, "{}", token.expose()).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }
 
 type LoopResult = (Outcome, Vec<Evaluation>, LearnerStatus);
@@ -264,7 +294,8 @@ async fn evaluate_now(
     let path = PathBuf::from(&saved.path);
     let episodes = config.eval.episodes as usize;
     let (result, _seed) =
-        tokio::task::spawn_blocking(move || evaluate_checkpoint(&path, episodes, None)).await??;
+        tokio::task::spawn_blocking(move || evaluate_checkpoint(&path, episodes, None, None))
+            .await??;
     Ok(Evaluation {
         env_steps,
         policy_version: saved.policy_version,

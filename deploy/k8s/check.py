@@ -54,10 +54,17 @@ def check_workload(name, obj, config_maps, problems):
         ports = {p["containerPort"] for p in c.get("ports", [])}
         for probe in ("livenessProbe", "readinessProbe"):
             grpc = c.get(probe, {}).get("grpc")
-            if grpc is None:
-                problems.append(f"{where}: {probe} is not a gRPC health probe")
-            elif grpc["port"] not in ports:
-                problems.append(f"{where}: {probe} port {grpc['port']} is not a container port")
+            # With TLS, kubelet's gRPC probe (plaintext) cannot ask: `fleetrl health` can.
+            command = c.get(probe, {}).get("exec", {}).get("command", [])
+            if grpc is not None:
+                port = grpc["port"]
+            elif command[:2] == ["fleetrl", "health"] and len(command) == 3:
+                port = int(command[2].rsplit(":", 1)[-1])
+            else:
+                problems.append(f"{where}: {probe} is neither a gRPC health probe nor `fleetrl health`")
+                continue
+            if port not in ports:
+                problems.append(f"{where}: {probe} port {port} is not a container port")
         res = c.get("resources", {})
         for part in ("requests", "limits"):
             missing = {"cpu", "memory"} - set(res.get(part, {}))

@@ -17,7 +17,7 @@ while [[ $# -gt 0 ]]; do
     *) dirs+=("$1"); shift ;;
   esac
 done
-[[ ${#dirs[@]} -gt 0 ]] || dirs=("$here/overlays/cpu" "$here/overlays/gpu")
+[[ ${#dirs[@]} -gt 0 ]] || dirs=("$here/overlays/cpu" "$here/overlays/gpu" "$here/overlays/cpu-tls")
 
 if command -v kustomize >/dev/null; then
   render=(kustomize build)

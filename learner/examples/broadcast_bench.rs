@@ -87,6 +87,7 @@ async fn subscribe(
     let request = SubscribeWeightsRequest {
         after_version: -1,
         chunk_bytes: DEFAULT_CHUNK_BYTES,
+        ..Default::default()
     };
     let mut receiver = Receiver::default();
     let mut bytes = 0u64;
@@ -195,13 +196,15 @@ async fn broadcast_case(
     let incoming = net::incoming(listener);
     let server = tokio::spawn(async move {
         let router = if framing == Framing::Tonic {
-            net::server().add_service(
+            net::server().expect("no TLS files set").add_service(
                 LearnerServiceServer::new(service)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES),
             )
         } else {
-            net::server().add_service(LearnerRoutes::new(service))
+            net::server()
+                .expect("no TLS files set")
+                .add_service(LearnerRoutes::new(service))
         };
         router.serve_with_incoming(incoming).await
     });

@@ -25,6 +25,9 @@ pub(crate) enum LearnerError {
         /// Entries in `lengths`.
         lengths: usize,
     },
+    /// An episode report with a value no real episode has.
+    #[error("episode report rejected: {0}")]
+    ImplausibleReport(String),
     /// The chunked weight stream failed.
     #[error(transparent)]
     Broadcast(#[from] BroadcastError),
@@ -34,7 +37,9 @@ impl From<LearnerError> for Status {
     fn from(error: LearnerError) -> Status {
         let message = error.to_string();
         match error {
-            LearnerError::BadReport { .. } => Status::invalid_argument(message),
+            LearnerError::BadReport { .. } | LearnerError::ImplausibleReport(_) => {
+                Status::invalid_argument(message)
+            }
             LearnerError::TrainerStopped => Status::unavailable(message),
             LearnerError::Export(_) | LearnerError::Checkpoint(_) | LearnerError::Broadcast(_) => {
                 Status::internal(message)

@@ -2,6 +2,7 @@
 //! publishes every new version of the weights, checkpoints, and serves its status. One path
 //! for every algorithm; [`supervise`] joins what it runs.
 
+mod collected;
 mod demo_stats;
 mod demos;
 mod error;
@@ -32,7 +33,11 @@ use crate::setup::{build_algorithm, declare_tables, Restored};
 #[command(version, about)]
 struct Args {
     /// Address to serve the learner service on.
-    #[arg(long, env = "FLEETRL_LEARNER_LISTEN", default_value = "0.0.0.0:50052")]
+    #[arg(
+        long,
+        env = "FLEETRL_LEARNER_LISTEN",
+        default_value = "127.0.0.1:50052"
+    )]
     listen: String,
     /// Replay server(s) to sample from: `host:port`, or a comma-separated list of shards.
     #[arg(long, env = "FLEETRL_REPLAY_ADDR", default_value = "127.0.0.1:50051")]
@@ -63,6 +68,14 @@ async fn main() -> std::process::ExitCode {
 async fn run() -> anyhow::Result<()> {
     telemetry::init("info");
     let args = Args::parse();
+    fleetrl_runtime::net::load_security()?;
+    // Before any work: a learner that may not serve should say so at once.
+    for addr in tokio::net::lookup_host(&args.listen)
+        .await
+        .with_context(|| format!("resolving --listen {}", args.listen))?
+    {
+        fleetrl_runtime::net::auth::check_exposure(addr)?;
+    }
     let config =
         RunConfig::load(&args.config, &args.overrides).context("loading the run config")?;
     tracing::info!(config = %config.to_toml(), "effective config");
@@ -79,6 +92,7 @@ async fn run() -> anyhow::Result<()> {
         algo,
         stats,
         device,
+        action_space,
     } = build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
     let metrics = metrics::start(args.metrics_listen.as_deref(), &stats).await?;
     let initial = trainer::weights_message(algo.as_ref(), stats.policy_version)?;
@@ -106,6 +120,20 @@ async fn run() -> anyhow::Result<()> {
         table.name.clone(),
         priorities_rx,
     ));
+    let mut helpers = vec![priorities];
+    if fleetrl_core::algos::registry::spec(&config.algo)
+        .replay
+        .is_some()
+    {
+        let resumed = stats.lock().expect("stats lock poisoned").env_steps_trained > 0;
+        helpers.push(tokio::spawn(collected::run(
+            shards.clone(),
+            table.name.clone(),
+            collected::steps_per_item(&config),
+            resumed,
+            stats.clone(),
+        )));
+    }
     let (work_tx, work_rx) = mpsc::channel(table.prefetch.max(1));
     let trainer = trainer::Trainer {
         algo,
@@ -118,6 +146,7 @@ async fn run() -> anyhow::Result<()> {
         demo_stats,
         priorities: prioritized.then_some(priorities_tx),
         device,
+        action_space,
         last_log: Instant::now(),
         timing: trainer::Timing::default(),
         pending: Vec::new(),
@@ -128,6 +157,7 @@ async fn run() -> anyhow::Result<()> {
         .context("starting the trainer thread")?;
     let sampler = tokio::spawn(sampler::run(shards, table, work_tx.clone()));
 
+    let (closing, closing_rx) = tokio::sync::watch::channel(false);
     let service = service::Learner {
         spec: setup::run_spec(&config),
         stats,
@@ -138,12 +168,14 @@ async fn run() -> anyhow::Result<()> {
         encoded: Arc::new(fleetrl_core::broadcast::EncodedCache::new(
             config.learner.broadcast_dtype,
         )),
+        closing: closing_rx,
     };
     let roles = supervise::Roles {
         trainer,
         sampler,
-        helpers: vec![priorities],
+        helpers,
         work: work_tx,
+        closing,
     };
     supervise::run(&args.listen, service, roles).await
 }

@@ -39,6 +39,8 @@ pub(crate) struct LearnerMetrics {
     pub(crate) weights_published: Counter,
     pub(crate) rollouts_received: Counter,
     pub(crate) rollouts_dropped: Counter,
+    /// Items (rollouts, or sampled batches) dropped for failing the learner's checks.
+    pub(crate) items_rejected: Counter,
     pub(crate) policy_lag: Gauge,
     /// Per rollout on arrival: versions between the policy that acted and the current one
     /// (the last, and the sum over `rollouts_received_total`).
@@ -81,6 +83,11 @@ impl LearnerMetrics {
             rollouts_received: r.counter(
                 "rollouts_received_total",
                 "Rollouts sampled from the replay server.",
+            ),
+            items_rejected: r.counter(
+                "items_rejected_total",
+                "Rollouts or sampled batches dropped because an item failed the learner's checks \
+                 (action outside the space, a value that is not finite).",
             ),
             rollouts_dropped: r.counter(
                 "rollouts_dropped_total",

@@ -24,6 +24,7 @@ pub(crate) async fn run(shards: Vec<String>, table: Table, work: mpsc::Sender<Wo
     if table.prefetch > 0 {
         options.prefetch = table.prefetch;
     }
+    options.recreate = Some(table.spec.clone());
     let (mut batches, streams) = sample_stream(shards, options);
     tracing::info!(
         table = table.name,

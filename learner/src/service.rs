@@ -38,6 +38,26 @@ pub(crate) struct Learner {
     pub(crate) metrics: Arc<LearnerMetrics>,
     /// The newest version serialised for chunked subscribers.
     pub(crate) encoded: Arc<EncodedCache>,
+    /// Turns true at shutdown: weight streams then end with UNAVAILABLE.
+    pub(crate) closing: watch::Receiver<bool>,
+}
+
+/// Ends `stream` once `closing` turns true (or its source ends) with UNAVAILABLE, so that a
+/// subscriber knows to resubscribe rather than take the end for a finished run.
+fn until_closing<T: Send + 'static>(
+    stream: impl Stream<Item = Result<T, Status>> + Send + 'static,
+    mut closing: watch::Receiver<bool>,
+) -> impl Stream<Item = Result<T, Status>> + Send + 'static {
+    let closed = async move {
+        let _ = closing.wait_for(|&c| c).await;
+    };
+    stream
+        .take_until(closed)
+        .chain(futures::stream::once(async {
+            Err(Status::unavailable(
+                "the learner is shutting down; subscribe again to its successor",
+            ))
+        }))
 }
 
 /// Counts one open weight subscription for as long as it lives.
@@ -77,6 +97,13 @@ impl LearnerService for Learner {
         request: Request<SubscribeWeightsRequest>,
     ) -> Result<Response<WeightStream>, Status> {
         let request = request.into_inner();
+        if !request.run_id.is_empty() && request.run_id != self.spec.run_id {
+            return Err(Status::failed_precondition(format!(
+                "this learner is run {}, not {}: it restarted (its versions start again from \
+                 its checkpoint); rejoin the run",
+                self.spec.run_id, request.run_id
+            )));
+        }
         let after = request.after_version;
         // WatchStream yields the current value first, then only the newest on each change,
         // so a slow subscriber skips versions instead of queueing them.
@@ -93,7 +120,10 @@ impl LearnerService for Learner {
                 move || subscription.0.load(Ordering::Relaxed).max(1),
             )
             .map(|m| m.map_err(|e| Status::from(LearnerError::from(e))));
-            return Ok(Response::new(Box::pin(stream)));
+            return Ok(Response::new(Box::pin(until_closing(
+                stream,
+                self.closing.clone(),
+            ))));
         }
         let stream = WatchStream::new(self.weights.clone())
             .filter(move |w| std::future::ready(w.version > after))
@@ -104,7 +134,10 @@ impl LearnerService for Learner {
                     ..Weights::clone(&w)
                 })
             });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(until_closing(
+            stream,
+            self.closing.clone(),
+        ))))
     }
 
     async fn report_episodes(
@@ -112,13 +145,9 @@ impl LearnerService for Learner {
         request: Request<ReportEpisodesRequest>,
     ) -> Result<Response<ReportEpisodesResponse>, Status> {
         let report = request.into_inner();
-        if report.returns.len() != report.lengths.len() {
-            return Err(LearnerError::BadReport {
-                returns: report.returns.len(),
-                lengths: report.lengths.len(),
-            }
-            .into());
-        }
+        check_report(&report).inspect_err(|error| {
+            tracing::warn!(actor = report.actor_id, %error, "episode report refused");
+        })?;
         let recent = {
             let mut stats = self.stats.lock().expect("stats lock poisoned");
             stats.record_report(&report);
@@ -170,10 +199,34 @@ pub(crate) async fn serve(
         .await
         .with_context(|| format!("binding {listen}"))?;
     telemetry::announce_listening(listener.local_addr()?);
-    net::server()
+    net::server()?
         .add_service(health)
         .add_service(broadcast::wire::LearnerRoutes::new(service))
         .serve_with_incoming_shutdown(net::incoming(listener), shutdown)
         .await?;
+    Ok(())
+}
+
+/// Refuses a report no real actor sends: mismatched columns, returns that are not finite, or
+/// episodes of zero steps. Its `env_steps` only feeds the per-actor view and a metric: the
+/// run's progress is counted from the data the learner trains on or the replay server
+/// accepted, never from reports.
+fn check_report(report: &ReportEpisodesRequest) -> Result<(), LearnerError> {
+    if report.returns.len() != report.lengths.len() {
+        return Err(LearnerError::BadReport {
+            returns: report.returns.len(),
+            lengths: report.lengths.len(),
+        });
+    }
+    if let Some(r) = report.returns.iter().find(|r| !r.is_finite()) {
+        return Err(LearnerError::ImplausibleReport(format!(
+            "an episode return of {r} (returns must be finite)"
+        )));
+    }
+    if report.lengths.contains(&0) {
+        return Err(LearnerError::ImplausibleReport(
+            "an episode of length 0".to_string(),
+        ));
+    }
     Ok(())
 }

@@ -12,7 +12,8 @@ use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
 use fleetrl_core::items::{rollout, transition};
 use fleetrl_core::replay_client;
-use fleetrl_proto::table::RateLimiterSpec;
+use fleetrl_proto::space::Space;
+use fleetrl_proto::table::{RateLimiterSpec, TableSpec};
 use fleetrl_proto::v1::RunSpec;
 
 use crate::demos;
@@ -23,6 +24,8 @@ pub(crate) struct Restored {
     pub(crate) algo: Box<dyn Algorithm>,
     pub(crate) stats: Stats,
     pub(crate) device: tch::Device,
+    /// The env's action space, which every item the trainer takes is checked against.
+    pub(crate) action_space: Space,
 }
 
 /// A fresh learner for `config.algo`, or one restored from `resume`: a path, `latest` (the
@@ -58,6 +61,7 @@ pub(crate) fn build_algorithm(
         algo,
         stats: Stats::new(0, 0, 0),
         device: devices[0],
+        action_space: action_space.clone(),
     };
     let path = match resume {
         None => return Ok(fresh(algo)),
@@ -93,6 +97,7 @@ pub(crate) fn build_algorithm(
         algo,
         stats,
         device: devices[0],
+        action_space,
     })
 }
 
@@ -102,6 +107,8 @@ pub(crate) struct Table {
     pub(crate) batch_size: u32,
     /// Prefetched batches (the channel to the trainer holds one more).
     pub(crate) prefetch: usize,
+    /// Its definition, declared again on a shard that lost it (a restart without checkpoint).
+    pub(crate) spec: TableSpec,
 }
 
 /// Declares the run's table on every shard (`EnsureTable`) and fills it with BC's demos when
@@ -116,9 +123,10 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
             .context("creating the rollout table on the replay server")?;
         // One rollout at a time: the trainer assembles batches so it can drop stale ones.
         return Ok(Table {
-            name: table.name,
+            name: table.name.clone(),
             batch_size: 1,
             prefetch: 0,
+            spec: table,
         });
     };
     let mut table = transition::table_spec(config, replay)?;
@@ -140,9 +148,10 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
         demos::insert(shards, &table.name, items).await?;
     }
     Ok(Table {
-        name: table.name,
+        name: table.name.clone(),
         batch_size: replay.batch_size,
         prefetch: 2,
+        spec: table,
     })
 }
 

@@ -27,6 +27,7 @@ pub(crate) struct Stats {
     policy_lag_sum: (f64, u64),
     pub(crate) rollouts_dropped: u64,
     env_steps_reported: u64,
+    env_steps_collected: u64,
     episodes: u64,
     recent: VecDeque<f64>,
     actors: HashMap<u32, ActorStats>,
@@ -43,6 +44,7 @@ impl Stats {
             policy_lag_sum: (0.0, 0),
             rollouts_dropped: 0,
             env_steps_reported: 0,
+            env_steps_collected: env_steps_trained,
             episodes: 0,
             recent: VecDeque::with_capacity(RECENT_EPISODES),
             actors: HashMap::new(),
@@ -57,15 +59,16 @@ impl Stats {
             self.recent.push_back(r);
         }
         let n = report.returns.len() as u64;
-        self.episodes += n;
-        self.env_steps_reported += report.env_steps;
+        self.episodes = self.episodes.saturating_add(n);
+        // Saturating: reports are the actors' word, and no sum of them may wrap.
+        self.env_steps_reported = self.env_steps_reported.saturating_add(report.env_steps);
         let actor = self.actors.entry(report.actor_id).or_insert(ActorStats {
             episodes: 0,
             env_steps: 0,
             last_report: Instant::now(),
         });
-        actor.episodes += n;
-        actor.env_steps += report.env_steps;
+        actor.episodes = actor.episodes.saturating_add(n);
+        actor.env_steps = actor.env_steps.saturating_add(report.env_steps);
         actor.last_report = Instant::now();
     }
 
@@ -76,9 +79,14 @@ impl Stats {
         self.policy_lag_sum.1 += 1;
     }
 
-    /// Env steps the actors reported so far (the off-policy learner's progress measure).
-    pub(crate) fn env_steps_reported(&self) -> u64 {
-        self.env_steps_reported
+    /// Env steps of the data the replay server accepted since start (off-policy progress),
+    /// plus what a resumed checkpoint had.
+    pub(crate) fn env_steps_collected(&self) -> u64 {
+        self.env_steps_collected
+    }
+
+    pub(crate) fn add_env_steps_collected(&mut self, steps: u64) {
+        self.env_steps_collected = self.env_steps_collected.saturating_add(steps);
     }
 
     /// Mean of the recent returns, NaN before the first episode.

@@ -1,5 +1,6 @@
 //! Where the learner joins everything it runs: the gRPC server, the trainer thread and the
-//! sampling task. A signal stops them in order with a final checkpoint; a trainer that panics
+//! sampling task. A signal stops them in order with a final checkpoint, then ends every weight
+//! stream with UNAVAILABLE so connected actors cannot hold the learner up; a trainer that panics
 //! or a sampler that ends turns health NOT_SERVING, checkpoints when the trainer still can,
 //! and makes the learner exit non-zero so compose or Kubernetes restarts it.
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
 use fleetrl_runtime::net;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
@@ -21,6 +22,9 @@ use crate::trainer::{log_final_checkpoint, Work};
 /// clients see why it goes away.
 const DRAIN: Duration = Duration::from_secs(2);
 
+/// How long the server gets, once its streams are closed, to finish what it is answering.
+const SERVER_GRACE: Duration = Duration::from_secs(5);
+
 /// What the learner runs besides its server.
 pub(crate) struct Roles {
     /// The trainer thread (it ends when every sender of `work` is gone).
@@ -31,6 +35,8 @@ pub(crate) struct Roles {
     pub(crate) helpers: Vec<JoinHandle<()>>,
     /// The trainer's work queue, for the final checkpoint.
     pub(crate) work: mpsc::Sender<Work>,
+    /// Set at shutdown: every weight subscription ends with UNAVAILABLE.
+    pub(crate) closing: watch::Sender<bool>,
 }
 
 /// Serves `service` on `listen` until a shutdown signal (Ok) or a failure of any role (Err,
@@ -40,10 +46,7 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
     health.set_serving::<LearnerServiceServer<Learner>>().await;
     let (stop, stopped) = oneshot::channel::<()>();
     let shutdown = async {
-        tokio::select! {
-            _ = net::shutdown_signal() => {}
-            _ = stopped => {}
-        }
+        let _ = stopped.await;
     };
     let listen = listen.to_string();
     let mut server =
@@ -55,6 +58,7 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
         mut sampler,
         helpers,
         work,
+        closing,
     } = roles;
     let mut trainer = tokio::task::spawn_blocking(move || trainer.join());
     let trainer_ended =
@@ -63,12 +67,17 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
             Ok(Err(panic)) => format!("the trainer thread panicked: {}", panic_message(&*panic)),
             Err(error) => format!("the trainer thread could not be joined: {error}"),
         };
+    let mut server_done = false;
     let fault = tokio::select! {
-        served = &mut server => match served {
-            Ok(Ok(())) => None,
-            Ok(Err(error)) => Some(format!("{error:#}")),
-            Err(error) => Some(format!("the server task failed: {error}")),
-        },
+        _ = net::shutdown_signal() => None,
+        served = &mut server => {
+            server_done = true;
+            Some(match served {
+                Ok(Ok(())) => "the gRPC server stopped".to_string(),
+                Ok(Err(error)) => format!("{error:#}"),
+                Err(error) => format!("the server task failed: {error}"),
+            })
+        }
         joined = &mut trainer => Some(trainer_ended(joined)),
         ended = &mut sampler => Some(match ended {
             // The trainer dropped its queue: say why it did.
@@ -101,13 +110,25 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
         log_final_checkpoint(saved).await;
     }
     drop(work);
+    if fault.is_some() {
+        tokio::time::sleep(DRAIN).await;
+    }
+    // Weight streams end with UNAVAILABLE (actors resubscribe to whoever serves next), so the
+    // server's graceful stop does not wait for subscribers that would never leave.
+    let _ = closing.send(true);
+    let _ = stop.send(());
+    if !server_done
+        && tokio::time::timeout(SERVER_GRACE, &mut server)
+            .await
+            .is_err()
+    {
+        tracing::warn!("connections still open after {SERVER_GRACE:?}; leaving them");
+    }
     let Some(cause) = fault else {
-        let _ = trainer.await;
+        // The trainer ends once the server (holding the last work sender) is gone.
+        let _ = tokio::time::timeout(DRAIN, trainer).await;
         return Ok(());
     };
-    tokio::time::sleep(DRAIN).await;
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(DRAIN, server).await;
     Err(anyhow::anyhow!(cause)).context("the learner stops")
 }
 

@@ -13,9 +13,11 @@ use fleetrl_core::algos::registry::{self, Family};
 use fleetrl_core::algos::{self, Algorithm, Batch, Metrics, TrainsOn};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
+use fleetrl_core::items::check::check_items;
 use fleetrl_core::items::rollout::RolloutBatch;
 use fleetrl_core::items::transition::importance_weights;
 use fleetrl_core::replay_client::ShardBatch;
+use fleetrl_proto::space::Space;
 use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
 use fleetrl_runtime::telemetry::EventWriter;
@@ -52,6 +54,8 @@ pub(crate) struct Trainer {
     /// Where new priorities go (prioritized replay only).
     pub(crate) priorities: Option<mpsc::UnboundedSender<PriorityUpdate>>,
     pub(crate) device: tch::Device,
+    /// Items whose actions fall outside it (or hold non-finite values) are dropped.
+    pub(crate) action_space: Space,
     pub(crate) last_log: Instant,
     /// Seconds spent waiting for batches and training on them since the last progress log.
     pub(crate) timing: Timing,
@@ -137,6 +141,9 @@ impl Trainer {
     /// versions; returns a batch once `batch_rollouts` fresh rollouts are waiting.
     fn admit(&mut self, rollout: TensorMap) -> Option<RolloutBatch> {
         self.metrics.rollouts_received.inc();
+        if !self.accepts(&rollout) {
+            return None;
+        }
         let max_lag = self.config.actors.max_policy_lag as i64;
         let mut stats = self.stats.lock().expect("stats lock poisoned");
         let current = stats.policy_version;
@@ -168,6 +175,19 @@ impl Trainer {
             Err(error) => {
                 tracing::error!(%error, "dropping rollouts that do not form a batch");
                 None
+            }
+        }
+    }
+
+    /// Whether `items` may be trained on ([`check_items`]); a refused one is counted and logged
+    /// with the field at fault, and training goes on without it.
+    fn accepts(&self, items: &TensorMap) -> bool {
+        match check_items(items, &self.action_space) {
+            Ok(()) => true,
+            Err(error) => {
+                self.metrics.items_rejected.inc();
+                tracing::warn!(field = %error.field, %error, "dropping items that fail the learner's checks");
+                false
             }
         }
     }
@@ -210,13 +230,16 @@ impl Trainer {
             return false;
         };
         // Off-policy training has no batches of env steps: the run's progress is what the
-        // actors collected (and inserted).
-        let env_steps = self.stats().env_steps_reported();
+        // replay server accepted from the actors (counted by `collected`).
+        let env_steps = self.stats().env_steps_collected();
         let response = &sample.response;
         let Some(stacked) = response.batch.as_ref() else {
             tracing::error!("a sample response without a batch");
             return false;
         };
+        if !self.accepts(stacked) {
+            return false;
+        }
         let weights = replay.prioritized.then(|| {
             let frac = (env_steps as f64 / self.config.stop.total_env_steps.max(1) as f64).min(1.0);
             let beta = replay.importance_exponent + frac * (1.0 - replay.importance_exponent);
@@ -358,7 +381,7 @@ impl Trainer {
             let steps = if self.on_policy() {
                 stats.env_steps_trained
             } else {
-                stats.env_steps_reported()
+                stats.env_steps_collected()
             };
             (stats.policy_version, steps)
         };

@@ -31,9 +31,9 @@ use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{InsertRequest, ResetRequest, SampleRequest};
 use fleetrl_proto::{Tensor, TensorMap};
 use fleetrl_runtime::launch::Role;
+use fleetrl_runtime::net::Channel;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 
 const BATCH: u32 = 256;
 

@@ -52,8 +52,8 @@ pub struct ServerOptions {
     pub checkpoint_dir: Option<PathBuf>,
     /// Time between periodic checkpoints; `None` writes them only on request and at shutdown.
     pub checkpoint_interval: Option<Duration>,
-    /// Largest item a table may declare, in bytes.
-    pub max_item_bytes: u64,
+    /// What one item and one sampled batch may take.
+    pub limits: Limits,
     /// Where the service records insert and sample latency (in the binary's registry).
     pub metrics: ReplayMetrics,
 }
@@ -65,7 +65,7 @@ impl ServerOptions {
             tables,
             checkpoint_dir: None,
             checkpoint_interval: None,
-            max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
+            limits: Limits::default(),
             metrics: ReplayMetrics::new(Registry::new("fleetrl_replay")),
         }
     }
@@ -73,6 +73,34 @@ impl ServerOptions {
 
 /// Default limit on one item's size: as large as one gRPC message can carry.
 pub const DEFAULT_MAX_ITEM_BYTES: u64 = MAX_MESSAGE_BYTES as u64;
+
+/// Default limit on the items of one sampled batch.
+pub const DEFAULT_MAX_BATCH_ITEMS: u64 = 65_536;
+
+/// Default limit on one sampled batch's bytes: one gRPC message could not carry more.
+pub const DEFAULT_MAX_BATCH_BYTES: u64 = MAX_MESSAGE_BYTES as u64;
+
+/// Server-wide size limits, checked before anything is allocated for a request: a client
+/// cannot make the server allocate more than these, whatever its tables allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest item a table may declare, in bytes (`--max-item-bytes`).
+    pub max_item_bytes: u64,
+    /// Most items one sample request may ask for (`--max-batch-items`).
+    pub max_batch_items: u64,
+    /// Most bytes one sampled batch may take (`--max-batch-bytes`).
+    pub max_batch_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
+            max_batch_items: DEFAULT_MAX_BATCH_ITEMS,
+            max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
+        }
+    }
+}
 
 /// Background work the server supervises beside its own tasks (the metrics exporter): a task
 /// that ends, with an error, a panic or even `Ok`, stops the server as a failure.
@@ -97,7 +125,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     mut tasks: Tasks,
 ) -> anyhow::Result<()> {
-    let tables = Tables::new(options.max_item_bytes, options.metrics.clone());
+    let tables = Tables::new(options.limits, options.metrics.clone());
     let demo_hub = Arc::new(demos::DemoHub::new(options.checkpoint_dir.clone()));
     let checkpointer = options
         .checkpoint_dir
@@ -132,7 +160,7 @@ pub async fn serve(
 
     let mut server_stop = stop_rx;
     let incoming = fleetrl_runtime::net::incoming(listener);
-    let server = fleetrl_runtime::net::server()
+    let server = fleetrl_runtime::net::server()?
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(health_service)

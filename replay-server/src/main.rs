@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 #[command(name = "fleet-replay-server", version)]
 struct Args {
     /// Address to listen on (port 0 picks a free port; the chosen one is printed).
-    #[arg(long, env = "FLEETRL_REPLAY_LISTEN", default_value = "0.0.0.0:50051")]
+    #[arg(long, env = "FLEETRL_REPLAY_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
 
     /// A TOML file of `[[table]]` definitions to declare at start (see the crate README).
@@ -45,6 +45,15 @@ struct Args {
     #[arg(long, env = "FLEETRL_REPLAY_MAX_ITEM_BYTES", default_value_t = fleet_replay_server::DEFAULT_MAX_ITEM_BYTES)]
     max_item_bytes: u64,
 
+    /// Most items one sample request may ask for; larger requests get INVALID_ARGUMENT.
+    #[arg(long, env = "FLEETRL_REPLAY_MAX_BATCH_ITEMS", default_value_t = fleet_replay_server::DEFAULT_MAX_BATCH_ITEMS)]
+    max_batch_items: u64,
+
+    /// Most bytes one sampled batch may take (batch size x the table's item size); larger
+    /// requests get INVALID_ARGUMENT.
+    #[arg(long, env = "FLEETRL_REPLAY_MAX_BATCH_BYTES", default_value_t = fleet_replay_server::DEFAULT_MAX_BATCH_BYTES)]
+    max_batch_bytes: u64,
+
     /// Serve Prometheus metrics on this address (`GET /metrics`); off when unset.
     #[arg(long, env = "FLEETRL_METRICS_LISTEN")]
     metrics_listen: Option<String>,
@@ -66,6 +75,8 @@ async fn main() -> std::process::ExitCode {
 async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init("info");
+    fleetrl_runtime::net::load_security()?;
+    fleetrl_runtime::net::auth::check_exposure(args.listen)?;
     let shutdown = shutdown_signal()?;
     let mut tables = Vec::new();
     if let Some(path) = &args.tables {
@@ -91,7 +102,11 @@ async fn run() -> anyhow::Result<()> {
         checkpoint_interval: (args.checkpoint_dir.is_some() && args.checkpoint_interval_s > 0)
             .then(|| Duration::from_secs(args.checkpoint_interval_s)),
         checkpoint_dir: args.checkpoint_dir,
-        max_item_bytes: args.max_item_bytes,
+        limits: fleet_replay_server::Limits {
+            max_item_bytes: args.max_item_bytes,
+            max_batch_items: args.max_batch_items,
+            max_batch_bytes: args.max_batch_bytes,
+        },
         metrics: ReplayMetrics::new(registry.clone()),
     };
     let listener = TcpListener::bind(args.listen)

@@ -12,6 +12,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::buffers::Table;
+use crate::Limits;
 use fleetrl_proto::table::{difference, split_stacked, ReplayError, TableSpec};
 use fleetrl_proto::v1::replay_service_server::ReplayService;
 use fleetrl_proto::v1::{
@@ -37,18 +38,18 @@ type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + '
 #[derive(Debug, Clone)]
 pub(crate) struct Tables {
     map: Arc<RwLock<BTreeMap<String, Arc<Table>>>>,
-    max_item_bytes: u64,
+    limits: Limits,
     /// Where inserts and samples record their latency.
     metrics: ReplayMetrics,
 }
 
 impl Tables {
-    /// An empty registry whose tables' items may take at most `max_item_bytes`, recording
+    /// An empty registry whose items and sampled batches stay within `limits`, recording
     /// inserts and samples in `metrics`.
-    pub(crate) fn new(max_item_bytes: u64, metrics: ReplayMetrics) -> Tables {
+    pub(crate) fn new(limits: Limits, metrics: ReplayMetrics) -> Tables {
         Tables {
             map: Arc::default(),
-            max_item_bytes,
+            limits,
             metrics,
         }
     }
@@ -56,7 +57,7 @@ impl Tables {
     /// Creates the table `spec` declares, or checks that the existing one of that name has the
     /// same definition. Returns whether it was created.
     pub(crate) fn ensure(&self, spec: &TableSpec) -> Result<bool, ReplayError> {
-        spec.check(self.max_item_bytes)?;
+        spec.check(self.limits.max_item_bytes)?;
         let mut map = self.map.write().expect("table registry lock poisoned");
         if let Some(existing) = map.get(&spec.name) {
             return match difference(existing.spec(), spec) {
@@ -360,6 +361,7 @@ impl SampleStream {
             let table = tables.get(&request.table)?;
             let batch_size = request.batch_size as usize;
             table.check_batch_size(batch_size)?;
+            check_batch_limits(&tables.limits, &table, u64::from(request.batch_size))?;
             let remaining = (request.max_batches > 0).then_some(request.max_batches);
             let timeout = (request.rate_limiter_timeout_ms > 0)
                 .then(|| Duration::from_millis(request.rate_limiter_timeout_ms));
@@ -426,6 +428,28 @@ impl SampleStream {
             .record_sample(self.table.name(), waited, started.elapsed());
         Ok(stacked.map_err(to_status)?.into())
     }
+}
+
+/// Refuses a batch over the server-wide limits before anything is allocated for it.
+fn check_batch_limits(limits: &Limits, table: &Table, batch_size: u64) -> Result<(), ReplayError> {
+    if batch_size > limits.max_batch_items {
+        return Err(ReplayError::InvalidRequest(format!(
+            "batch_size {batch_size} is over this server's limit of {} items per batch \
+             (--max-batch-items)",
+            limits.max_batch_items
+        )));
+    }
+    let item_bytes = table.signature().item_bytes();
+    let bytes = batch_size.saturating_mul(item_bytes);
+    if bytes > limits.max_batch_bytes {
+        return Err(ReplayError::InvalidRequest(format!(
+            "a batch of {batch_size} items of table `{}` takes {bytes} bytes ({item_bytes} per \
+             item), over this server's limit of {} bytes per batch (--max-batch-bytes)",
+            table.name(),
+            limits.max_batch_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// Resolves once the server shuts down (or its stop sender is gone).

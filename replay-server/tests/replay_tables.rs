@@ -11,8 +11,8 @@ use fleetrl_proto::v1::{
     SampleRequest, SampleResponse, TableConfig, UpdatePrioritiesRequest,
 };
 use fleetrl_proto::{Dtype, Tensor, TensorMap};
+use fleetrl_runtime::net::Channel;
 use tokio::sync::oneshot;
-use tonic::transport::Channel;
 use tonic::Code;
 
 const LIMIT: Duration = Duration::from_secs(30);

@@ -49,6 +49,12 @@ fn command(binary: &str, args: &[String], log: &Path) -> anyhow::Result<Command>
     let log_file =
         std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = Command::new(&path);
+    // The children use this process's token (in their environment, not on a command line
+    // that `ps` shows), whatever token file the environment names.
+    if let Some(token) = crate::net::auth::token() {
+        cmd.env(crate::net::auth::TOKEN_ENV, token.expose())
+            .env_remove(crate::net::auth::TOKEN_FILE_ENV);
+    }
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -107,8 +113,9 @@ impl Role {
         match found {
             Ok(Ok(Some(addr))) => Ok(addr),
             Ok(_) => bail!(
-                "{} exited before listening; see {}",
+                "{} exited before listening{}\n(its whole log: {})",
                 self.name,
+                first_errors(log).map_or_else(String::new, |e| format!(":\n{e}")),
                 log.display()
             ),
             Err(_) => bail!(
@@ -147,5 +154,65 @@ impl Role {
             tracing::warn!(role = %self.name, "did not stop in time; killing");
             let _ = self.child.kill().await;
         }
+    }
+}
+
+/// The error a role printed before it exited: its log's `error:` line and the `caused by:`
+/// lines under it (colour codes removed), or `None` if there is none.
+fn first_errors(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let plain = strip_ansi(&text);
+    let mut lines = plain.lines().skip_while(|l| !l.starts_with("error:"));
+    let first = lines.next()?;
+    let causes = lines.take_while(|l| l.starts_with("  ")).take(8);
+    Some(
+        std::iter::once(first)
+            .chain(causes)
+            .map(|l| format!("  {l}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+/// `text` without ANSI escape sequences (`ESC [ ... letter`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_childs_error_is_read_from_its_log() {
+        let log = std::env::temp_dir().join(format!("fleetrl-launch-{}.log", std::process::id()));
+        std::fs::write(
+            &log,
+            "\u{1b}[2m2026-11-23\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m starting\n\
+             error: unknown environment `CartPol-v1` (did you mean CartPole-v1?)\n\
+             \x20 caused by: making the env\n\
+             trailing noise\n",
+        )
+        .unwrap();
+        assert_eq!(
+            first_errors(&log).unwrap(),
+            "  error: unknown environment `CartPol-v1` (did you mean CartPole-v1?)\n    caused by: making the env"
+        );
+        std::fs::write(&log, "\u{1b}[32m INFO\u{1b}[0m nothing wrong\n").unwrap();
+        assert_eq!(first_errors(&log), None);
+        std::fs::remove_file(&log).ok();
     }
 }

@@ -83,6 +83,40 @@ fn check(out: &Output, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Certificates for the cluster (`deploy/tls/make-certs.sh`, readable by the containers' uid),
+/// made once per process; this process's clients trust their CA.
+fn tls_certificates() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("fleetrl-compose-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let made = Command::new("bash")
+            .arg(repo_root().join("deploy/tls/make-certs.sh"))
+            .arg(&dir)
+            .args(["localhost", "127.0.0.1", "replay", "learner"])
+            .output()
+            .expect("bash runs");
+        assert!(
+            made.status.success(),
+            "make-certs.sh: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        for entry in std::fs::read_dir(&dir)
+            .expect("the certificate directory")
+            .flatten()
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o644));
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
+        // Before any client of this process connects (the settings are read once).
+        std::env::set_var(fleetrl_runtime::net::tls::CA_ENV, dir.join("ca.pem"));
+        dir
+    })
+    .clone()
+}
+
 /// A compose project running `deploy/compose.yml`; `down -v` on drop.
 pub struct Compose {
     program: Vec<String>,
@@ -94,8 +128,21 @@ pub struct Compose {
 impl Compose {
     /// A project named `project` with the image `image` and the run config directory
     /// `config_dir` (mounted where the roles read `FLEETRL_PRESET`.toml).
+    ///
+    /// The roles listen on all interfaces, so they require a token: this process's (made and
+    /// installed here, once), which its clients then send.
     pub fn new(project: &str, image: &str, config_dir: &Path, preset: &str) -> Compose {
+        use fleetrl_runtime::net::auth;
+        let token = auth::token().unwrap_or_else(|| {
+            let token = auth::Token::random().expect("a random token");
+            auth::install(Some(token.clone()));
+            token
+        });
+        let certs = tls_certificates();
         let env = HashMap::from([
+            (auth::TOKEN_ENV.to_string(), token.expose().to_string()),
+            ("FLEETRL_TLS_ENV".to_string(), "./tls/on.env".to_string()),
+            ("FLEETRL_TLS_DIR".to_string(), certs.display().to_string()),
             ("FLEETRL_IMAGE".to_string(), image.to_string()),
             (
                 "FLEETRL_CONFIG_DIR".to_string(),
@@ -205,6 +252,20 @@ pub async fn metric(addr: SocketAddr, series: &str) -> anyhow::Result<f64> {
     let text = scrape(addr).await?;
     fleetrl_runtime::telemetry::metrics::parse_value(&text, series)
         .with_context(|| format!("{addr}/metrics has no `{series}`"))
+}
+
+/// Waits up to `timeout` until `series` at `addr` reaches `min`.
+pub async fn metric_at_least(
+    addr: SocketAddr,
+    series: &str,
+    min: f64,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let what = format!("{series} >= {min} at {addr}");
+    poll(&what, timeout, || async move {
+        Ok((metric(addr, series).await? >= min).then_some(()))
+    })
+    .await
 }
 
 /// Polls `probe` every 500 ms until it returns `Some`, failing after `timeout` with `what`

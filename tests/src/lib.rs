@@ -19,7 +19,7 @@ use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus};
 use fleetrl_runtime::launch::Role;
-use tonic::transport::Channel;
+use fleetrl_runtime::net::Channel;
 
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -38,6 +38,8 @@ pub struct Sandbox {
     metrics: Option<Metrics>,
     /// Extra arguments for every actor ([`SandboxBuilder::actor_arg`]).
     actor_args: Vec<String>,
+    /// The learner's command line, for restarts.
+    learner_args: Vec<String>,
 }
 
 /// The metrics addresses of a sandbox's roles.
@@ -164,6 +166,58 @@ impl Sandbox {
         Ok(())
     }
 
+    /// SIGKILLs the replay server, as a crash would, and starts a new one (no checkpoint: it
+    /// comes back empty) on the same address.
+    pub async fn crash_and_restart_replay(&mut self) -> anyhow::Result<()> {
+        self.replay.kill().await;
+        let log = self.dir.join("replay-server-restarted.log");
+        let mut args = vec!["--listen".to_string(), self.replay_addr.to_string()];
+        args.extend(metrics_args(self.metrics.map(|m| m.replay)));
+        let mut replay = Role::start("replay-server", "fleet-replay-server", &args, &log).await?;
+        let addr = replay.listening_addr(PATIENCE, &log).await?;
+        anyhow::ensure!(
+            addr == self.replay_addr,
+            "restarted on {addr}, not {}",
+            self.replay_addr
+        );
+        self.replay = replay;
+        Ok(())
+    }
+
+    /// SIGKILLs the learner, as a crash would, and starts a new one on the same address that
+    /// resumes from the newest checkpoint (`--resume latest`).
+    pub async fn crash_and_resume_learner(&mut self) -> anyhow::Result<()> {
+        self.learner.kill().await;
+        self.resume_learner().await
+    }
+
+    /// SIGTERMs the learner, as an orchestrator rolling it would (it writes a final
+    /// checkpoint), and starts a new one on the same address that resumes from it.
+    pub async fn restart_learner(&mut self) -> anyhow::Result<()> {
+        self.learner.stop(Duration::from_secs(60)).await;
+        self.resume_learner().await
+    }
+
+    async fn resume_learner(&mut self) -> anyhow::Result<()> {
+        let mut args = self.learner_args.clone();
+        let listen = args
+            .iter()
+            .position(|a| a == "--listen")
+            .context("a --listen flag")?;
+        args[listen + 1] = self.learner_addr.to_string();
+        args.extend(["--resume".to_string(), "latest".to_string()]);
+        let log = self.dir.join("learner-resumed.log");
+        let mut learner = Role::start("learner", "fleet-learner", &args, &log).await?;
+        let addr = learner.listening_addr(PATIENCE, &log).await?;
+        anyhow::ensure!(
+            addr == self.learner_addr,
+            "resumed on {addr}, not {}",
+            self.learner_addr
+        );
+        self.learner = learner;
+        Ok(())
+    }
+
     /// SIGKILLs the learner, as a crash would.
     pub async fn kill_learner(&mut self) {
         self.learner.kill().await;
@@ -193,6 +247,14 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// SIGTERMs the learner, as an orchestrator stopping it would, and waits up to `grace` for
+    /// it to exit (SIGKILL after that); how long it took.
+    pub async fn terminate_learner(&mut self, grace: Duration) -> Duration {
+        let start = Instant::now();
+        self.learner.stop(grace).await;
+        start.elapsed()
     }
 
     /// The learner's exit status, once it has exited.
@@ -369,6 +431,7 @@ impl SandboxBuilder {
             actors: Vec::new(),
             metrics,
             actor_args: self.actor_args,
+            learner_args,
         };
         for id in 0..self.actors {
             sandbox.add_actor(id).await?;

@@ -3,6 +3,8 @@
 //! training progress, scales to 4 actors without restarting the learner, kills an actor,
 //! restarts the replay server (its checkpoint restored) and the learner (it resumes with its
 //! step counter), and ends with a checkpoint whose 20-episode evaluation solves CartPole.
+//! Every gRPC connection, the test's own included, is TLS (certificates from
+//! `deploy/tls/make-certs.sh`) and carries the run's token.
 //! Skipped, with a message saying why, where no Docker engine or compose is installed; a
 //! failure instead under `CI=true` (see `fleetrl_tests::requires`).
 //!

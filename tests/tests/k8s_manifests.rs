@@ -91,7 +91,7 @@ fn broken_overlays_are_rejected() -> anyhow::Result<()> {
     assert_rejected(
         "http-probe",
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: fleetrl-actor\nspec:\n  template:\n    spec:\n      containers:\n        - name: actor\n          readinessProbe:\n            grpc: null\n            tcpSocket:\n              port: 50053",
-        "readinessProbe is not a gRPC health probe",
+        "readinessProbe is neither a gRPC health probe nor `fleetrl health`",
     )?;
     // The learner asks for CUDA without requesting a GPU.
     assert_rejected(

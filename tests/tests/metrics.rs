@@ -6,17 +6,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fleetrl_tests::compose::{metric, poll};
+use fleetrl_tests::compose::{metric, metric_at_least};
 use fleetrl_tests::{Metrics, Sandbox};
 
 const PATIENCE: Duration = Duration::from_secs(120);
 
 async fn at_least(addr: SocketAddr, series: &str, min: f64) -> anyhow::Result<()> {
-    let what = format!("{series} >= {min} at {addr}");
-    poll(&what, PATIENCE, || async move {
-        Ok((metric(addr, series).await? >= min).then_some(()))
-    })
-    .await
+    metric_at_least(addr, series, min, PATIENCE).await
 }
 
 /// A run of `preset` with one actor, every role serving metrics.

@@ -27,6 +27,7 @@ async fn two_cpu_replicas_with_f16_chunked_weights_learn_cartpole() -> anyhow::R
     let request = SubscribeWeightsRequest {
         after_version: -1,
         chunk_bytes: 0,
+        ..Default::default()
     };
     let mut legacy = client.subscribe_weights(request).await?.into_inner();
     let whole = legacy.message().await?.expect("a first version");
@@ -41,6 +42,7 @@ async fn two_cpu_replicas_with_f16_chunked_weights_learn_cartpole() -> anyhow::R
     let request = SubscribeWeightsRequest {
         after_version: -1,
         chunk_bytes: 4096,
+        ..Default::default()
     };
     let mut chunked = client.subscribe_weights(request).await?.into_inner();
     let mut receiver = Receiver::default();

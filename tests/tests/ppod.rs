@@ -72,7 +72,7 @@ fn demo_buffers(demos_dir: &Path) -> fleetrl_proto::v1::DemoBuffersSpec {
     )
 }
 
-async fn demo_client(server: &ReplayProcess) -> DemoServiceClient<tonic::transport::Channel> {
+async fn demo_client(server: &ReplayProcess) -> DemoServiceClient<fleetrl_runtime::net::Channel> {
     let channel = fleetrl_runtime::net::connect(&server.addr.to_string(), Duration::from_secs(30))
         .await
         .unwrap();

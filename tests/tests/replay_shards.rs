@@ -126,10 +126,10 @@ async fn three_shards_survive_losing_one() {
 
     // Lose shard 1 for good.
     shards[1].role.kill().await;
-    let acked_at_kill = writer.acked();
+    let acked_at_kill = writer.progress().acked();
     let sampled_at_kill = sampled.load(Ordering::SeqCst);
     wait_until("progress after losing a shard", limit, || {
-        writer.acked() > acked_at_kill + 500
+        writer.progress().acked() > acked_at_kill + 500
             && sampled.load(Ordering::SeqCst) > sampled_at_kill + 1000
     })
     .await;

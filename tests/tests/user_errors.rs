@@ -102,3 +102,30 @@ fn the_actor_names_an_address_it_cannot_serve_without_a_backtrace() -> anyhow::R
     );
     Ok(())
 }
+
+/// `fleetrl train`'s own mistakes: each error names what to fix, where the user will look.
+#[test]
+fn fleetrl_train_names_the_mistake_itself() -> anyhow::Result<()> {
+    let out = std::env::temp_dir().join(format!("fleetrl-user-errors-{}", std::process::id()));
+    let out = out.display().to_string();
+    let train = |set: &str| failing("fleetrl", &["train", "--set", set, "--out", &out]);
+
+    // No actors: refused at once rather than a minute of nothing.
+    let stderr = train("actors.count=0")?;
+    assert!(stderr.contains("actors.count = 0"), "{stderr}");
+
+    // A bad `--set` value names the `--set`, not the preset file it overrides.
+    let stderr = train("seed=abc")?;
+    assert!(stderr.contains("--set seed=abc"), "{stderr}");
+    assert!(!stderr.contains("cartpole-ppo.toml"), "{stderr}");
+
+    // A role that fails to start: its own error is in the launcher's message.
+    let stderr = train("env.id=CartPol-v1")?;
+    assert!(
+        stderr.contains("exited before listening")
+            && stderr.contains("unknown environment `CartPol-v1`"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    Ok(())
+}

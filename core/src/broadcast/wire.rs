@@ -22,6 +22,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use fleetrl_proto::v1::learner_service_server::{LearnerService, LearnerServiceServer};
 use fleetrl_proto::v1::{self, SubscribeWeightsRequest, Weights};
+use fleetrl_runtime::net::Channel;
 use futures::{Stream, StreamExt};
 use http_body::Frame;
 use http_body_util::{BodyExt, Limited, StreamBody};
@@ -32,7 +33,6 @@ use tonic::codegen::http;
 use tonic::codegen::{BoxFuture, Service};
 use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
-use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use fleetrl_runtime::net::MAX_MESSAGE_BYTES;

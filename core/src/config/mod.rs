@@ -401,10 +401,27 @@ impl RunConfig {
             origin: path.display().to_string(),
             message: e.to_string(),
         })?;
+        let origin = path.display().to_string();
+        let file = table.clone();
         for o in overrides {
             apply_override(&mut table, o)?;
         }
-        RunConfig::from_table(table, &path.display().to_string())
+        RunConfig::from_table(table, &origin).map_err(|error| {
+            // When the file alone is fine, the first `--set` that breaks it is to blame.
+            if overrides.is_empty() || RunConfig::from_table(file.clone(), &origin).is_err() {
+                return error;
+            }
+            let mut table = file;
+            for o in overrides {
+                if apply_override(&mut table, o).is_ok() {
+                    if let Err(blamed) = RunConfig::from_table(table.clone(), &format!("--set {o}"))
+                    {
+                        return blamed;
+                    }
+                }
+            }
+            error
+        })
     }
 
     fn from_table(table: toml::Table, origin: &str) -> Result<RunConfig, ConfigError> {

@@ -18,7 +18,7 @@ pub use writer::{Writer, WriterOptions};
 use std::time::Duration;
 
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
-use tonic::transport::Channel;
+use fleetrl_runtime::net::Channel;
 use tonic::Code;
 
 use fleetrl_proto::table::TableSpec;

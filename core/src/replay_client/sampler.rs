@@ -2,11 +2,13 @@
 
 use std::time::Duration;
 
+use fleetrl_proto::table::TableSpec;
 use fleetrl_proto::v1::{SampleRequest, SampleResponse};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tonic::Code;
 
-use super::{connect, is_client_fault, RECONNECT_DELAY};
+use super::{connect, ensure_table, is_client_fault, RECONNECT_DELAY};
 
 /// What to sample.
 #[derive(Debug, Clone)]
@@ -19,6 +21,9 @@ pub struct SampleOptions {
     pub prefetch: usize,
     /// How long to keep trying to reach a shard at first.
     pub connect_patience: Duration,
+    /// The table's definition: a shard that answers NOT_FOUND (it restarted and lost it) gets
+    /// it declared again (`EnsureTable`) and sampling goes on. Without it, NOT_FOUND is an error.
+    pub recreate: Option<TableSpec>,
 }
 
 impl SampleOptions {
@@ -29,6 +34,7 @@ impl SampleOptions {
             batch_size,
             prefetch: 1,
             connect_patience: Duration::from_secs(60),
+            recreate: None,
         }
     }
 }
@@ -73,6 +79,16 @@ async fn shard_loop(
     loop {
         match stream(shard, &addr, &options, &tx, patience).await {
             Ok(()) => return, // the consumer is gone
+            Err(status) if status.code() == Code::NotFound && options.recreate.is_some() => {
+                let spec = options.recreate.as_ref().expect("checked");
+                tracing::warn!(replay = %addr, table = %spec.name, "table missing (replay server restarted?); declaring it again");
+                if let Err(error) =
+                    ensure_table(std::slice::from_ref(&addr), spec, options.connect_patience).await
+                {
+                    let _ = tx.send(Err(error)).await;
+                    return;
+                }
+            }
             Err(status) if is_client_fault(&status) => {
                 let error = anyhow::anyhow!(
                     "replay server {addr} rejected sampling `{}`: {}",

@@ -109,6 +109,23 @@ impl Writer {
             .map_err(|_| stopped())
     }
 
+    /// The writer's counters, readable while an insert waits (and after the writer is gone).
+    pub fn progress(&self) -> WriterProgress {
+        WriterProgress {
+            acked: self.acked.clone(),
+            reconnects: self.reconnects.clone(),
+        }
+    }
+}
+
+/// A [`Writer`]'s counters, without holding the writer open.
+#[derive(Debug, Clone)]
+pub struct WriterProgress {
+    acked: Arc<AtomicU64>,
+    reconnects: Arc<AtomicU64>,
+}
+
+impl WriterProgress {
     /// Items acknowledged so far, over all shards.
     pub fn acked(&self) -> u64 {
         self.acked.load(Ordering::Relaxed)
@@ -265,6 +282,8 @@ fn in_window(window: &Window) -> usize {
 
 async fn shard_loop(mut shard: ShardLoop) {
     let mut patience = shard.options.connect_patience;
+    // Since when the shard has answered that the table does not exist.
+    let mut missing_since: Option<std::time::Instant> = None;
     loop {
         let mut window = Window::new();
         let ended = session(&mut shard, &mut window, patience).await;
@@ -277,7 +296,23 @@ async fn shard_loop(mut shard: ShardLoop) {
         while let Ok(item) = shard.queued.try_recv() {
             let _ = shard.requeue.send(item);
         }
+        // A shard that restarted without a checkpoint has lost its tables until the learner
+        // declares them again: wait for that (within the connect patience), as for a restart.
+        let missing = matches!(&ended, Err(status) if status.code() == tonic::Code::NotFound);
+        let waited = match missing {
+            true => missing_since
+                .get_or_insert_with(std::time::Instant::now)
+                .elapsed(),
+            false => {
+                missing_since = None;
+                Duration::ZERO
+            }
+        };
         match ended {
+            Err(status) if missing && waited < shard.options.connect_patience => {
+                shard.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(replay = %shard.addr, table = %shard.options.table, error = %status.message(), "table missing (replay server restarted?); retrying until it is declared again");
+            }
             Err(status) if is_client_fault(&status) => {
                 let message = format!(
                     "replay server {} rejected an insert into `{}`: {}",

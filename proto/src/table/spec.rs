@@ -256,8 +256,19 @@ impl TableSpec {
     pub fn check(&self, max_item_bytes: u64) -> Result<(), ReplayError> {
         let bad =
             |why: String| ReplayError::InvalidRequest(format!("table `{}`: {why}", self.name));
-        if self.name.is_empty() || self.name.len() > 128 {
-            return Err(bad("the name must have 1 to 128 characters".into()));
+        // Names reach logs, metrics labels and checkpoint file names: letters, digits, `_`,
+        // `-` and `.`, not starting with `.` (no `..`, no path, no control characters).
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+        if self.name.is_empty()
+            || self.name.len() > 128
+            || self.name.starts_with('.')
+            || !self.name.chars().all(allowed)
+        {
+            return Err(ReplayError::InvalidRequest(format!(
+                "table name {:?}: names have 1 to 128 characters from A-Z a-z 0-9 _ - . and do \
+                 not start with `.`",
+                self.name
+            )));
         }
         if self.max_size == 0 {
             return Err(bad("max_size must be at least 1".into()));
@@ -348,11 +359,9 @@ impl TableSpec {
     pub fn max_batch_size(&self) -> u64 {
         let bounds = self.rate_limiter.bounds();
         let by_limiter = bounds.max_diff - bounds.min_diff - bounds.samples_per_insert;
-        let most = if self.sampler.without_replacement() || self.max_times_sampled > 0 {
-            self.max_size
-        } else {
-            u64::from(u32::MAX)
-        };
+        // Never more than the table can hold, even sampling with replacement: a bigger batch
+        // repeats items, and its size would be up to the client alone.
+        let most = self.max_size;
         match self.rate_limiter {
             // Whole items: the queue's diff reaches its size exactly.
             RateLimiterSpec::Queue { size } => most.min(size),
@@ -496,6 +505,31 @@ mod tests {
             err.contains("an item takes 24 bytes, above this server's limit of 16"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn table_names_cannot_be_paths_or_control_characters() {
+        for bad in [
+            "../../etc/x\n",
+            "",
+            ".hidden",
+            "a/b",
+            "tab\tle",
+            &"x".repeat(129),
+        ] {
+            let err = TableSpec::queue(bad, 8, signature())
+                .check(u64::MAX)
+                .unwrap_err();
+            assert!(
+                err.to_string().contains("names have 1 to 128 characters"),
+                "{err}"
+            );
+        }
+        for good in ["rollouts", "task_3.demos-v2", &"x".repeat(128)] {
+            TableSpec::queue(good, 8, signature())
+                .check(u64::MAX)
+                .unwrap();
+        }
     }
 
     #[test]

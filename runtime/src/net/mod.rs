@@ -2,7 +2,12 @@
 
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
+
+pub mod auth;
+pub mod tls;
+
+pub use auth::Channel;
 
 /// Largest gRPC message any fleetrl service sends or accepts (weights, stacked batches).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
@@ -18,12 +23,30 @@ pub const CONNECTION_WINDOW_BYTES: u32 = 32 * 1024 * 1024;
 /// See [`STREAM_WINDOW_BYTES`].
 pub const MAX_FRAME_BYTES: u32 = 1024 * 1024;
 
-/// A server builder with fleetrl's HTTP/2 settings.
-pub fn server() -> tonic::transport::Server {
-    tonic::transport::Server::builder()
+/// A server builder with fleetrl's HTTP/2 settings that serves TLS when the process has a
+/// certificate ([`tls`]) and checks the process's token on every call ([`auth::RequireToken`]).
+pub fn server() -> Result<
+    tonic::transport::Server<tower_layer::Stack<auth::RequireToken, tower_layer::Identity>>,
+    tls::TlsError,
+> {
+    let mut builder = tonic::transport::Server::builder()
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES);
+    if let Some(config) = &tls::load()?.server {
+        builder = builder
+            .tls_config(config.clone())
+            .map_err(|e| tls::TlsError::Setup(e.to_string()))?;
+    }
+    Ok(builder.layer(auth::RequireToken::from_process()))
+}
+
+/// Reads the process's token and TLS settings from the environment; binaries call it first
+/// thing, so an unreadable or half-set file is reported at start.
+pub fn load_security() -> anyhow::Result<()> {
+    auth::load()?;
+    tls::load()?;
+    Ok(())
 }
 
 /// Why a connection could not be made.
@@ -37,6 +60,9 @@ pub enum ConnectError {
         /// What the parser said.
         message: String,
     },
+    /// The TLS settings are unusable.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// Nothing answered before the deadline.
     #[error("could not reach {addr} within {seconds:.0} s: {message}")]
     Unreachable {
@@ -80,11 +106,19 @@ pub async fn connect_weights_subscriber(
 
 /// `addr` with fleetrl's connection settings.
 fn endpoint(addr: &str) -> Result<Endpoint, ConnectError> {
-    let endpoint =
-        Endpoint::from_shared(normalize_addr(addr)).map_err(|e| ConnectError::BadAddress {
-            addr: addr.to_string(),
-            message: e.to_string(),
-        })?;
+    let tls = tls::load()?;
+    let uri = match (&tls.client, addr.contains("://")) {
+        (Some(_), false) => format!("https://{addr}"),
+        _ => normalize_addr(addr),
+    };
+    let bad = |e: tonic::transport::Error| ConnectError::BadAddress {
+        addr: addr.to_string(),
+        message: e.to_string(),
+    };
+    let mut endpoint = Endpoint::from_shared(uri).map_err(bad)?;
+    if let Some(config) = &tls.client {
+        endpoint = endpoint.tls_config(config.clone()).map_err(bad)?;
+    }
     Ok(endpoint
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
@@ -102,7 +136,7 @@ async fn connect_endpoint(
     let deadline = tokio::time::Instant::now() + patience;
     loop {
         match endpoint.connect().await {
-            Ok(channel) => return Ok(channel),
+            Ok(channel) => return Ok(Channel::new(channel)),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(ConnectError::Unreachable {
                     addr: normalize_addr(addr),

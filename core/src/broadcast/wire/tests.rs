@@ -162,6 +162,7 @@ async fn serve(service: WeightsOnly) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         fleetrl_runtime::net::server()
+            .expect("no TLS files set")
             .add_service(LearnerRoutes::new(service))
             .serve_with_incoming(fleetrl_runtime::net::incoming(listener)),
     );
@@ -180,6 +181,7 @@ async fn a_subscriber_receives_versions_over_grpc_and_errors_carry_their_status(
     let refused = SubscribeWeightsRequest {
         after_version: -1,
         chunk_bytes: 0,
+        ..Default::default()
     };
     let error = subscribe(channel.clone(), refused).await.unwrap_err();
     assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
@@ -188,6 +190,7 @@ async fn a_subscriber_receives_versions_over_grpc_and_errors_carry_their_status(
     let request = SubscribeWeightsRequest {
         after_version: -1,
         chunk_bytes: 1000,
+        ..Default::default()
     };
     let mut stream = subscribe(channel.clone(), request).await.unwrap();
     let mut receiver = Receiver::default();
@@ -208,6 +211,7 @@ async fn a_subscriber_receives_versions_over_grpc_and_errors_carry_their_status(
     let request = SubscribeWeightsRequest {
         after_version: 0,
         chunk_bytes: 1000,
+        ..Default::default()
     };
     let mut stock = client
         .subscribe_weights(request)
