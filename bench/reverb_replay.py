@@ -503,7 +503,7 @@ def insert_case(pool, args, item, writers):
     emit("insert", item, writers, n, el, lat)
 
 
-def prefill(pool, item, target, server_pid):
+def prefill(pool, item, target, server_pid, idle_gb):
     have = pool.table_size(item)
     if have < target:
         need, nw = target - have, min(8, 2 * len(pool.conns))
@@ -512,8 +512,15 @@ def prefill(pool, item, target, server_pid):
         pool.run({"op": "fill", "item": item, "method": "writer", "in_flight": 100}, nw,
                  counts=counts)
         log(f"pre-filled {item} with {need} items in {time.time() - a:.1f}s")
+    full_gb = rss_gb(server_pid)
     log(f"{item}: table holds {pool.table_size(item)} items before sampling; server resident "
-        f"{rss_gb(server_pid):.2f} GB")
+        f"{full_gb:.2f} GB")
+    payload_mb = item_bytes(item) * target / 1e6
+    over_mb = (full_gb - idle_gb) * 1e3
+    print(json.dumps({"system": "reverb", "op": "memory", "item": item, "clients": 0,
+                      "items": target, "payload_mb": payload_mb, "rss_idle_mb": idle_gb * 1e3,
+                      "rss_full_mb": full_gb * 1e3, "mb_over_idle": over_mb,
+                      "per_payload": over_mb / payload_mb}), flush=True)
 
 
 def sample_case(pool, args, item, samplers):
@@ -541,6 +548,7 @@ def main():
         pool = None
         try:
             pool = Pool(address, nprocs, server.pid)
+            idle_gb = rss_gb(server.pid)
             log(f"{item}: server at {address} (pid {server.pid}), {nprocs} client processes, "
                 f"{item_bytes(item)} bytes per item")
             for w in args.writers:
@@ -548,7 +556,7 @@ def main():
             if args.samplers:
                 if args.insert_chunk > 1:
                     pool.ask(0, {"op": "reset", "item": item})
-                prefill(pool, item, args.prefill or ITEMS[item][1], server.pid)
+                prefill(pool, item, args.prefill or ITEMS[item][1], server.pid, idle_gb)
             for s in args.samplers:
                 sample_case(pool, args, item, s)
         finally:

@@ -18,6 +18,8 @@
 //! Latency is per request, from send to ack, which is also the latency of every item in it.
 //! sample: each sampler owns one sample stream of 256-item batches; latency is the time the
 //! client waits for the next batch. The table is pre-filled to max_size first.
+//! memory: each item kind gets a fresh server; its resident memory (VmRSS) with the table full
+//! minus its idle level, against the items' own bytes.
 //!
 //! Prints one JSON line per case on stdout (the keys Reverb's script prints), progress on stderr.
 
@@ -372,6 +374,41 @@ async fn prefill(addr: &str, kind: &Kind) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Resident memory of process `pid` in MB (Linux `/proc/PID/status`, VmRSS).
+fn rss_mb(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("VmRSS in /proc/PID/status")?
+        .parse()?;
+    Ok(kb / 1e3)
+}
+
+/// One JSON line for the memory table: the server's resident memory over its idle level with
+/// the table full, against the items' own bytes.
+fn emit_memory(kind: &Kind, idle_mb: f64, full_mb: f64) {
+    let (_, payload) = stacked(kind.name, 1);
+    let payload_mb = payload as f64 * kind.max_size as f64 / 1e6;
+    let over = full_mb - idle_mb;
+    println!(
+        "{}",
+        serde_json::json!({
+            "system": "fleetrl", "op": "memory", "item": kind.name, "clients": 0,
+            "items": kind.max_size, "payload_mb": payload_mb, "rss_idle_mb": idle_mb,
+            "rss_full_mb": full_mb, "mb_over_idle": over, "per_payload": over / payload_mb,
+        })
+    );
+    eprintln!(
+        "[fleetrl] {}: {} items ({payload_mb:.0} MB of payload) take {over:.0} MB over idle \
+         ({:.2}x the payload)",
+        kind.name,
+        kind.max_size,
+        over / payload_mb
+    );
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
@@ -379,25 +416,28 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let tables = dir.join("tables.toml");
     std::fs::write(&tables, tables_toml())?;
-    let log: PathBuf = dir.join("replay-server.log");
-    let server_args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--tables",
-        &tables.display().to_string(),
-    ]
-    .map(String::from);
-    let mut server =
-        Role::start("replay-server", "fleet-replay-server", &server_args, &log).await?;
-    let addr = server
-        .listening_addr(Duration::from_secs(60), &log)
-        .await?
-        .to_string();
-    eprintln!("[fleetrl] replay server on {addr} (log {})", log.display());
     for kind in KINDS
         .iter()
         .filter(|k| args.items.iter().any(|i| i == k.name))
     {
+        // A fresh server per item kind (as Reverb's side does), so its idle memory is a baseline.
+        let log: PathBuf = dir.join(format!("replay-server-{}.log", kind.name));
+        let server_args = [
+            "--listen",
+            "127.0.0.1:0",
+            "--tables",
+            &tables.display().to_string(),
+        ]
+        .map(String::from);
+        let mut server =
+            Role::start("replay-server", "fleet-replay-server", &server_args, &log).await?;
+        let addr = server
+            .listening_addr(Duration::from_secs(60), &log)
+            .await?
+            .to_string();
+        let pid = server.pid().context("the replay server's pid")?;
+        let idle_mb = rss_mb(pid)?;
+        eprintln!("[fleetrl] replay server on {addr} (log {})", log.display());
         let chunk = args.chunk.unwrap_or(kind.default_chunk);
         let window = args.window.unwrap_or(kind.default_window);
         for &writers in &args.writers {
@@ -412,17 +452,12 @@ async fn main() -> anyhow::Result<()> {
             .await?;
         }
         prefill(&addr, kind).await?;
+        emit_memory(kind, idle_mb, rss_mb(pid)?);
         for &samplers in &args.samplers {
             sample_case(&addr, kind, samplers, (args.warmup, args.seconds)).await?;
         }
-        client(&addr)
-            .await?
-            .reset(ResetRequest {
-                table: kind.name.into(),
-            })
-            .await?;
+        server.stop(Duration::from_secs(10)).await;
     }
-    server.stop(Duration::from_secs(10)).await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

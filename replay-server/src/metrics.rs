@@ -80,10 +80,10 @@ impl ReplayMetrics {
             .observe_duration(elapsed);
     }
 
-    /// Records one batch sampled from `table`: `waited` to take its items, `elapsed` until
-    /// it was stacked and ready to send.
-    pub(crate) fn record_sample(&self, table: &str, waited: Duration, elapsed: Duration) {
-        self.sample_waits.record(waited);
+    /// Records one batch sampled from `table`: `elapsed` from asking to the batch stacked
+    /// (rate-limiter waits included).
+    pub(crate) fn record_sample(&self, table: &str, elapsed: Duration) {
+        self.sample_waits.record(elapsed);
         self.registry
             .histogram_with(
                 "sample_seconds",

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, instrument, warn, Instrument, Span};
 
-use crate::error::{task_failed, to_status, ServiceError};
+use crate::error::{to_status, ServiceError};
 use crate::metrics::ReplayMetrics;
 use crate::persistence::Checkpointer;
 
@@ -410,23 +410,17 @@ impl SampleStream {
         }
     }
 
-    /// Takes the items, then stacks them on a blocking thread: stacking copies every tensor,
-    /// which can take milliseconds for image rollouts.
+    /// Takes a stacked batch (the table copies the rows once, into the batch's tensors).
     async fn build_batch(&self) -> Result<SampleResponse, Status> {
         let started = std::time::Instant::now();
-        let taken = self
+        let batch = self
             .table
             .take(self.batch_size, self.timeout)
             .await
             .map_err(to_status)?;
-        let waited = started.elapsed();
-        let table = self.table.clone();
-        let stacked = tokio::task::spawn_blocking(move || taken.stack(table.signature()))
-            .await
-            .map_err(task_failed)?;
         self.metrics
-            .record_sample(self.table.name(), waited, started.elapsed());
-        Ok(stacked.map_err(to_status)?.into())
+            .record_sample(self.table.name(), started.elapsed());
+        Ok(batch.into())
     }
 }
 

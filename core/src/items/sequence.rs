@@ -192,7 +192,6 @@ impl SequenceBatch {
 mod tests {
     use super::*;
     use crate::replay_client::SequenceBuilder;
-    use fleetrl_proto::table::TakenItems;
 
     /// Steps cut by the builder, trimmed to their first state, pass the table's signature,
     /// stack into a batch and come back as time-major tensors with the stored state of each
@@ -229,15 +228,18 @@ mod tests {
             }
         }
         assert_eq!(items.len(), 3); // steps 0-3, 2-5, 4-7
-        let taken = TakenItems {
-            keys: vec![0, 1, 2],
-            items,
-            probabilities: vec![1.0; 3],
-            times_sampled: vec![1; 3],
-            table_size: 3,
-        };
-        let stacked = taken.stack(&signature).unwrap();
-        let batch = SequenceBatch::from_stacked(&stacked.batch, tch::Device::Cpu).unwrap();
+                                    // Stacked field by field, as the replay server's table stacks a sampled batch.
+        let mut stacked = TensorMap::default();
+        for field in &signature.fields {
+            let parts: Vec<&Tensor> = items
+                .iter()
+                .map(|i| i.field(&field.name).unwrap())
+                .collect();
+            stacked
+                .tensors
+                .insert(field.name.clone(), Tensor::stack(&parts).unwrap());
+        }
+        let batch = SequenceBatch::from_stacked(&stacked, tch::Device::Cpu).unwrap();
         assert_eq!(batch.obs.size(), vec![4, 3, 2]);
         let h = Vec::<f32>::try_from(batch.state.h.view([-1])).unwrap();
         assert_eq!(h, vec![0.0, 0.5, 7.0, 2.0, 2.5, 7.0, 4.0, 4.5, 7.0]);

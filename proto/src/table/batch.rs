@@ -19,48 +19,6 @@ pub struct SampledBatch {
     pub table_size: u64,
 }
 
-/// Items taken from a table but not yet stacked. Stacking copies every tensor once, so a
-/// caller on an async runtime may run [`TakenItems::stack`] on a blocking thread.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TakenItems {
-    /// Keys of the items, in batch order.
-    pub keys: Vec<u64>,
-    /// The items, each valid against the table's signature.
-    pub items: Vec<TensorMap>,
-    /// The probability each item had of being picked.
-    pub probabilities: Vec<f64>,
-    /// How often each item has been sampled, this time included.
-    pub times_sampled: Vec<u32>,
-    /// Items the table held when the batch was taken.
-    pub table_size: u64,
-}
-
-impl TakenItems {
-    /// Stacks every field of `signature` along a new leading dimension. Cannot fail for items
-    /// a table validated against the same signature; the error names the field otherwise.
-    pub fn stack(self, signature: &Signature) -> Result<SampledBatch, ReplayError> {
-        debug_assert_eq!(self.keys.len(), self.items.len());
-        let mut batch = TensorMap::default();
-        for spec in &signature.fields {
-            let invalid =
-                |e: crate::TensorError| ReplayError::invalid_item(&spec.name, e.to_string());
-            let mut parts = Vec::with_capacity(self.items.len());
-            for item in &self.items {
-                parts.push(item.field(&spec.name).map_err(invalid)?);
-            }
-            let stacked = Tensor::stack(&parts).map_err(invalid)?;
-            batch.tensors.insert(spec.name.clone(), stacked);
-        }
-        Ok(SampledBatch {
-            keys: self.keys,
-            batch,
-            probabilities: self.probabilities,
-            times_sampled: self.times_sampled,
-            table_size: self.table_size,
-        })
-    }
-}
-
 /// Most items one insert request may carry.
 pub const MAX_ITEMS_PER_REQUEST: i64 = 1 << 20;
 
@@ -212,38 +170,5 @@ mod tests {
                 || err.starts_with("field `v`"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn stacks_every_field_with_a_leading_dim() {
-        let signature = Signature {
-            fields: vec![
-                FieldSpec::new("x", Dtype::F32, &[2]),
-                FieldSpec::new("v", Dtype::I64, &[]),
-            ],
-        };
-        let item = |i: i64| {
-            TensorMap::from_pairs([
-                ("x", Tensor::from_slice(&[2], &[i as f32, -(i as f32)])),
-                ("v", Tensor::scalar(i)),
-            ])
-        };
-        let taken = TakenItems {
-            keys: vec![1, 2, 3],
-            items: vec![item(1), item(2), item(3)],
-            probabilities: vec![1.0; 3],
-            times_sampled: vec![1; 3],
-            table_size: 3,
-        };
-        let sampled = taken.stack(&signature).unwrap();
-        let x = sampled.batch.field("x").unwrap();
-        assert_eq!(x.shape, vec![3, 2]);
-        assert_eq!(
-            x.to_vec::<f32>().unwrap(),
-            vec![1.0, -1.0, 2.0, -2.0, 3.0, -3.0]
-        );
-        let v = sampled.batch.field("v").unwrap();
-        assert_eq!(v.shape, vec![3]);
-        assert_eq!(v.to_vec::<i64>().unwrap(), vec![1, 2, 3]);
     }
 }

@@ -9,7 +9,9 @@ mod signature;
 mod spec;
 mod wire;
 
-pub use batch::{split_stacked, SampledBatch, TakenItems, MAX_ITEMS_PER_REQUEST};
+pub use batch::{split_stacked, SampledBatch, MAX_ITEMS_PER_REQUEST};
 pub use error::ReplayError;
-pub use spec::{FieldSpec, LimiterBounds, RateLimiterSpec, SelectorKind, Signature, TableSpec};
+pub use spec::{
+    FieldSpec, LimiterBounds, RateLimiterSpec, SelectorKind, Signature, TableSpec, MAX_TABLE_ITEMS,
+};
 pub use wire::difference;

@@ -39,6 +39,9 @@ impl FieldSpec {
     }
 }
 
+/// Most items one table may hold (a table addresses its rows with 32-bit slots).
+pub const MAX_TABLE_ITEMS: u64 = 1 << 31;
+
 /// The fields every item of a table has, exactly (no more, no fewer).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -270,8 +273,11 @@ impl TableSpec {
                 self.name
             )));
         }
-        if self.max_size == 0 {
-            return Err(bad("max_size must be at least 1".into()));
+        if self.max_size == 0 || self.max_size > MAX_TABLE_ITEMS {
+            return Err(bad(format!(
+                "max_size must be in 1..={MAX_TABLE_ITEMS}, got {}",
+                self.max_size
+            )));
         }
         if let SelectorKind::Prioritized { exponent } = self.sampler {
             if !exponent.is_finite() || exponent < 0.0 {

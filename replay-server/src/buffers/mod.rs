@@ -15,6 +15,7 @@ pub mod demos;
 mod info;
 pub mod persist;
 mod rate_limiter;
+pub mod rows;
 pub mod selectors;
 mod table;
 

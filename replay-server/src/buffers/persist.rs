@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context};
 use bytes::Bytes;
-use fleetrl_proto::{Tensor, TensorMap};
 use serde::{Deserialize, Serialize};
 
 use super::{Counters, SnapshotItem, TableSnapshot};
@@ -215,22 +214,14 @@ fn write_table(path: &Path, table: &TableSnapshot) -> anyhow::Result<(u64, u32)>
         out.put(&item.key.to_le_bytes())?;
         out.put(&item.priority.to_le_bytes())?;
         out.put(&item.times_sampled.to_le_bytes())?;
-        for field in &table.spec.signature.fields {
-            let tensor = item
-                .item
-                .tensors
-                .get(&field.name)
-                .with_context(|| format!("item {} lacks field `{}`", item.key, field.name))?;
-            ensure!(
-                tensor.data.len() as u64 == field.bytes(),
-                "item {} field `{}` has {} bytes, the signature needs {}",
-                item.key,
-                field.name,
-                tensor.data.len(),
-                field.bytes()
-            );
-            out.put(&tensor.data)?;
-        }
+        ensure!(
+            item.row.len() as u64 == table.spec.signature.item_bytes(),
+            "item {} has {} bytes, the signature needs {}",
+            item.key,
+            item.row.len(),
+            table.spec.signature.item_bytes()
+        );
+        out.put(&item.row)?;
     }
     out.put(END)?;
     let file = out.inner.into_inner().map_err(|e| e.into_error())?;
@@ -253,7 +244,7 @@ impl<W: Write> Checksummed<W> {
     }
 }
 
-/// Reads a table file whose checksum was verified; item tensors share `data`'s buffer.
+/// Reads a table file whose checksum was verified; item rows share `data`'s buffer.
 fn parse_table(data: Bytes) -> anyhow::Result<TableSnapshot> {
     let mut reader = Reader { data, at: 0 };
     ensure!(
@@ -269,28 +260,18 @@ fn parse_table(data: Bytes) -> anyhow::Result<TableSnapshot> {
     let spec: TableSpec = serde_json::from_slice(&reader.take(len)?).context("table spec")?;
     let len = reader.u32()? as usize;
     let state: TableState = serde_json::from_slice(&reader.take(len)?).context("table state")?;
+    let row_bytes = spec.signature.item_bytes() as usize;
     let mut items = Vec::with_capacity(state.items.min(1 << 24) as usize);
     for _ in 0..state.items {
         let key = reader.u64()?;
         let priority = f64::from_le_bytes(reader.take(8)?.as_ref().try_into()?);
         let times_sampled = reader.u32()?;
-        let mut item = TensorMap::default();
-        for field in &spec.signature.fields {
-            let data = reader.take(field.bytes() as usize)?;
-            item.tensors.insert(
-                field.name.clone(),
-                Tensor {
-                    dtype: field.dtype as i32,
-                    shape: field.shape.clone(),
-                    data,
-                },
-            );
-        }
+        let row = reader.take(row_bytes)?;
         items.push(SnapshotItem {
             key,
             priority,
             times_sampled,
-            item,
+            row,
         });
     }
     ensure!(reader.take(8)?.as_ref() == END, "missing end marker");
@@ -373,7 +354,7 @@ mod tests {
     use super::*;
     use crate::buffers::Table;
     use fleetrl_proto::table::FieldSpec;
-    use fleetrl_proto::Dtype;
+    use fleetrl_proto::{Dtype, Tensor, TensorMap};
 
     fn spec() -> TableSpec {
         let mut spec = TableSpec::replay(

@@ -20,14 +20,16 @@ use std::pin::pin;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
 use fleetrl_proto::{Dtype, TensorMap};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::sync::Notify;
 
+use super::rows::{self, Rows};
 use super::selectors::{self, Selector};
 use super::{Counters, RateLimiter, TableInfo};
-use fleetrl_proto::table::{ReplayError, SampledBatch, Signature, TableSpec, TakenItems};
+use fleetrl_proto::table::{ReplayError, SampledBatch, Signature, TableSpec};
 
 /// A named store of items. Share it between tasks with an `Arc`.
 #[derive(Debug)]
@@ -42,6 +44,7 @@ pub struct Table {
 #[derive(Debug)]
 struct State {
     items: HashMap<u64, Stored>,
+    rows: Rows,
     sampler: Box<dyn Selector>,
     remover: Box<dyn Selector>,
     counters: Counters,
@@ -52,10 +55,11 @@ struct State {
     waiting_samples: u64,
 }
 
-#[derive(Debug, Clone)]
+/// An item's bookkeeping; its bytes are row `slot` of [`State::rows`].
+#[derive(Debug, Clone, Copy)]
 struct Stored {
-    item: TensorMap,
     priority: f64,
+    slot: u32,
     times_sampled: u32,
 }
 
@@ -68,8 +72,9 @@ pub struct SnapshotItem {
     pub priority: f64,
     /// How often it was sampled so far.
     pub times_sampled: u32,
-    /// Its tensors (sharing the table's bytes).
-    pub item: TensorMap,
+    /// Its fields' bytes in signature order (sharing the table's pages, or a checkpoint
+    /// file's buffer).
+    pub row: Bytes,
 }
 
 /// A consistent copy of a table's contents: what a checkpoint writes and a restore reads.
@@ -96,6 +101,7 @@ impl Table {
         spec.check(u64::MAX)?;
         let state = State {
             items: HashMap::new(),
+            rows: Rows::new(&spec.signature),
             sampler: selectors::build(spec.sampler),
             remover: selectors::build(spec.remover),
             counters: Counters::default(),
@@ -132,26 +138,27 @@ impl Table {
                     return Err(corrupt("keys are not increasing below next_key"));
                 }
                 last_key = stored.key;
-                table.validate(&stored.item)?;
+                if stored.row.len() != state.rows.row_bytes() {
+                    return Err(corrupt("its bytes do not match the signature"));
+                }
+                table.validate(&rows::item_of_row(&table.spec.signature, &stored.row))?;
                 if !stored.priority.is_finite() || stored.priority < 0.0 {
                     return Err(corrupt("priority is not finite and >= 0"));
                 }
+                if state.items.len() as u64 >= snapshot.spec.max_size {
+                    return Err(corrupt("the snapshot holds more items than max_size"));
+                }
                 state.sampler.insert(stored.key, stored.priority);
                 state.remover.insert(stored.key, stored.priority);
+                let slot = state.rows.put_row(&stored.row)?;
                 state.items.insert(
                     stored.key,
                     Stored {
-                        item: stored.item,
                         priority: stored.priority,
+                        slot,
                         times_sampled: stored.times_sampled,
                     },
                 );
-            }
-            if state.items.len() as u64 > snapshot.spec.max_size {
-                return Err(ReplayError::InvalidRequest(format!(
-                    "table `{}`: snapshot holds more items than max_size",
-                    snapshot.spec.name
-                )));
             }
             state.counters = snapshot.counters;
             state.next_key = snapshot.next_key;
@@ -159,24 +166,26 @@ impl Table {
         Ok(table)
     }
 
-    /// A consistent copy of the table, taken under its lock. Items share their bytes with the
-    /// table, so this is cheap even for large tables.
+    /// A consistent copy of the table, taken under its lock. Items share the table's pages
+    /// (a later write copies a page first), so this copies no item bytes.
     pub fn snapshot(&self) -> TableSnapshot {
         let state = self.lock();
-        let mut items: Vec<SnapshotItem> = state
-            .items
-            .iter()
-            .map(|(&key, stored)| SnapshotItem {
+        let mut stored: Vec<(u64, Stored)> = state.items.iter().map(|(&k, &s)| (k, s)).collect();
+        stored.sort_unstable_by_key(|&(key, _)| key);
+        let rows = state.rows.shared(stored.iter().map(|(_, s)| s.slot));
+        let items: Vec<SnapshotItem> = stored
+            .into_iter()
+            .zip(rows)
+            .map(|((key, stored), row)| SnapshotItem {
                 key,
                 priority: stored.priority,
                 times_sampled: stored.times_sampled,
-                item: stored.item.clone(),
+                row,
             })
             .collect();
         // Items, counters and the next key come from one lock, so they agree with each other.
         let (counters, next_key) = (state.counters, state.next_key);
         drop(state);
-        items.sort_unstable_by_key(|item| item.key);
         TableSnapshot {
             spec: self.spec.clone(),
             counters,
@@ -262,7 +271,7 @@ impl Table {
                     if size >= self.spec.max_size {
                         state.evict_one();
                     }
-                    keys.push(state.store(item, priority));
+                    keys.push(state.store(&item, priority));
                 }
                 keys.len() > before
             };
@@ -280,19 +289,16 @@ impl Table {
     /// Waits until the rate limiter allows a batch of `batch_size`, then takes the sampler's
     /// keys (deleting items sampled `max_times_sampled` times) and stacks them. Cancel-safe.
     pub async fn sample(&self, batch_size: usize) -> Result<SampledBatch, ReplayError> {
-        self.take(batch_size, None)
-            .await?
-            .stack(&self.spec.signature)
+        self.take(batch_size, None).await
     }
 
-    /// [`Table::sample`] without the stacking, for callers that stack off the async runtime.
-    /// With a `timeout`, a limiter that does not allow the batch in time gives
-    /// [`ReplayError::RateLimited`].
+    /// [`Table::sample`] with a limit on the wait: a limiter that does not allow the batch in
+    /// `timeout` gives [`ReplayError::RateLimited`].
     pub async fn take(
         &self,
         batch_size: usize,
         timeout: Option<Duration>,
-    ) -> Result<TakenItems, ReplayError> {
+    ) -> Result<SampledBatch, ReplayError> {
         self.check_batch_size(batch_size)?;
         let wait = async {
             loop {
@@ -362,6 +368,7 @@ impl Table {
         {
             let mut state = self.lock();
             state.items.clear();
+            state.rows.clear();
             state.sampler.clear();
             state.remover.clear();
             state.counters = Counters::default();
@@ -393,7 +400,9 @@ impl Table {
         self.ready.notify_waiters();
     }
 
-    fn try_take(&self, n: usize) -> Result<Option<TakenItems>, ReplayError> {
+    /// Picks a batch and stacks it under the lock: the rows are copied once, straight into
+    /// the batch's tensors, and an item deleted by this pick cannot be overwritten meanwhile.
+    fn try_take(&self, n: usize) -> Result<Option<SampledBatch>, ReplayError> {
         let mut state = self.lock();
         if state.closed {
             return Err(ReplayError::Closed);
@@ -404,32 +413,43 @@ impl Table {
         if !enough || !self.limiter.can_sample(n, size, &state.counters) {
             return Ok(None);
         }
-        let mut taken = TakenItems {
-            keys: Vec::with_capacity(n),
-            items: Vec::with_capacity(n),
-            probabilities: Vec::with_capacity(n),
-            times_sampled: Vec::with_capacity(n),
-            table_size: size,
-        };
+        let mut keys = Vec::with_capacity(n);
+        let mut slots = Vec::with_capacity(n);
+        let mut probabilities = Vec::with_capacity(n);
+        let mut times_sampled = Vec::with_capacity(n);
+        let mut released = Vec::new();
         // Items that leave once sampled are picked one at a time, so a later pick never sees
         // an item an earlier pick of the same batch deleted.
         let per_pick = if deletes { 1 } else { n };
-        while taken.keys.len() < n {
+        while keys.len() < n {
             let State { sampler, rng, .. } = &mut *state;
             let picked = sampler.select(per_pick, rng);
             if picked.is_empty() {
                 break;
             }
             for (key, probability) in picked {
-                let (item, times_sampled) = state.take(key, self.spec.max_times_sampled);
-                taken.keys.push(key);
-                taken.items.push(item);
-                taken.probabilities.push(probability);
-                taken.times_sampled.push(times_sampled);
+                let (slot, times, deleted) = state.take(key, self.spec.max_times_sampled);
+                keys.push(key);
+                slots.push(slot);
+                probabilities.push(probability);
+                times_sampled.push(times);
+                if deleted {
+                    released.push(slot);
+                }
             }
         }
-        state.counters.sampled += taken.keys.len() as u64;
-        Ok(Some(taken))
+        let batch = state.rows.stack(&slots);
+        for slot in released {
+            state.rows.release(slot);
+        }
+        state.counters.sampled += keys.len() as u64;
+        Ok(Some(SampledBatch {
+            keys,
+            batch,
+            probabilities,
+            times_sampled,
+            table_size: size,
+        }))
     }
 
     /// Locks the state. Poisoning means a panic inside a table operation, which is a bug the
@@ -484,14 +504,15 @@ impl Drop for Waiting<'_> {
 }
 
 impl State {
-    fn store(&mut self, item: TensorMap, priority: f64) -> u64 {
+    fn store(&mut self, item: &TensorMap, priority: f64) -> u64 {
         let key = self.next_key;
         self.next_key += 1;
+        let slot = self.rows.put(item);
         self.items.insert(
             key,
             Stored {
-                item,
                 priority,
+                slot,
                 times_sampled: 0,
             },
         );
@@ -508,29 +529,30 @@ impl State {
         }
     }
 
-    /// Hands out the item under `key` and its new times-sampled count, deleting it once
-    /// sampled `max_times_sampled` times. A kept item is cloned, which shares its tensor bytes.
-    fn take(&mut self, key: u64, max_times_sampled: u32) -> (TensorMap, u32) {
+    /// Counts a sample of the item under `key`: returns its slot, its new times-sampled count
+    /// and whether that count deleted it (its slot is then the caller's to release).
+    fn take(&mut self, key: u64, max_times_sampled: u32) -> (u32, u32, bool) {
         let stored = self
             .items
             .get_mut(&key)
             .expect("invariant: a sampler only returns keys the table holds");
         stored.times_sampled += 1;
-        let times = stored.times_sampled;
+        let (slot, times) = (stored.slot, stored.times_sampled);
         if max_times_sampled != 0 && times >= max_times_sampled {
-            let stored = self.items.remove(&key).expect("present");
+            self.items.remove(&key);
             self.sampler.remove(key);
             self.remover.remove(key);
             self.counters.deleted += 1;
-            return (stored.item, times);
+            return (slot, times, true);
         }
-        (stored.item.clone(), times)
+        (slot, times, false)
     }
 
     fn delete(&mut self, key: u64) -> bool {
-        if self.items.remove(&key).is_none() {
+        let Some(stored) = self.items.remove(&key) else {
             return false;
-        }
+        };
+        self.rows.release(stored.slot);
         self.sampler.remove(key);
         self.remover.remove(key);
         self.counters.deleted += 1;
