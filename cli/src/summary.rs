@@ -39,6 +39,8 @@ pub(crate) struct Summary {
     pub(crate) recent_training_return: Option<f64>,
     /// Rollouts the learner dropped for lagging the policy more than actors.max_policy_lag.
     pub(crate) rollouts_dropped: u64,
+    /// Rollouts in the batches the learner trained on (on-policy).
+    pub(crate) rollouts_trained: u64,
     /// Mean policy lag of the trained rollouts over the run, in versions.
     pub(crate) mean_policy_lag: f64,
     pub(crate) evaluations: Vec<Evaluation>,
@@ -78,6 +80,7 @@ impl Summary {
                 .is_finite()
                 .then_some(status.recent_return),
             rollouts_dropped: status.rollouts_dropped,
+            rollouts_trained: status.rollouts_trained,
             mean_policy_lag: status.mean_policy_lag,
             evaluations: evaluations.to_vec(),
         }

@@ -1,7 +1,10 @@
 //! Microbenchmark of the learner's hot path: one PPO update of the `cartpole-ppo` preset
 //! (20 epochs over a 256-step batch) and one actor inference step, on synthetic data.
 //!
-//! `cargo run --release -p fleetrl-core --example update_timing -- [update_threads]`
+//! `cargo run --release -p fleetrl-core --example update_timing -- [update_threads] [rollouts]`
+//!
+//! `rollouts` (default 2, the preset's `learner.batch_rollouts`) sets the batch: rollouts of
+//! 32 steps x 4 envs, as the preset's actors send them.
 
 use std::time::Instant;
 
@@ -38,6 +41,9 @@ fn main() {
     let threads = std::env::args()
         .nth(1)
         .map_or(1, |s| s.parse().expect("update_threads is a number"));
+    let rollouts: usize = std::env::args()
+        .nth(2)
+        .map_or(2, |s| s.parse().expect("rollouts is a number"));
     let preset = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/cartpole-ppo.toml");
     let config = RunConfig::load(preset, &[]).expect("preset loads");
     let env = make("CartPole-v1").expect("CartPole-v1 is registered");
@@ -48,7 +54,8 @@ fn main() {
         tch::Device::Cpu,
     )
     .expect("model builds");
-    let batch = synthetic_batch(32, 8);
+    let batch = synthetic_batch(32, 4 * rollouts);
+    let steps = (32 * 4 * rollouts) as f64;
     let mut ppo =
         Ppo::new(config.algo.as_ppo().expect("a PPO preset"), model, 1000).with_threads(threads);
     for _ in 0..5 {
@@ -61,9 +68,10 @@ fn main() {
     }
     let per = start.elapsed().as_secs_f64() / updates as f64;
     println!(
-        "update ({threads} thread(s)): {:.2} ms -> learner bound {:.0} env steps/s",
+        "update ({threads} thread(s), {rollouts} rollout(s), {steps} steps): {:.2} ms -> learner \
+         bound {:.0} env steps/s",
         per * 1e3,
-        256.0 / per
+        steps / per
     );
     let obs = Tensor::randn([4, 4], (tch::Kind::Float, tch::Device::Cpu));
     let start = Instant::now();

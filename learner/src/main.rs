@@ -135,6 +135,7 @@ async fn run() -> anyhow::Result<()> {
         )));
     }
     let (work_tx, work_rx) = mpsc::channel(table.prefetch.max(1));
+    let subscribers = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let trainer = trainer::Trainer {
         algo,
         config: config.clone(),
@@ -150,6 +151,8 @@ async fn run() -> anyhow::Result<()> {
         last_log: Instant::now(),
         timing: trainer::Timing::default(),
         pending: Vec::new(),
+        subscribers: subscribers.clone(),
+        filling: trainer::Filling::default(),
     };
     let trainer = std::thread::Builder::new()
         .name("trainer".into())
@@ -163,7 +166,7 @@ async fn run() -> anyhow::Result<()> {
         stats,
         weights: weights_rx,
         work: work_tx.clone(),
-        subscribers: Default::default(),
+        subscribers,
         metrics,
         encoded: Arc::new(fleetrl_core::broadcast::EncodedCache::new(
             config.learner.broadcast_dtype,

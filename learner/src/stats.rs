@@ -26,6 +26,7 @@ pub(crate) struct Stats {
     /// Sum of every update's policy lag since start, and the number of updates summed.
     policy_lag_sum: (f64, u64),
     pub(crate) rollouts_dropped: u64,
+    pub(crate) rollouts_trained: u64,
     env_steps_reported: u64,
     env_steps_collected: u64,
     episodes: u64,
@@ -43,6 +44,7 @@ impl Stats {
             policy_lag: 0.0,
             policy_lag_sum: (0.0, 0),
             rollouts_dropped: 0,
+            rollouts_trained: 0,
             env_steps_reported: 0,
             env_steps_collected: env_steps_trained,
             episodes: 0,
@@ -125,6 +127,7 @@ impl Stats {
             policy_lag: self.policy_lag,
             rollouts_dropped: self.rollouts_dropped,
             mean_policy_lag: self.policy_lag_sum.0 / self.policy_lag_sum.1.max(1) as f64,
+            rollouts_trained: self.rollouts_trained,
         }
     }
 }

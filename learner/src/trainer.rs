@@ -6,8 +6,9 @@
 //! gRPC side talks to it only through the [`Work`] channel and reads what it publishes.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fleetrl_core::algos::registry::{self, Family};
 use fleetrl_core::algos::{self, Algorithm, Batch, Metrics, TrainsOn};
@@ -21,12 +22,16 @@ use fleetrl_proto::space::Space;
 use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
 use fleetrl_runtime::telemetry::EventWriter;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::LearnerError;
 use crate::metrics::LearnerMetrics;
 use crate::priorities::PriorityUpdate;
 use crate::stats::Stats;
+
+/// Longest wait for the rest of a version's rollouts once `batch_rollouts` have arrived.
+const MAX_SHARE_WAIT: Duration = Duration::from_millis(250);
 
 /// Where a saved checkpoint is and which version it holds.
 pub(crate) type Saved = Result<(PathBuf, i64), LearnerError>;
@@ -61,6 +66,35 @@ pub(crate) struct Trainer {
     pub(crate) timing: Timing,
     /// Rollouts waiting for enough company to make a batch (on-policy).
     pub(crate) pending: Vec<TensorMap>,
+    /// Actors subscribed to the weights: a version's batch is what they all send for it.
+    pub(crate) subscribers: Arc<AtomicU32>,
+    /// When the last update ended, and when a batch that has `batch_rollouts` but not yet
+    /// every actor's share is trained on anyway (on-policy).
+    pub(crate) filling: Filling,
+}
+
+/// The on-policy batch being filled: when filling began (the last update's end) and, once
+/// `batch_rollouts` are pending but not every actor's share, when to stop waiting for the rest.
+#[derive(Debug)]
+pub(crate) struct Filling {
+    since: Instant,
+    until: Option<Instant>,
+}
+
+impl Default for Filling {
+    fn default() -> Self {
+        Filling {
+            since: Instant::now(),
+            until: None,
+        }
+    }
+}
+
+/// What the trainer does next.
+enum Next {
+    Work(Work),
+    /// The wait for the rest of a batch is over: train on what is pending.
+    Flush,
 }
 
 /// Where the trainer thread's time goes: waiting for data or updating.
@@ -99,33 +133,50 @@ impl Trainer {
     pub(crate) fn run(mut self, mut work: mpsc::Receiver<Work>) {
         loop {
             let waited = Instant::now();
-            let Some(item) = work.blocking_recv() else {
+            let Some(next) = self.next(&mut work) else {
                 break;
             };
             let waited = waited.elapsed().as_secs_f64();
             self.timing.waiting += waited;
             self.metrics.batch_wait_seconds.add(waited);
-            match item {
-                Work::Sample(sample) => {
-                    let started = Instant::now();
-                    let trained = match self.algo.trains_on() {
-                        TrainsOn::Rollouts => self.train_rollout(sample),
-                        _ => self.train_sampled(sample),
-                    };
-                    if trained {
-                        let updating = started.elapsed().as_secs_f64();
-                        self.timing.updating += updating;
-                        self.metrics.update_seconds.observe(updating);
-                        self.timing.updates += 1;
-                    }
-                }
-                Work::Checkpoint(reply) => {
+            let started = Instant::now();
+            let trained = match next {
+                Next::Work(Work::Sample(sample)) => match self.algo.trains_on() {
+                    TrainsOn::Rollouts => self.train_rollout(sample),
+                    _ => self.train_sampled(sample),
+                },
+                Next::Flush => self.take_pending().is_some_and(|b| self.train_rollouts(b)),
+                Next::Work(Work::Checkpoint(reply)) => {
                     let _ = reply.send(self.checkpoint());
+                    false
                 }
+            };
+            if trained {
+                let updating = started.elapsed().as_secs_f64();
+                self.timing.updating += updating;
+                self.metrics.update_seconds.observe(updating);
+                self.timing.updates += 1;
+                self.filling = Filling::default();
             }
         }
         if let Some(events) = self.events.as_mut() {
             let _ = events.flush();
+        }
+    }
+
+    /// The next piece of work; while a batch waits for the rest of the actors' shares, a
+    /// [`Next::Flush`] when that wait is over. `None` once every sender is gone.
+    fn next(&mut self, work: &mut mpsc::Receiver<Work>) -> Option<Next> {
+        let Some(until) = self.filling.until else {
+            return work.blocking_recv().map(Next::Work);
+        };
+        loop {
+            match work.try_recv() {
+                Ok(item) => return Some(Next::Work(item)),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if Instant::now() >= until => return Some(Next::Flush),
+                Err(TryRecvError::Empty) => std::thread::sleep(Duration::from_micros(200)),
+            }
         }
     }
 
@@ -138,7 +189,13 @@ impl Trainer {
     }
 
     /// Keeps `rollout` unless it lags the current policy by more than `max_policy_lag`
-    /// versions; returns a batch once `batch_rollouts` fresh rollouts are waiting.
+    /// versions; returns a batch once every actor's share of this version is waiting.
+    ///
+    /// Each of the `S` subscribed actors sends `ceil(batch_rollouts / S)` rollouts per version
+    /// (see the actor's acting loop), so the batch is all of them: it grows with the fleet and
+    /// nothing the fleet acted for this version is left to go stale. Once `batch_rollouts` are
+    /// pending, the rest get as long again as those took to arrive (an actor that stopped
+    /// sending, or a subscriber that never sends, costs one wait, never a stall).
     fn admit(&mut self, rollout: TensorMap) -> Option<RolloutBatch> {
         self.metrics.rollouts_received.inc();
         if !self.accepts(&rollout) {
@@ -166,7 +223,32 @@ impl Trainer {
         stats.rollouts_dropped += dropped;
         self.metrics.rollouts_dropped.add(dropped as f64);
         drop(stats);
-        if self.pending.len() < self.config.learner.batch_rollouts as usize {
+        let least = self.config.learner.batch_rollouts.max(1) as usize;
+        if self.pending.len() < least {
+            return None;
+        }
+        if self.pending.len() < self.batch_target() {
+            let now = Instant::now();
+            let wait = (now - self.filling.since) * 4;
+            self.filling
+                .until
+                .get_or_insert(now + wait.min(MAX_SHARE_WAIT));
+            return None;
+        }
+        self.take_pending()
+    }
+
+    /// Every actor's share of a version: `ceil(batch_rollouts / S) * S` for `S` subscribers.
+    fn batch_target(&self) -> usize {
+        let least = self.config.learner.batch_rollouts.max(1);
+        let actors = self.subscribers.load(Ordering::Relaxed).max(1);
+        (least.div_ceil(actors) * actors) as usize
+    }
+
+    /// The pending rollouts as one batch.
+    fn take_pending(&mut self) -> Option<RolloutBatch> {
+        self.filling.until = None;
+        if self.pending.is_empty() {
             return None;
         }
         let parts = std::mem::take(&mut self.pending);
@@ -196,13 +278,17 @@ impl Trainer {
     /// step budget is spent. True when an update ran.
     fn train_rollout(&mut self, sample: ShardBatch) -> bool {
         let rollout = sample.response.batch.unwrap_or_default();
-        let Some(batch) = self.admit(rollout) else {
-            return false;
-        };
+        self.admit(rollout)
+            .is_some_and(|batch| self.train_rollouts(batch))
+    }
+
+    /// On-policy: one update on `batch` unless the step budget is spent. True when it ran.
+    fn train_rollouts(&mut self, batch: RolloutBatch) -> bool {
         if self.stats().env_steps_trained >= self.config.stop.total_env_steps {
             return false;
         }
         let env_steps = batch.env_steps();
+        let rollouts = batch.policy_version.len() as u64;
         let behaviour = batch.policy_version.iter().sum::<i64>() as f64
             / batch.policy_version.len().max(1) as f64;
         let Some(mut metrics) = self.update(&Batch::Rollouts(Box::new(batch)), None) else {
@@ -211,6 +297,7 @@ impl Trainer {
         let (version, steps) = {
             let mut stats = self.stats();
             stats.env_steps_trained += env_steps;
+            stats.rollouts_trained += rollouts;
             (stats.policy_version, stats.env_steps_trained)
         };
         let lag = version as f64 - behaviour;

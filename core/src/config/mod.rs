@@ -281,7 +281,10 @@ impl Default for ReplayConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LearnerConfig {
-    /// Rollouts per training batch (the batch is this x rollout_length x envs_per_actor steps).
+    /// Rollouts per training batch (the batch is this x rollout_length x envs_per_actor steps)
+    /// at least: with more actors than this, each of the `S` actors sends
+    /// `ceil(batch_rollouts / S)` rollouts per version and the batch is all of them, so it grows
+    /// with the fleet rather than leaving the extra rollouts to go stale (on-policy).
     pub batch_rollouts: u32,
     /// Device for the update: "cpu", "cuda" or "cuda:N" (with `devices` set: left as is, or
     /// the first of `devices`).

@@ -504,7 +504,9 @@ mod tests {
         assert!(message(&spec).contains("exponent must be finite and >= 0"));
         spec.sampler = SelectorKind::Uniform;
         spec.max_size = 0;
-        assert!(message(&spec).contains("max_size must be at least 1"));
+        assert!(message(&spec).contains("max_size must be in 1..=2147483648, got 0"));
+        spec.max_size = MAX_TABLE_ITEMS + 1;
+        assert!(message(&spec).contains("max_size must be in 1..=2147483648"));
         spec.max_size = 100;
         let err = spec.check(16).unwrap_err().to_string();
         assert!(
