@@ -59,7 +59,7 @@ pub(crate) fn build_algorithm(
     let mut algo = registry::build(config, &obs_space, &action_space, &devices)?;
     let fresh = |algo| Restored {
         algo,
-        stats: Stats::new(0, 0, 0),
+        stats: Stats::new(None),
         device: devices[0],
         action_space: action_space.clone(),
     };
@@ -88,11 +88,7 @@ pub(crate) fn build_algorithm(
     algo.load_state(&ckpt.state)
         .context("restoring optimiser state")?;
     tracing::info!(path = %path.display(), version = ckpt.meta.policy_version, env_steps = ckpt.meta.env_steps, "resumed");
-    let stats = Stats::new(
-        ckpt.meta.policy_version,
-        ckpt.meta.updates,
-        ckpt.meta.env_steps,
-    );
+    let stats = Stats::new(Some(&ckpt.meta));
     Ok(Restored {
         algo,
         stats,

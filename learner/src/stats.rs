@@ -3,6 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
+use fleetrl_core::checkpoint::{CheckpointMeta, RunProgress};
 use fleetrl_proto::v1::{ActorStatus, LearnerStatus, ReportEpisodesRequest};
 
 /// Episodes kept for the recent-return mean.
@@ -35,21 +36,48 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    pub(crate) fn new(policy_version: i64, updates: u64, env_steps_trained: u64) -> Stats {
+    /// Counters of a fresh run, or of a resumed one going on from its checkpoint's.
+    pub(crate) fn new(meta: Option<&CheckpointMeta>) -> Stats {
+        let fresh = CheckpointMeta {
+            policy_version: 0,
+            updates: 0,
+            env_steps: 0,
+            env_id: String::new(),
+            progress: RunProgress::default(),
+        };
+        let meta = meta.unwrap_or(&fresh);
+        let progress = &meta.progress;
+        let skip = progress
+            .recent_returns
+            .len()
+            .saturating_sub(RECENT_EPISODES);
         Stats {
             started: Instant::now(),
-            policy_version,
-            updates,
-            env_steps_trained,
+            policy_version: meta.policy_version,
+            updates: meta.updates,
+            env_steps_trained: meta.env_steps,
             policy_lag: 0.0,
-            policy_lag_sum: (0.0, 0),
-            rollouts_dropped: 0,
-            rollouts_trained: 0,
-            env_steps_reported: 0,
-            env_steps_collected: env_steps_trained,
-            episodes: 0,
-            recent: VecDeque::with_capacity(RECENT_EPISODES),
+            policy_lag_sum: (progress.policy_lag_sum, progress.policy_lag_updates),
+            rollouts_dropped: progress.rollouts_dropped,
+            rollouts_trained: progress.rollouts_trained,
+            env_steps_reported: progress.env_steps_reported,
+            env_steps_collected: meta.env_steps,
+            episodes: progress.episodes,
+            recent: progress.recent_returns.iter().skip(skip).copied().collect(),
             actors: HashMap::new(),
+        }
+    }
+
+    /// The counters a checkpoint keeps beside version, updates and env steps.
+    pub(crate) fn progress(&self) -> RunProgress {
+        RunProgress {
+            episodes: self.episodes,
+            env_steps_reported: self.env_steps_reported,
+            rollouts_trained: self.rollouts_trained,
+            rollouts_dropped: self.rollouts_dropped,
+            policy_lag_sum: self.policy_lag_sum.0,
+            policy_lag_updates: self.policy_lag_sum.1,
+            recent_returns: self.recent.iter().copied().collect(),
         }
     }
 

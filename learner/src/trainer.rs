@@ -463,14 +463,14 @@ impl Trainer {
     }
 
     fn checkpoint(&mut self) -> Saved {
-        let (version, env_steps) = {
+        let (version, env_steps, progress) = {
             let stats = self.stats();
             let steps = if self.on_policy() {
                 stats.env_steps_trained
             } else {
                 stats.env_steps_collected()
             };
-            (stats.policy_version, steps)
+            (stats.policy_version, steps, stats.progress())
         };
         let trained = self.algo.trained();
         let meta = CheckpointMeta {
@@ -478,6 +478,7 @@ impl Trainer {
             updates: trained.updates(),
             env_steps,
             env_id: self.config.env.id.clone(),
+            progress,
         };
         let path = checkpoint::save_and_prune(
             &self.checkpoint_dir,

@@ -2,8 +2,9 @@
 //! id): its versions restart below what the actors acted with, so an actor that was following
 //! the old one is refused (FAILED_PRECONDITION) when it resubscribes and exits to rejoin, rather
 //! than acting on for a lost policy; a rejoining actor trains with the resumed learner, whose
-//! counters (updates, version, env steps) continue from the checkpoint. Before, actors ignored
-//! every version up to the last they had seen, and DQN's env-step count restarted near zero.
+//! counters (updates, version, env steps, episodes, recent returns, rollouts trained and dropped,
+//! policy lag) continue from the checkpoint. Before, actors ignored every version up to the last
+//! they had seen, DQN's env-step count restarted near zero and episodes restarted at zero.
 
 use std::time::Duration;
 
@@ -29,9 +30,15 @@ async fn resumes(preset: &str) -> anyhow::Result<()> {
         .set("learner.checkpoint_interval=5")
         .start()
         .await?;
+    let counted = sandbox
+        .wait_for("updates and reported episodes", GENEROUS, |s| {
+            s.updates >= 20 && s.env_steps_trained > 0 && s.episodes > 0
+        })
+        .await?;
+    // A checkpoint (every 5 updates) written after episodes were counted.
     let before = sandbox
-        .wait_for("a few checkpoints", GENEROUS, |s| {
-            s.updates >= 20 && s.env_steps_trained > 0
+        .wait_for("a checkpoint after that", GENEROUS, |s| {
+            s.updates >= counted.updates + 6
         })
         .await?;
     let old_run = run_id(&sandbox).await?;
@@ -52,6 +59,18 @@ async fn resumes(preset: &str) -> anyhow::Result<()> {
         "env steps {} -> {}",
         before.env_steps_trained,
         resumed.env_steps_trained
+    );
+    // The run's other counters continue too (episodes and the recent return).
+    assert!(
+        resumed.episodes >= counted.episodes,
+        "episodes {} (counted {}) -> {}",
+        before.episodes,
+        counted.episodes,
+        resumed.episodes
+    );
+    assert!(
+        resumed.recent_return.is_finite(),
+        "the recent return restarted empty"
     );
     // The old actor is refused and exits to rejoin.
     let status = sandbox.wait_actor_exit(0, GENEROUS).await?;

@@ -63,6 +63,30 @@ pub struct CheckpointMeta {
     pub env_steps: u64,
     /// Env id the policy was trained on.
     pub env_id: String,
+    /// The run's other counters, so a resumed learner goes on counting from them (zero in
+    /// checkpoints written before they were saved).
+    #[serde(default)]
+    pub progress: RunProgress,
+}
+
+/// A run's counters beyond version, updates and env steps, as the learner's status reports them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunProgress {
+    /// Episodes the actors reported.
+    pub episodes: u64,
+    /// Env steps the actors reported.
+    pub env_steps_reported: u64,
+    /// Rollouts trained on (on-policy).
+    pub rollouts_trained: u64,
+    /// Rollouts dropped as stale (on-policy).
+    pub rollouts_dropped: u64,
+    /// Sum of every update's policy lag, and the number of updates summed.
+    pub policy_lag_sum: f64,
+    /// Updates in `policy_lag_sum`.
+    pub policy_lag_updates: u64,
+    /// The most recent episode returns, oldest first (the status's recent return).
+    pub recent_returns: Vec<f64>,
 }
 
 /// A checkpoint read back from disk.
@@ -210,6 +234,11 @@ mod tests {
                 updates: 5,
                 env_steps: 640,
                 env_id: "CartPole-v1".into(),
+                progress: RunProgress {
+                    episodes: 12,
+                    recent_returns: vec![9.0, 31.5],
+                    ..RunProgress::default()
+                },
             };
             let model = vec![(
                 "pi.out.bias".to_string(),
@@ -223,6 +252,8 @@ mod tests {
         assert!(newest.ends_with("ckpt-00000003"));
         let ckpt = load(&newest).unwrap();
         assert_eq!(ckpt.meta.policy_version, 3);
+        assert_eq!(ckpt.meta.progress.episodes, 12);
+        assert_eq!(ckpt.meta.progress.recent_returns, vec![9.0, 31.5]);
         assert_eq!(ckpt.config, config);
         assert_eq!(
             Vec::<f32>::try_from(&ckpt.model[0].1).unwrap(),
@@ -230,6 +261,15 @@ mod tests {
         );
         assert_eq!(list(&dir).len(), 2);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_without_progress_loads_with_zero_counters() {
+        let meta: CheckpointMeta = serde_json::from_str(
+            r#"{"policy_version": 4, "updates": 4, "env_steps": 512, "env_id": "CartPole-v1"}"#,
+        )
+        .unwrap();
+        assert_eq!(meta.progress, RunProgress::default());
     }
 
     #[test]
