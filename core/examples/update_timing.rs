@@ -57,7 +57,7 @@ fn main() {
     let batch = synthetic_batch(32, 4 * rollouts);
     let steps = (32 * 4 * rollouts) as f64;
     let mut ppo =
-        Ppo::new(config.algo.as_ppo().expect("a PPO preset"), model, 1000).with_threads(threads);
+        Ppo::new(config.algo.as_ppo().expect("a PPO preset"), model, 256_000).with_threads(threads);
     for _ in 0..5 {
         ppo.train(&batch);
     }

@@ -45,7 +45,7 @@ fn serial_ppo_solves_cartpole() {
     let mut ppo = Ppo::new(
         config.algo.as_ppo().expect("a PPO preset"),
         model,
-        config.total_updates(),
+        config.stop.total_env_steps,
     );
     let budget = 60_000;
     let (mut steps, mut best) = (0, 0.0f64);

@@ -37,12 +37,12 @@ pub struct A2c {
     trained: Trained<ActorCritic>,
     optim: Adam,
     device: Device,
-    total_updates: u64,
+    total_env_steps: u64,
 }
 
 impl A2c {
-    /// A2C over `model`; the linear schedule spans `total_updates` updates.
-    pub fn new(config: &A2cConfig, model: ActorCritic, total_updates: u64) -> A2c {
+    /// A2C over `model`; the linear schedule spans `total_env_steps` env steps.
+    pub fn new(config: &A2cConfig, model: ActorCritic, total_env_steps: u64) -> A2c {
         let optim = Adam::new(model.var_store(), config.adam_eps);
         let device = model.var_store().device();
         A2c {
@@ -50,7 +50,7 @@ impl A2c {
             trained: Trained::new(model, "a2c.updates"),
             optim,
             device,
-            total_updates,
+            total_env_steps,
         }
     }
 }
@@ -83,13 +83,14 @@ impl A2c {
         let lr = linear_schedule(
             c.learning_rate,
             c.linear_lr_schedule,
-            self.trained.updates,
-            self.total_updates,
+            self.trained.env_steps,
+            self.total_env_steps,
         );
         self.optim.zero_grad();
         loss.backward();
         let grad_norm = self.optim.step(lr, c.clip_grad_norm);
         self.trained.updates += 1;
+        self.trained.env_steps += batch.env_steps();
         Metrics(vec![
             ("policy_loss", pg.double_value(&[])),
             ("value_loss", vf.double_value(&[])),
@@ -123,7 +124,7 @@ impl Algorithm for A2c {
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
-        state.push(self.trained.counter_state());
+        state.extend(self.trained.counter_state());
         state
     }
 

@@ -105,7 +105,7 @@ impl Algorithm for Bc {
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
-        state.push(self.trained.counter_state());
+        state.extend(self.trained.counter_state());
         state
     }
 

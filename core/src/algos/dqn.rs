@@ -151,7 +151,7 @@ impl Algorithm for Dqn {
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
         state.extend(target_state(&self.target));
-        state.push(self.trained.counter_state());
+        state.extend(self.trained.counter_state());
         state
     }
 

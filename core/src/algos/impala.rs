@@ -30,7 +30,7 @@ pub struct Impala {
     trained: Trained<ActorCritic>,
     optim: Adam,
     device: Device,
-    total_updates: u64,
+    total_env_steps: u64,
 }
 
 fn floats(t: &Tensor) -> Vec<f32> {
@@ -38,8 +38,8 @@ fn floats(t: &Tensor) -> Vec<f32> {
 }
 
 impl Impala {
-    /// IMPALA over `model`; the linear schedule spans `total_updates` updates.
-    pub fn new(config: &ImpalaConfig, model: ActorCritic, total_updates: u64) -> Impala {
+    /// IMPALA over `model`; the linear schedule spans `total_env_steps` env steps.
+    pub fn new(config: &ImpalaConfig, model: ActorCritic, total_env_steps: u64) -> Impala {
         let optim = Adam::new(model.var_store(), config.adam_eps);
         let device = model.var_store().device();
         Impala {
@@ -47,7 +47,7 @@ impl Impala {
             trained: Trained::new(model, "impala.updates"),
             optim,
             device,
-            total_updates,
+            total_env_steps,
         }
     }
 
@@ -118,8 +118,8 @@ impl Impala {
         let lr = linear_schedule(
             c.learning_rate,
             c.linear_lr_schedule,
-            self.trained.updates,
-            self.total_updates,
+            self.trained.env_steps,
+            self.total_env_steps,
         );
         let samples = Samples::new(batch, self.device);
         let mut last = [0.0; 6];
@@ -127,6 +127,7 @@ impl Impala {
             last = self.step(batch, &samples, lr);
         }
         self.trained.updates += 1;
+        self.trained.env_steps += batch.env_steps();
         let [pg, vf, entropy, grad_norm, mean_ratio, ev] = last;
         Metrics(vec![
             ("policy_loss", pg),
@@ -159,7 +160,7 @@ impl Algorithm for Impala {
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
-        state.push(self.trained.counter_state());
+        state.extend(self.trained.counter_state());
         state
     }
 

@@ -249,6 +249,10 @@ pub struct Trained<M> {
     pub model: M,
     /// Updates done so far.
     pub updates: u64,
+    /// Env steps in the batches trained on so far: linear schedules decay with these, as a
+    /// share of the run's step budget, so a batch that grows with the fleet moves them as far
+    /// as the steps it holds.
+    pub env_steps: u64,
     /// The name the update count is checkpointed under.
     counter: &'static str,
 }
@@ -259,19 +263,29 @@ impl<M: Model> Trained<M> {
         Trained {
             model,
             updates: 0,
+            env_steps: 0,
             counter,
         }
     }
 
-    /// The update counter as a named checkpoint tensor.
-    pub fn counter_state(&self) -> (String, Tensor) {
-        (self.counter.to_string(), Tensor::from(self.updates as i64))
+    /// The update and env-step counters as named checkpoint tensors.
+    pub fn counter_state(&self) -> [(String, Tensor); 2] {
+        [
+            (self.counter.to_string(), Tensor::from(self.updates as i64)),
+            (self.env_steps_name(), Tensor::from(self.env_steps as i64)),
+        ]
     }
 
-    /// Restores the update counter [`Trained::counter_state`] wrote.
+    /// Restores the counters [`Trained::counter_state`] wrote (a checkpoint from before env
+    /// steps were kept restores them as 0).
     pub fn load_counter(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.updates = crate::checkpoint::counter(state, self.counter)?;
+        self.env_steps = crate::checkpoint::counter(state, &self.env_steps_name()).unwrap_or(0);
         Ok(())
+    }
+
+    fn env_steps_name(&self) -> String {
+        format!("{}.env_steps", self.counter)
     }
 }
 

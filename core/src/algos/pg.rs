@@ -37,8 +37,8 @@ impl Samples {
     }
 }
 
-/// `base`, decayed linearly to 0 over `total` updates when `linear` (rlpyt's and SB3's
-/// `linear_lr_schedule`), after `done` updates.
+/// `base`, decayed linearly to 0 over `total` env steps when `linear` (rlpyt's and SB3's
+/// `linear_lr_schedule`; SB3's progress is timesteps over total timesteps), after `done`.
 pub fn linear_schedule(base: f64, linear: bool, done: u64, total: u64) -> f64 {
     if !linear {
         return base;

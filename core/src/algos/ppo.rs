@@ -54,7 +54,7 @@ pub struct Ppo {
     trained: Trained<ActorCritic>,
     optim: Adam,
     device: Device,
-    total_updates: u64,
+    total_env_steps: u64,
     shards: ShardPool<ShardOut>,
     /// Copies on further devices (none on one device); shard k runs on device k.
     replicas: Replicas<ActorCritic>,
@@ -175,18 +175,19 @@ fn normalized(advantage: &Tensor) -> Tensor {
 }
 
 impl Ppo {
-    /// PPO over `model`, whose linear schedules span `total_updates` updates.
-    pub fn new(config: &PpoConfig, model: ActorCritic, total_updates: u64) -> Ppo {
+    /// PPO over `model`, whose linear schedules span `total_env_steps` env steps (the run's
+    /// budget).
+    pub fn new(config: &PpoConfig, model: ActorCritic, total_env_steps: u64) -> Ppo {
         let optim = Adam::new(model.var_store(), config.adam_eps);
         let device = model.var_store().device();
-        let total_updates = total_updates.max(1);
+        let total_env_steps = total_env_steps.max(1);
         let shards = ShardPool::new(model.heads(), 0);
         Ppo {
             config: config.clone(),
             trained: Trained::new(model, "ppo.updates"),
             optim,
             device,
-            total_updates,
+            total_env_steps,
             shards,
             replicas: Replicas::none(device),
         }
@@ -199,7 +200,8 @@ impl Ppo {
 
     /// Learning rate and clip range for the next update.
     pub fn schedule(&self) -> (f64, f64) {
-        let remaining = 1.0 - (self.trained.updates as f64 / self.total_updates as f64).min(1.0);
+        let done = self.trained.env_steps as f64 / self.total_env_steps as f64;
+        let remaining = 1.0 - done.min(1.0);
         let c = &self.config;
         let lr = if c.linear_lr_schedule {
             c.learning_rate * remaining
@@ -430,6 +432,7 @@ impl Ppo {
             }
         }
         self.trained.updates += 1;
+        self.trained.env_steps += batch.env_steps();
         let (outs, grad_norm) = last.expect("epochs and minibatches are at least 1");
         let ([pg, vf, ent], ratio) = combine(&outs);
         let (clip_fraction, approx_kl) = ratio_stats(&ratio, clip);
@@ -469,7 +472,7 @@ impl Algorithm for Ppo {
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
-        state.push(self.trained.counter_state());
+        state.extend(self.trained.counter_state());
         state
     }
 
@@ -570,7 +573,47 @@ mod tests {
             epochs: 3,
             ..PpoConfig::default()
         };
-        Ppo::new(&config, model, 10).with_threads(threads)
+        Ppo::new(&config, model, 80).with_threads(threads)
+    }
+
+    /// Linear schedules decay with the env steps trained on (SB3's progress), not with the
+    /// update count: a batch twice as large moves them twice as far.
+    #[test]
+    fn linear_schedules_follow_env_steps_not_updates() {
+        let mut ppo = fresh_ppo(1);
+        ppo.config.linear_lr_schedule = true;
+        ppo.config.linear_clip_schedule = true;
+        let (lr, clip) = (ppo.config.learning_rate, ppo.config.ratio_clip);
+        assert_eq!(ppo.schedule(), (lr, clip));
+        ppo.train(&tiny_batch()); // 8 of 80 steps
+        let (l, c) = ppo.schedule();
+        assert!((l - lr * 0.9).abs() < 1e-12 && (c - clip * 0.9).abs() < 1e-12);
+        let mut double = tiny_batch();
+        double.b = 4;
+        for field in [&mut double.reward, &mut double.log_prob, &mut double.value] {
+            let copy = field.clone();
+            field.extend(copy);
+        }
+        double.obs.extend(double.obs.clone());
+        double.action = crate::items::rollout::Actions::Discrete((0..16).map(|i| i % 2).collect());
+        double.terminated.extend(double.terminated.clone());
+        double.truncated.extend(double.truncated.clone());
+        double.final_value.extend(double.final_value.clone());
+        double
+            .bootstrap_value
+            .extend(double.bootstrap_value.clone());
+        double.bootstrap_obs.extend(double.bootstrap_obs.clone());
+        ppo.train(&double); // 16 more: 24 of 80
+        let (l, _) = ppo.schedule();
+        assert!((l - lr * 0.7).abs() < 1e-12, "{l}");
+        assert_eq!(ppo.trained.updates, 2);
+        // Both counters travel with the checkpoint.
+        let mut resumed = fresh_ppo(1);
+        resumed.load_state(&ppo.state()).unwrap();
+        assert_eq!(
+            (resumed.trained.updates, resumed.trained.env_steps),
+            (2, 24)
+        );
     }
 
     /// Sharding over threads is an execution detail: the update must be the same as on one.

@@ -118,7 +118,7 @@ pub fn build(
     devices: &[Device],
 ) -> Result<Box<dyn Algorithm>, ModelError> {
     let device = devices.first().copied().unwrap_or(Device::Cpu);
-    let total = config.total_updates();
+    let total = config.stop.total_env_steps;
     let actor_critic = |device| ActorCritic::new(&config.model, obs_space, action_space, device);
     let off_policy = || build_model(config, obs_space, action_space, device);
     Ok(match &config.algo {

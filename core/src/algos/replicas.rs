@@ -188,7 +188,7 @@ mod tests {
     ) -> (Vec<(String, tch::Tensor)>, Metrics) {
         let mut model = cartpole_model(7);
         model.load_named(start).unwrap();
-        let mut ppo = Ppo::new(config, model, 10).with_threads(threads);
+        let mut ppo = Ppo::new(config, model, 2_560).with_threads(threads);
         if devices > 1 {
             // Replicas start from other weights: the update must copy the master's in.
             ppo = ppo.on_devices(&vec![Device::Cpu; devices], |_| cartpole_model(99));

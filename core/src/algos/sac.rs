@@ -200,7 +200,7 @@ impl Algorithm for Sac {
         }
         state.extend(target_state(&self.target));
         state.push(("log_alpha".into(), self.log_alpha.detach().copy()));
-        state.push(self.trained.counter_state());
+        state.extend(self.trained.counter_state());
         state
     }
 

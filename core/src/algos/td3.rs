@@ -144,7 +144,7 @@ impl Algorithm for Td3 {
         let mut state = self.pi_optim.state();
         state.extend(self.qf_optim.state());
         state.extend(target_state(&self.target));
-        state.push(self.trained.counter_state());
+        state.extend(self.trained.counter_state());
         state
     }
 

@@ -225,7 +225,7 @@ impl Algorithm for Trpo {
 
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.vf_optim.state();
-        state.push(self.trained.counter_state());
+        state.extend(self.trained.counter_state());
         state
     }
 

@@ -164,7 +164,7 @@ impl Algorithm for Vpg {
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.policy_optim.state();
         state.extend(self.vf_optim.state());
-        state.push(self.trained.counter_state());
+        state.extend(self.trained.counter_state());
         state
     }
 

@@ -547,11 +547,6 @@ impl RunConfig {
             * self.actors.rollout_length as u64
             * self.actors.envs_per_actor as u64
     }
-
-    /// Updates the step budget allows (for linear schedules); at least 1.
-    pub fn total_updates(&self) -> u64 {
-        (self.stop.total_env_steps / self.batch_env_steps()).max(1)
-    }
 }
 
 /// A bare name like `cartpole-ppo` means `configs/cartpole-ppo.toml`, looked up in the current
