@@ -30,8 +30,10 @@ use crate::metrics::LearnerMetrics;
 use crate::priorities::PriorityUpdate;
 use crate::stats::Stats;
 
-/// Longest wait for the rest of a version's rollouts once `batch_rollouts` have arrived.
+/// Longest wait for the next of a version's rollouts once `batch_rollouts` have arrived.
 const MAX_SHARE_WAIT: Duration = Duration::from_millis(250);
+/// Shortest such wait: arrivals come in bursts (the queue, the sampler, the scheduler).
+const MIN_SHARE_WAIT: Duration = Duration::from_millis(20);
 
 /// Where a saved checkpoint is and which version it holds.
 pub(crate) type Saved = Result<(PathBuf, i64), LearnerError>;
@@ -194,8 +196,9 @@ impl Trainer {
     /// Each of the `S` subscribed actors sends `ceil(batch_rollouts / S)` rollouts per version
     /// (see the actor's acting loop), so the batch is all of them: it grows with the fleet and
     /// nothing the fleet acted for this version is left to go stale. Once `batch_rollouts` are
-    /// pending, the rest get as long again as those took to arrive (an actor that stopped
-    /// sending, or a subscriber that never sends, costs one wait, never a stall).
+    /// pending, the learner waits for the rest while they keep coming, up to four mean gaps
+    /// between arrivals after each (an actor that stopped sending, or a subscriber that never
+    /// sends, costs one such wait, never a stall).
     fn admit(&mut self, rollout: TensorMap) -> Option<RolloutBatch> {
         self.metrics.rollouts_received.inc();
         if !self.accepts(&rollout) {
@@ -228,11 +231,12 @@ impl Trainer {
             return None;
         }
         if self.pending.len() < self.batch_target() {
+            // Wait on while rollouts keep coming: up to four of their mean gaps so far after
+            // each one (a big fleet's shares trickle through the queue for a while).
             let now = Instant::now();
-            let wait = (now - self.filling.since) * 4;
-            self.filling
-                .until
-                .get_or_insert(now + wait.min(MAX_SHARE_WAIT));
+            let gap = (now - self.filling.since) / self.pending.len() as u32;
+            let wait = (gap * 4).clamp(MIN_SHARE_WAIT, MAX_SHARE_WAIT);
+            self.filling.until = Some(now + wait);
             return None;
         }
         self.take_pending()

@@ -262,6 +262,11 @@ impl Sandbox {
         self.learner.exited()
     }
 
+    /// The learner's and the replay server's process ids, while they run.
+    pub fn pids(&self) -> (Option<u32>, Option<u32>) {
+        (self.learner.pid(), self.replay.pid())
+    }
+
     /// Fails if a server process has exited.
     pub fn check_servers(&mut self) -> anyhow::Result<()> {
         for role in [&mut self.replay, &mut self.learner] {
