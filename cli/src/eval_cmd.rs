@@ -1,4 +1,4 @@
-//! `fleetrl eval`: load a checkpoint and play the deterministic policy.
+//! `fleetrl eval`: load a checkpoint and play its policy as the run's `[eval]` says.
 
 use std::path::Path;
 
@@ -9,7 +9,8 @@ use fleetrl_core::envs;
 use fleetrl_core::models::Policy;
 use fleetrl_proto::space::Space;
 
-/// Plays `episodes` deterministic episodes with the policy in checkpoint `path`, on the run's
+/// Plays `episodes` episodes (deterministic unless the run's `eval.deterministic` is false,
+/// cut at its `eval.max_episode_length` if set) with the policy in checkpoint `path`, on the run's
 /// env or on `env_id` (same wrappers, e.g. `gym:CartPole-v1` to score a native CartPole policy
 /// in gymnasium's own implementation). Blocks (tch and env work): call from a blocking thread.
 /// `seed` defaults to the run's evaluation seed; the seed used is returned with the result.
@@ -27,7 +28,14 @@ pub(crate) fn evaluate_checkpoint(
         same_spaces(&config.env, &env)?;
     }
     Ok((
-        evaluate_env(model.as_ref(), &env, episodes, seed, true)?,
+        evaluate_env(
+            model.as_ref(),
+            &env,
+            episodes,
+            seed,
+            config.eval.deterministic,
+            config.eval.max_episode_length,
+        )?,
         seed,
     ))
 }

@@ -50,17 +50,19 @@ pub fn evaluate(
         id: env_id.to_string(),
         ..EnvConfig::default()
     };
-    evaluate_env(policy, &env, episodes, seed, deterministic)
+    evaluate_env(policy, &env, episodes, seed, deterministic, 0)
 }
 
 /// [`evaluate`] on envs as `[env]` configures them (wrappers included). Returns are scores:
 /// rewards before reward scaling or clipping, over whole games (all lives of an Atari game).
+/// `max_steps` ends every episode after that many steps (0: the env's own limit only).
 pub fn evaluate_env(
     policy: &dyn Policy,
     env_config: &EnvConfig,
     episodes: usize,
     seed: u64,
     deterministic: bool,
+    max_steps: u64,
 ) -> Result<EvalResult, EnvError> {
     let mut envs: Vec<Box<dyn Env>> = (0..episodes)
         .map(|_| envs::make_configured(env_config))
@@ -71,6 +73,7 @@ pub fn evaluate_env(
         obs.push(env.reset(Some(seed + i as u64)));
     }
     let mut returns = vec![0.0f64; episodes];
+    let mut steps = 0u64;
     let mut running: Vec<usize> = (0..episodes).collect();
     // A recurrent policy's state per episode (episodes never restart here, so no resets).
     let mut state = (policy.state_size() > 0)
@@ -102,6 +105,15 @@ pub fn evaluate_env(
                 clipped(&envs[running[0]].action_space(), &values, running.len())
             }
         };
+        steps += 1;
+        if max_steps > 0 && steps >= max_steps {
+            // Every running episode is at its `steps`-th step (they all started together).
+            for (&i, a) in running.iter().zip(&actions) {
+                let step = envs[i].step(a)?;
+                returns[i] += f64::from(envs[i].score_reward().unwrap_or(step.reward));
+            }
+            break;
+        }
         let mut still = Vec::with_capacity(running.len());
         for (&i, a) in running.iter().zip(&actions) {
             let step = envs[i].step(a)?;
@@ -179,5 +191,59 @@ pub fn record_episode_env(
         if out.terminated || out.truncated {
             return Ok(recorder.finish(out.terminated));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelConfig;
+    use crate::models::ActorCritic;
+
+    fn untrained_cartpole_policy() -> ActorCritic {
+        let env = envs::make("CartPole-v1").unwrap();
+        ActorCritic::new(
+            &ModelConfig::default(),
+            &env.observation_space(),
+            &env.action_space(),
+            tch::Device::Cpu,
+        )
+        .unwrap()
+    }
+
+    fn cartpole() -> EnvConfig {
+        EnvConfig {
+            id: "CartPole-v1".into(),
+            ..EnvConfig::default()
+        }
+    }
+
+    /// `eval.max_episode_length` cuts every episode at that many steps (CartPole pays 1 a step).
+    #[test]
+    fn max_steps_cut_every_episode() {
+        let policy = untrained_cartpole_policy();
+        let full = evaluate_env(&policy, &cartpole(), 8, 3, true, 0).unwrap();
+        let cut = evaluate_env(&policy, &cartpole(), 8, 3, true, 5).unwrap();
+        for (f, c) in full.returns.iter().zip(&cut.returns) {
+            assert_eq!(
+                *c,
+                f.min(5.0),
+                "full {:?}, cut {:?}",
+                full.returns,
+                cut.returns
+            );
+        }
+    }
+
+    /// The deterministic policy plays the same episodes from the same seeds; the stochastic one
+    /// (`eval.deterministic = false`) samples its actions.
+    #[test]
+    fn deterministic_repeats_and_stochastic_samples() {
+        let policy = untrained_cartpole_policy();
+        let a = evaluate_env(&policy, &cartpole(), 20, 11, true, 0).unwrap();
+        let b = evaluate_env(&policy, &cartpole(), 20, 11, true, 0).unwrap();
+        assert_eq!(a.returns, b.returns);
+        let sampled = evaluate_env(&policy, &cartpole(), 20, 11, false, 0).unwrap();
+        assert_ne!(a.returns, sampled.returns);
     }
 }

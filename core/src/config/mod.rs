@@ -142,14 +142,22 @@ impl Default for EnvConfig {
     }
 }
 
-/// Hidden-layer activation.
+/// Hidden-layer activation (garage's `hidden_nonlinearity`, rlpyt's `nonlinearity`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Activation {
     /// tanh (SB3's default for PPO).
     Tanh,
     /// ReLU.
     Relu,
+    /// ELU with alpha 1.
+    Elu,
+    /// GELU (exact, with the normal CDF).
+    Gelu,
+    /// Leaky ReLU with negative slope 0.01 (PyTorch's default).
+    LeakyRelu,
+    /// The logistic sigmoid.
+    Sigmoid,
 }
 
 impl Activation {
@@ -158,6 +166,10 @@ impl Activation {
         match self {
             Activation::Tanh => x.tanh(),
             Activation::Relu => x.relu(),
+            Activation::Elu => x.elu(),
+            Activation::Gelu => x.gelu("none"),
+            Activation::LeakyRelu => x.leaky_relu(),
+            Activation::Sigmoid => x.sigmoid(),
         }
     }
 }
@@ -362,6 +374,12 @@ pub struct EvalConfig {
     pub interval_env_steps: u64,
     /// Evaluate early once the recent training return reaches the target.
     pub on_target_training_return: bool,
+    /// Act with the policy's mode (argmax, or the Gaussian mean); false samples actions as in
+    /// training (garage's `deterministic_eval`).
+    pub deterministic: bool,
+    /// Ends an evaluation episode after this many steps, as a time limit (0: the env's own
+    /// limit only; garage's `max_episode_length_eval`).
+    pub max_episode_length: u64,
 }
 
 impl Default for EvalConfig {
@@ -370,6 +388,8 @@ impl Default for EvalConfig {
             episodes: 20,
             interval_env_steps: 10_000,
             on_target_training_return: true,
+            deterministic: true,
+            max_episode_length: 0,
         }
     }
 }
@@ -584,6 +604,35 @@ pub(crate) fn check(ok: bool, key: &'static str, message: &str) -> Result<(), Co
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each activation against its definition at -1, 0 and 2, and by its config name.
+    #[test]
+    fn activations_by_name_and_value() {
+        let x = tch::Tensor::from_slice(&[-1.0f32, 0.0, 2.0]);
+        let e = (-1.0f32).exp();
+        let cases = [
+            ("tanh", [(-1.0f32).tanh(), 0.0, 2.0f32.tanh()]),
+            ("relu", [0.0, 0.0, 2.0]),
+            ("elu", [e - 1.0, 0.0, 2.0]),
+            // x * Phi(x): Phi(-1) = 0.158655, Phi(2) = 0.977250
+            ("gelu", [-0.158_655, 0.0, 1.954_5]),
+            ("leaky_relu", [-0.01, 0.0, 2.0]),
+            (
+                "sigmoid",
+                [1.0 / (1.0 + 1.0 / e), 0.5, 1.0 / (1.0 + (-2.0f32).exp())],
+            ),
+        ];
+        for (name, want) in cases {
+            let toml = format!("[model]\nactivation = \"{name}\"\n");
+            let config = RunConfig::from_toml(&toml, "test").unwrap();
+            let got = Vec::<f32>::try_from(config.model.activation.apply(&x)).unwrap();
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() < 1e-5, "{name}: {got:?} vs {want:?}");
+            }
+        }
+        let err = RunConfig::from_toml("[model]\nactivation = \"swish\"\n", "test").unwrap_err();
+        assert!(err.to_string().contains("swish"), "{err}");
+    }
 
     #[test]
     fn defaults_round_trip_through_toml() {

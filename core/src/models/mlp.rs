@@ -73,11 +73,7 @@ impl Module for Mlp {
     fn forward(&self, xs: &tch::Tensor) -> tch::Tensor {
         let mut h = xs.shallow_clone();
         for layer in &self.hidden {
-            let z = layer.forward(&h);
-            h = match self.activation {
-                Activation::Tanh => z.tanh(),
-                Activation::Relu => z.relu(),
-            };
+            h = self.activation.apply(&layer.forward(&h));
         }
         self.out.forward(&h)
     }
