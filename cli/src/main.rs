@@ -41,6 +41,10 @@ enum Command {
         /// Resume from a checkpoint directory, or `latest` in <out>/checkpoints.
         #[arg(long)]
         resume: Option<String>,
+        /// Start a new run from this checkpoint's model weights only (sets
+        /// `learner.init_from`; on-policy algorithms).
+        #[arg(long, value_name = "CHECKPOINT", conflicts_with = "resume")]
+        init_from: Option<PathBuf>,
     },
     /// Evaluate a checkpoint's deterministic policy.
     Eval {
@@ -147,8 +151,14 @@ async fn run() -> anyhow::Result<()> {
             overrides,
             out,
             resume,
+            init_from,
         } => {
-            let run = RunConfig::load(&config, &overrides).context("loading the run config")?;
+            let mut run = RunConfig::load(&config, &overrides).context("loading the run config")?;
+            if let Some(path) = init_from {
+                let path = std::fs::canonicalize(&path)
+                    .with_context(|| format!("--init-from {}", path.display()))?;
+                run.learner.init_from = path.display().to_string();
+            }
             let out = out.unwrap_or_else(|| default_out(&config));
             let (summary, interrupted) = train::train(run, &out, resume.as_deref()).await?;
             println!("{}", serde_json::to_string_pretty(&summary)?);

@@ -57,19 +57,24 @@ pub(crate) fn build_algorithm(
     let env = envs::make_configured(&config.env)?;
     let (obs_space, action_space) = (env.observation_space(), env.action_space());
     let mut algo = registry::build(config, &obs_space, &action_space, &devices)?;
-    let fresh = |algo| Restored {
-        algo,
-        stats: Stats::new(None),
-        device: devices[0],
-        action_space: action_space.clone(),
+    let fresh = |mut algo: Box<dyn Algorithm>| -> anyhow::Result<Restored> {
+        if !config.learner.init_from.is_empty() {
+            init_weights(algo.as_mut(), config)?;
+        }
+        Ok(Restored {
+            algo,
+            stats: Stats::new(None),
+            device: devices[0],
+            action_space: action_space.clone(),
+        })
     };
     let path = match resume {
-        None => return Ok(fresh(algo)),
+        None => return fresh(algo),
         Some("auto") => match checkpoint::latest(checkpoint_dir) {
             Some(path) => path,
             None => {
                 tracing::info!(dir = %checkpoint_dir.display(), "no checkpoint yet; starting fresh");
-                return Ok(fresh(algo));
+                return fresh(algo);
             }
         },
         Some("latest") => checkpoint::latest(checkpoint_dir).with_context(|| {
@@ -95,6 +100,39 @@ pub(crate) fn build_algorithm(
         device: devices[0],
         action_space,
     })
+}
+
+/// Loads `learner.init_from`'s model weights into a fresh algorithm (nothing else: optimiser,
+/// counters and schedules start anew). Off-policy algorithms are refused: their target
+/// networks and replay would not match the loaded weights.
+fn init_weights(algo: &mut dyn Algorithm, config: &RunConfig) -> anyhow::Result<()> {
+    let path = Path::new(&config.learner.init_from);
+    if registry::spec(&config.algo).family != registry::Family::OnPolicy {
+        bail!(
+            "learner.init_from: starting from a checkpoint's weights is supported for on-policy \
+             algorithms only, not {} (resume the run instead)",
+            config.algo.name()
+        );
+    }
+    let ckpt = checkpoint::load(path).with_context(|| {
+        format!(
+            "learner.init_from: cannot read the checkpoint {}",
+            path.display()
+        )
+    })?;
+    algo.trained_mut()
+        .model_mut()
+        .load_named(&ckpt.model)
+        .with_context(|| {
+            format!(
+                "learner.init_from: the weights in {} do not fit this run's model (trained on \
+                 {} with another [model] or env?)",
+                path.display(),
+                ckpt.meta.env_id
+            )
+        })?;
+    tracing::info!(path = %path.display(), trained_env_steps = ckpt.meta.env_steps, "model weights initialised from a checkpoint");
+    Ok(())
 }
 
 /// The table the learner samples from, and how many items one sample takes.

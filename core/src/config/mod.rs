@@ -322,6 +322,10 @@ pub struct LearnerConfig {
     pub keep_checkpoints: u32,
     /// Write TensorBoard event files.
     pub tensorboard: bool,
+    /// A checkpoint directory whose model weights a new run starts from (optimiser, counters
+    /// and schedules start fresh; rlpyt's `initial_model_state_dict`). Empty: random init. A
+    /// run that has checkpoints of its own resumes from those instead. On-policy algorithms.
+    pub init_from: String,
 }
 
 impl Default for LearnerConfig {
@@ -338,6 +342,7 @@ impl Default for LearnerConfig {
             checkpoint_interval: 0,
             keep_checkpoints: 3,
             tensorboard: true,
+            init_from: String::new(),
         }
     }
 }
