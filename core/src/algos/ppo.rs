@@ -410,8 +410,14 @@ impl Ppo {
         };
         let mut last = None;
         for _epoch in 0..c.epochs {
-            let order =
-                (c.minibatches > 1).then(|| Tensor::randperm(units, (Kind::Int64, self.device)));
+            let order = (c.minibatches > 1).then(|| {
+                let options = (Kind::Int64, self.device);
+                if c.shuffle {
+                    Tensor::randperm(units, options)
+                } else {
+                    Tensor::arange(units, options)
+                }
+            });
             for i in 0..c.minibatches as i64 {
                 let mut mb = match (&order, full.seq.is_some()) {
                     (Some(perm), false) => full.select(&perm.narrow(0, i * size, size)),
@@ -574,6 +580,27 @@ mod tests {
             ..PpoConfig::default()
         };
         Ppo::new(&config, model, 80).with_threads(threads)
+    }
+
+    /// `shuffle = false` takes the minibatches in order: two updates from the same weights agree
+    /// whatever the random generator did in between; shuffled ones follow the generator.
+    #[test]
+    fn unshuffled_minibatches_do_not_depend_on_the_generator() {
+        let start = fresh_ppo(1).trained.model.named_parameters();
+        let update = |shuffle: bool, seed: i64| {
+            let mut ppo = fresh_ppo(1);
+            ppo.trained.model.load_named(&start).unwrap();
+            ppo.config.minibatches = 2;
+            ppo.config.shuffle = shuffle;
+            tch::manual_seed(seed);
+            ppo.train(&tiny_batch());
+            ppo.model().named_parameters()
+        };
+        let same = |a: &[(String, Tensor)], b: &[(String, Tensor)]| {
+            a.iter().zip(b).all(|((_, x), (_, y))| x.equal(y))
+        };
+        assert!(same(&update(false, 1), &update(false, 2)));
+        assert!(!same(&update(true, 1), &update(true, 2)));
     }
 
     /// Linear schedules decay with the env steps trained on (SB3's progress), not with the

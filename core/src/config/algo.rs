@@ -224,6 +224,10 @@ pub struct PpoConfig {
     pub epochs: u32,
     /// Minibatches per epoch (the batch is shuffled, then split).
     pub minibatches: u32,
+    /// Shuffle the batch before each epoch's split into minibatches (pytorchrl's
+    /// `generate_batches(shuffle)`); false takes the minibatches in order: contiguous
+    /// time-major steps, or contiguous env columns for a recurrent model.
+    pub shuffle: bool,
     /// Normalise advantages per minibatch (mean 0, std 1).
     pub normalize_advantage: bool,
     /// Adam epsilon.
@@ -247,6 +251,7 @@ impl Default for PpoConfig {
             clip_grad_norm: 0.5,
             epochs: 10,
             minibatches: 4,
+            shuffle: true,
             normalize_advantage: true,
             adam_eps: 1e-5,
             bootstrap_truncation: true,
