@@ -44,8 +44,10 @@ impl Td3 {
     /// TD3 over `model` (a deterministic policy and its critics), `target` its target copy.
     pub fn new(config: &Td3Config, model: OffPolicyModel, mut target: OffPolicyModel) -> Td3 {
         target.copy_from(&model, 1.0);
-        let pi_optim = Adam::over(model.var_store(), 1e-8, "pi.");
-        let qf_optim = Adam::over(model.var_store(), 1e-8, "qf");
+        let pi_optim = Adam::over(model.var_store(), 1e-8, "pi.")
+            .with_weight_decay(config.policy_weight_decay);
+        let qf_optim =
+            Adam::over(model.var_store(), 1e-8, "qf").with_weight_decay(config.qf_weight_decay);
         Td3 {
             config: config.clone(),
             trained: Trained::new(model, "updates"),
@@ -75,9 +77,23 @@ impl Td3 {
                 .target
                 .qs(&batch.next_obs, &next_action)
                 .min_dim(0, false);
-            &batch.reward + &batch.discount * min_q
+            clip_target(
+                &batch.reward + &batch.discount * min_q,
+                c.clip_return,
+                c.clip_pos_returns,
+            )
         })
     }
+}
+
+/// garage's return clipping of critic targets: into `[-clip_return, clip_return]`, or
+/// `[-clip_return, 0]` with `clip_pos_returns`. An infinite `clip_return` leaves them alone.
+fn clip_target(y: Tensor, clip_return: f64, clip_pos_returns: bool) -> Tensor {
+    let high = if clip_pos_returns { 0.0 } else { clip_return };
+    if clip_return.is_infinite() && !clip_pos_returns {
+        return y;
+    }
+    y.clamp(-clip_return, high)
 }
 
 impl Td3 {
@@ -169,6 +185,22 @@ mod tests {
         // critic 0: (1 + 0) / 2; critic 1: (0 + 0.5 * 4) / 2.
         let loss = critic_loss(&qs, &y, &w).double_value(&[]);
         assert!((loss - 1.5).abs() < 1e-6, "{loss}");
+    }
+
+    #[test]
+    fn targets_are_clipped_as_garage_clips_returns() {
+        let y = || Tensor::from_slice(&[-50.0f32, -2.0, 3.0, 40.0]);
+        let got = |t: Tensor| Vec::<f32>::try_from(&t).unwrap();
+        assert_eq!(
+            got(clip_target(y(), f64::INFINITY, false)),
+            [-50.0, -2.0, 3.0, 40.0]
+        );
+        assert_eq!(got(clip_target(y(), 10.0, false)), [-10.0, -2.0, 3.0, 10.0]);
+        assert_eq!(got(clip_target(y(), 10.0, true)), [-10.0, -2.0, 0.0, 0.0]);
+        assert_eq!(
+            got(clip_target(y(), f64::INFINITY, true)),
+            [-50.0, -2.0, 0.0, 0.0]
+        );
     }
 
     #[test]

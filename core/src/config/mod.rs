@@ -643,6 +643,15 @@ mod tests {
     fn defaults_round_trip_through_toml() {
         let c = RunConfig::default();
         assert_eq!(RunConfig::from_toml(&c.to_toml(), "test").unwrap(), c);
+        // TD3's default clip_return is infinite: TOML writes and reads `inf`.
+        let td3 = RunConfig::from_toml("[algo]\nname = \"td3\"\n", "test").unwrap();
+        assert_eq!(RunConfig::from_toml(&td3.to_toml(), "test").unwrap(), td3);
+        let clipped = "[algo]\nname = \"ddpg\"\nclip_return = 10.0\nclip_pos_returns = true\n";
+        let ddpg = RunConfig::from_toml(clipped, "test").unwrap();
+        assert_eq!(RunConfig::from_toml(&ddpg.to_toml(), "test").unwrap(), ddpg);
+        let err = RunConfig::from_toml("[algo]\nname = \"td3\"\nqf_weight_decay = -1.0\n", "test")
+            .unwrap_err();
+        assert!(err.to_string().contains("algo.qf_weight_decay"), "{err}");
     }
 
     #[test]

@@ -400,6 +400,17 @@ pub struct Td3Config {
     pub target_noise_clip: f64,
     /// Target network updates (Polyak tau each policy update).
     pub target: TargetUpdate,
+    /// L2 weight decay of the policy's Adam (added to the gradient, as PyTorch's
+    /// `weight_decay`; garage's `policy_weight_decay`).
+    pub policy_weight_decay: f64,
+    /// L2 weight decay of the critics' Adam (garage's `qf_weight_decay`).
+    pub qf_weight_decay: f64,
+    /// Critic targets are clipped to `[-clip_return, clip_return]` (garage's `clip_return`;
+    /// `inf` leaves them alone).
+    pub clip_return: f64,
+    /// Clip positive targets to 0 instead of `clip_return`, for tasks whose returns are never
+    /// positive (garage's `clip_pos_returns`).
+    pub clip_pos_returns: bool,
     /// Updates between weight publications to the actors.
     pub publish_interval: u64,
     /// The replay table.
@@ -422,6 +433,10 @@ impl Default for Td3Config {
                 tau: 0.005,
                 period: 1,
             },
+            policy_weight_decay: 0.0,
+            qf_weight_decay: 0.0,
+            clip_return: f64::INFINITY,
+            clip_pos_returns: false,
             publish_interval: 1,
             replay: ReplayOptions {
                 batch_size: 256,
@@ -519,6 +534,21 @@ impl Td3Config {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         check_actor_critic(self.policy_lr, self.qf_lr, self.num_critics)?;
         check(self.policy_delay >= 1, "algo.policy_delay", "must be >= 1")?;
+        for (value, key) in [
+            (self.policy_weight_decay, "algo.policy_weight_decay"),
+            (self.qf_weight_decay, "algo.qf_weight_decay"),
+        ] {
+            check(
+                value.is_finite() && value >= 0.0,
+                key,
+                "must be finite and >= 0",
+            )?;
+        }
+        check(
+            self.clip_return > 0.0,
+            "algo.clip_return",
+            "must be > 0 (inf: no clipping)",
+        )?;
         self.target.validate()?;
         self.replay.validate()?;
         self.explore.validate()

@@ -80,6 +80,8 @@ pub struct Adam {
     exp_avg_sq: Tensor,
     steps: u64,
     eps: f64,
+    /// L2 penalty added to the gradient (PyTorch's `weight_decay`); 0 by default.
+    weight_decay: f64,
 }
 
 impl Adam {
@@ -110,7 +112,15 @@ impl Adam {
             exp_avg_sq,
             steps: 0,
             eps,
+            weight_decay: 0.0,
         }
+    }
+
+    /// Adds `weight_decay x parameter` to every gradient before each step (after clipping),
+    /// as PyTorch's Adam `weight_decay` does: an L2 penalty, not AdamW's decoupled decay.
+    pub fn with_weight_decay(mut self, weight_decay: f64) -> Adam {
+        self.weight_decay = weight_decay;
+        self
     }
 
     /// Clears the gradients of every parameter.
@@ -125,6 +135,9 @@ impl Adam {
         let norm = self.flat_grad.norm().double_value(&[]);
         if max_grad_norm > 0.0 && norm > max_grad_norm {
             let _ = self.flat_grad.g_mul_scalar_(max_grad_norm / (norm + 1e-6));
+        }
+        if self.weight_decay > 0.0 {
+            let _ = self.flat_grad.g_add_(&(&self.flat * self.weight_decay));
         }
         let grad = &self.flat_grad;
         self.steps += 1;
@@ -229,6 +242,30 @@ mod tests {
         adam.zero_grad();
         assert_eq!(flat(&adam), vec![0.0, 0.0, 0.0]);
         assert_eq!(Vec::<f32>::try_from(&b.grad()).unwrap(), vec![0.0]);
+    }
+
+    /// Weight decay adds `wd x w` to the gradient: with no loss gradient at all, the first
+    /// step still moves each weight by lr towards 0 (Adam's first step is lr x sign(g)), and
+    /// the first moment is (1 - beta1) x wd x w.
+    #[test]
+    fn weight_decay_adds_an_l2_gradient() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let w = vs
+            .root()
+            .var_copy("w", &Tensor::from_slice(&[2.0f32, -4.0]));
+        let mut adam = Adam::new(&vs, 1e-8).with_weight_decay(0.5);
+        adam.zero_grad();
+        adam.step(0.1, 0.0);
+        let m = Vec::<f32>::try_from(&adam.exp_avg).unwrap();
+        assert!(
+            (m[0] - 0.1).abs() < 1e-6 && (m[1] + 0.2).abs() < 1e-6,
+            "{m:?}"
+        );
+        let after = Vec::<f32>::try_from(&w.detach()).unwrap();
+        assert!(
+            (after[0] - 1.9).abs() < 1e-5 && (after[1] + 3.9).abs() < 1e-5,
+            "{after:?}"
+        );
     }
 
     #[test]
