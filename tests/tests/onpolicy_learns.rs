@@ -89,13 +89,14 @@ fn trpo_solves_cartpole() -> anyhow::Result<()> {
 }
 
 /// Asynchronous and lagged, IMPALA is the noisiest: seed 1 solved within 36k-245k steps over
-/// seven runs (1-8 s), and one run under load took more than 300k; the budget is 600k.
+/// seven runs (1-8 s), and one run under load took more than 300k; the budget is 1.5M (a slow
+/// run must not end with its linear learning rate spent just short of the target).
 #[test]
 fn impala_solves_cartpole() -> anyhow::Result<()> {
     let summary = train(
         "impala",
         "cartpole-impala",
-        &["seed=1", "stop.total_env_steps=600000"],
+        &["seed=1", "stop.total_env_steps=1500000"],
     )?;
     assert_solved(&summary, "impala");
     Ok(())
@@ -125,8 +126,10 @@ fn gaussian_ppo_learns_pointmass() -> anyhow::Result<()> {
 
 /// Actors act with weights at least 3 versions older than the newest they received, so every
 /// rollout lags the learner by 4 or more versions when trained on; V-trace still learns, and
-/// the run reports the lag. Seeds 1-3 solved within 95k steps at a mean lag of 6.8-7.3; the
-/// budget is 600k.
+/// the run reports the lag. Seed 1 solved within 45k-133k steps at a mean lag of 8.5-9.4 in
+/// five runs on 2026-11-24, but one clean-clone CI run sat near 150 for a long while and ended
+/// at 469.7 at a 600k budget, its linear learning rate nearly spent; the budget is 1.5M (the
+/// schedule spans it, so the rate stays up longer).
 #[test]
 fn vtrace_learns_with_actors_lagging_several_versions() -> anyhow::Result<()> {
     let summary = train(
@@ -134,7 +137,7 @@ fn vtrace_learns_with_actors_lagging_several_versions() -> anyhow::Result<()> {
         "cartpole-impala",
         &[
             "seed=1",
-            "stop.total_env_steps=600000",
+            "stop.total_env_steps=1500000",
             "actors.lag_versions=3",
             "actors.max_policy_lag=10",
         ],
