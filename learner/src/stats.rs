@@ -38,14 +38,7 @@ pub(crate) struct Stats {
 impl Stats {
     /// Counters of a fresh run, or of a resumed one going on from its checkpoint's.
     pub(crate) fn new(meta: Option<&CheckpointMeta>) -> Stats {
-        let fresh = CheckpointMeta {
-            policy_version: 0,
-            updates: 0,
-            env_steps: 0,
-            env_id: String::new(),
-            progress: RunProgress::default(),
-        };
-        let meta = meta.unwrap_or(&fresh);
+        let meta = meta.cloned().unwrap_or_default();
         let progress = &meta.progress;
         let skip = progress
             .recent_returns

@@ -374,16 +374,9 @@ async fn prefill(addr: &str, kind: &Kind) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resident memory of process `pid` in MB (Linux `/proc/PID/status`, VmRSS).
+/// The server's resident memory in MB.
 fn rss_mb(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .context("VmRSS in /proc/PID/status")?
-        .parse()?;
-    Ok(kb / 1e3)
+    fleetrl_runtime::launch::resident_mb(pid).context("VmRSS in /proc/PID/status")
 }
 
 /// One JSON line for the memory table: the server's resident memory over its idle level with

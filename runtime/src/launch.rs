@@ -38,6 +38,20 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Resident memory of process `pid` in MB (Linux `/proc/PID/status`, VmRSS); `None` where
+/// `/proc` cannot tell (the process is gone, or another OS). For the benches.
+pub fn resident_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb / 1e3)
+}
+
 fn command(binary: &str, args: &[String], log: &Path) -> anyhow::Result<Command> {
     let path = bin_dir()?.join(binary);
     if !path.exists() {

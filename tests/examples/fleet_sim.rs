@@ -112,16 +112,8 @@ async fn actor(
 }
 
 fn rss_mb(pid: Option<u32>) -> f64 {
-    let Some(pid) = pid else { return f64::NAN };
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1e3)
+    pid.and_then(fleetrl_runtime::launch::resident_mb)
+        .unwrap_or(f64::NAN)
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {

@@ -106,19 +106,16 @@ pub fn evaluate_env(
             }
         };
         steps += 1;
-        if max_steps > 0 && steps >= max_steps {
-            // Every running episode is at its `steps`-th step (they all started together).
-            for (&i, a) in running.iter().zip(&actions) {
-                let step = envs[i].step(a)?;
-                returns[i] += f64::from(envs[i].score_reward().unwrap_or(step.reward));
-            }
-            break;
-        }
+        // Every running episode is at its `steps`-th step (they all started together).
+        let cut = max_steps > 0 && steps >= max_steps;
         let mut still = Vec::with_capacity(running.len());
         for (&i, a) in running.iter().zip(&actions) {
             let step = envs[i].step(a)?;
             returns[i] += f64::from(envs[i].score_reward().unwrap_or(step.reward));
             obs[i] = step.obs;
+            if cut {
+                continue;
+            }
             if !(step.terminated || step.truncated) {
                 still.push(i);
             } else if !envs[i].game_over() {

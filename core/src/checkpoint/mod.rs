@@ -52,8 +52,8 @@ pub enum CheckpointError {
     Config(#[from] ConfigError),
 }
 
-/// Counters saved with a checkpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Counters saved with a checkpoint (all zero for a fresh run).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {
     /// Weights version of the saved model.
     pub policy_version: i64,

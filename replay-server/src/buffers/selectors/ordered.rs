@@ -22,8 +22,9 @@ pub enum Order {
 
 /// Keys in a total order, first key first; O(log n) insert, update, remove and pick.
 ///
-/// FIFO and LIFO ranks follow from the key alone, so those orders keep no key-to-rank map:
-/// a million-item FIFO remover is one ordered set (about 16 MB), not a set and a map (80 MB).
+/// FIFO and LIFO ranks follow from the key alone, so those orders keep no key-to-rank map: a
+/// million-item FIFO remover is one ordered set (20 MB measured), without a hash map of as
+/// many entries beside it.
 #[derive(Debug)]
 pub struct OrderedSelector {
     order: Order,
