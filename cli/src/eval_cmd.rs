@@ -4,9 +4,13 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use fleetrl_core::acting::eval::{eval_seed, evaluate_env, EvalResult};
+use fleetrl_core::acting::meta::meta_evaluate;
+use fleetrl_core::acting::policy_loader::load_actor_critic;
+use fleetrl_core::config::MamlConfig;
 use fleetrl_core::config::{EnvConfig, RunConfig};
 use fleetrl_core::envs;
 use fleetrl_core::models::Policy;
+use fleetrl_core::tasks::TaskSet;
 use fleetrl_proto::space::Space;
 
 /// Plays `episodes` episodes (deterministic unless the run's `eval.deterministic` is false,
@@ -19,8 +23,26 @@ pub(crate) fn evaluate_checkpoint(
     episodes: usize,
     seed: Option<u64>,
     env_id: Option<&str>,
+    task: Option<u64>,
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, config) = load_policy(path)?;
+    if let Some(maml) = config.algo.as_maml().filter(|m| m.meta_evaluator) {
+        return meta_evaluate_checkpoint(path, maml, seed, task);
+    }
+    if config.tasks.multi_task {
+        // The task-agnostic baseline: the test tasks, played as MAML plays them, unadapted.
+        let unadapted = MamlConfig {
+            num_grad_updates: 0,
+            ..MamlConfig::default()
+        };
+        return meta_evaluate_checkpoint(path, &unadapted, seed, task);
+    }
+    if task.is_some() {
+        bail!(
+            "--task is for meta-RL checkpoints; this one was trained by {}",
+            config.algo.name()
+        );
+    }
     let seed = seed.unwrap_or_else(|| eval_seed(&config));
     let mut env = config.env.clone();
     if let Some(id) = env_id {
@@ -38,6 +60,27 @@ pub(crate) fn evaluate_checkpoint(
         )?,
         seed,
     ))
+}
+
+/// MAML's meta-evaluation of checkpoint `path`: on every held-out test task (or on `task`
+/// alone), before and after each adaptation step, each stage `actors.envs_per_actor` episodes
+/// as in training (adaptation is meta-trained for that many).
+fn meta_evaluate_checkpoint(
+    path: &Path,
+    maml: &MamlConfig,
+    seed: Option<u64>,
+    task: Option<u64>,
+) -> anyhow::Result<(EvalResult, u64)> {
+    let (model, config) = load_actor_critic(path)?;
+    let seed = seed.unwrap_or_else(|| eval_seed(&config));
+    let set = TaskSet::new(&config.tasks, config.seed);
+    let tasks = match task {
+        Some(id) => vec![set.get(id)?],
+        None => set.test_tasks(),
+    };
+    let episodes = config.actors.envs_per_actor as usize;
+    let result = meta_evaluate(&model, &config, maml, &tasks, episodes, seed)?;
+    Ok((result, seed))
 }
 
 /// Refuses an evaluation env whose spaces differ from the ones the policy was trained on.
@@ -76,14 +119,30 @@ pub(crate) fn run(
     episodes: usize,
     seed: Option<u64>,
     env_id: Option<&str>,
+    task: Option<u64>,
 ) -> anyhow::Result<()> {
-    let (result, seed) = evaluate_checkpoint(path, episodes, seed, env_id)?;
-    println!(
-        "mean return {:.2} ± {:.2} over {} episodes",
-        result.mean(),
-        result.std(),
-        episodes
-    );
+    let (result, seed) = evaluate_checkpoint(path, episodes, seed, env_id, task)?;
+    if result.adaptation.is_empty() {
+        println!(
+            "mean return {:.2} ± {:.2} over {} episodes",
+            result.mean(),
+            result.std(),
+            episodes
+        );
+    } else {
+        let stages: Vec<String> = result
+            .adaptation
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect();
+        println!(
+            "adapted return {:.2} ± {:.2} over {} test tasks; by adaptation step (0 = before): {}",
+            result.mean(),
+            result.std(),
+            result.returns.len(),
+            stages.join(" -> ")
+        );
+    }
     let report = serde_json::json!({
         "checkpoint": path.display().to_string(),
         "env": env_id,
@@ -92,6 +151,8 @@ pub(crate) fn run(
         "mean_return": result.mean(),
         "std_return": result.std(),
         "returns": result.returns,
+        "adaptation_returns": result.adaptation,
+        "task": task,
     });
     // An evaluation on another env does not replace the run env's `eval.json`.
     let out = match env_id {

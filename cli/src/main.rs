@@ -61,6 +61,10 @@ enum Command {
         /// `gym:CartPole-v1` for gymnasium's own implementation of a native env.
         #[arg(long)]
         env: Option<String>,
+        /// Meta-RL checkpoints: adapt on this task only (an id of the run's task set) instead
+        /// of on every held-out test task.
+        #[arg(long)]
+        task: Option<u64>,
     },
     /// Record demonstrations: play a checkpoint's policy (or a scripted controller, or the
     /// keyboard) and write each episode as a demo file (format: fleetrl-demo v1, see the README).
@@ -173,9 +177,10 @@ async fn run() -> anyhow::Result<()> {
             episodes,
             seed,
             env,
+            task,
         } => {
             tokio::task::spawn_blocking(move || {
-                eval_cmd::run(&checkpoint, episodes, seed, env.as_deref())
+                eval_cmd::run(&checkpoint, episodes, seed, env.as_deref(), task)
             })
             .await?
         }

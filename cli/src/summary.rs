@@ -14,6 +14,9 @@ pub(crate) struct Evaluation {
     pub(crate) policy_version: i64,
     pub(crate) mean_return: f64,
     pub(crate) std_return: f64,
+    /// Meta-RL: mean return over the test tasks before adaptation, then after each step.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) adaptation_returns: Vec<f64>,
     pub(crate) wall_seconds: f64,
     pub(crate) checkpoint: String,
 }
@@ -27,6 +30,10 @@ pub(crate) struct Summary {
     pub(crate) wall_seconds: f64,
     pub(crate) env_steps_per_second: f64,
     pub(crate) final_eval_return: f64,
+    /// Meta-RL: the last evaluation's mean test-task return before adaptation, then after each
+    /// step (`final_eval_return` is the adapted one, what the stop target applies to).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) final_adaptation_returns: Vec<f64>,
     pub(crate) eval_episodes: u32,
     pub(crate) solved: bool,
     pub(crate) checkpoint: String,
@@ -63,6 +70,7 @@ impl Summary {
             wall_seconds,
             env_steps_per_second: steps as f64 / status.seconds_since_start.max(1e-9),
             final_eval_return: last.mean_return,
+            final_adaptation_returns: last.adaptation_returns.clone(),
             eval_episodes: config.eval.episodes,
             solved: config
                 .stop

@@ -229,7 +229,7 @@ async fn run_loop(
     let target = config.stop.target_return;
     let mut progress = Progress::new(config.stop.total_env_steps);
     let mut evaluations = Vec::new();
-    let mut next_eval = config.eval.interval_env_steps;
+    let mut next_eval = config.eval_interval_env_steps();
     let mut ticker = tokio::time::interval(Duration::from_millis(250));
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
@@ -260,7 +260,7 @@ async fn run_loop(
         let evaluated_at = evaluations.last().map_or(0, |e: &Evaluation| e.env_steps);
         let fresh = steps > evaluated_at;
         if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
-            next_eval = steps + config.eval.interval_env_steps;
+            next_eval = steps + config.eval_interval_env_steps();
             let eval = evaluate_now(config, learner, started).await?;
             progress.println(&format!(
                 "eval at {} steps: mean return {:.1} over {} episodes (version {})",
@@ -294,13 +294,14 @@ async fn evaluate_now(
     let path = PathBuf::from(&saved.path);
     let episodes = config.eval.episodes as usize;
     let (result, _seed) =
-        tokio::task::spawn_blocking(move || evaluate_checkpoint(&path, episodes, None, None))
+        tokio::task::spawn_blocking(move || evaluate_checkpoint(&path, episodes, None, None, None))
             .await??;
     Ok(Evaluation {
         env_steps,
         policy_version: saved.policy_version,
         mean_return: result.mean(),
         std_return: result.std(),
+        adaptation_returns: result.adaptation,
         wall_seconds: started.elapsed().as_secs_f64(),
         checkpoint: saved.path,
     })

@@ -21,3 +21,4 @@ pub mod items;
 pub mod models;
 pub mod optim;
 pub mod replay_client;
+pub mod tasks;

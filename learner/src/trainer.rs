@@ -14,10 +14,11 @@ use fleetrl_core::algos::registry::{self, Family};
 use fleetrl_core::algos::{self, Algorithm, Batch, Metrics, TrainsOn};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::items::check::check_items;
+use fleetrl_core::items::check::{check_items, check_task};
 use fleetrl_core::items::rollout::RolloutBatch;
 use fleetrl_core::items::transition::importance_weights;
 use fleetrl_core::replay_client::ShardBatch;
+use fleetrl_core::tasks::TaskSet;
 use fleetrl_proto::space::Space;
 use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
@@ -268,7 +269,13 @@ impl Trainer {
     /// Whether `items` may be trained on ([`check_items`]); a refused one is counted and logged
     /// with the field at fault, and training goes on without it.
     fn accepts(&self, items: &TensorMap) -> bool {
-        match check_items(items, &self.action_space) {
+        let tasks = (self.config.algo.as_maml())
+            .map(|_| TaskSet::new(&self.config.tasks, self.config.seed));
+        let checked = check_items(items, &self.action_space).and_then(|()| match &tasks {
+            Some(tasks) => check_task(items, tasks),
+            None => Ok(()),
+        });
+        match checked {
             Ok(()) => true,
             Err(error) => {
                 self.metrics.items_rejected.inc();

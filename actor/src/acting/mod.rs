@@ -4,6 +4,7 @@
 //! demo replay) is the collector's business; weight swaps, policy lag, episode reports and
 //! metrics are the loop's, for every kind.
 
+mod meta;
 mod model;
 mod rollouts;
 mod sequences;
@@ -108,7 +109,9 @@ pub(crate) fn collector(
     demos: Option<DemoLink>,
 ) -> Result<Box<dyn Collector>, ActError> {
     let seed = config.seed + 1000 * actor_id as u64;
-    let collector: Box<dyn Collector> = if !config.algo.is_off_policy() {
+    let collector: Box<dyn Collector> = if let Some(maml) = config.algo.as_maml() {
+        Box::new(meta::MetaCollector::new(config, maml, seed)?)
+    } else if !config.algo.is_off_policy() {
         Box::new(rollouts::RolloutCollector::new(config, seed, demos)?)
     } else if config.recurrent_dqn().is_some() {
         Box::new(sequences::SequenceCollector::new(config, seed)?)

@@ -6,9 +6,12 @@
 use fleetrl_core::acting::ppod::DemoActing;
 use fleetrl_core::acting::Acting;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs::{Episode, VecEnv};
+use fleetrl_core::envs::{EnvError, Episode, VecEnv};
 use fleetrl_core::items::rollout::{Bootstrap, RolloutBuilder};
 use fleetrl_core::models::{ActorCritic, ModelError};
+use fleetrl_core::tasks::TaskSet;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 
 use super::{model, ActError, Collected, Collector, Pacing};
 use crate::demo_replay::DemoLink;
@@ -25,6 +28,8 @@ pub(super) struct RolloutCollector {
     source: Source,
     builder: RolloutBuilder,
     steps: u64,
+    /// `tasks.multi_task`: the run's tasks, a random training one per rollout.
+    tasks: Option<(TaskSet, SmallRng, String)>,
 }
 
 impl RolloutCollector {
@@ -54,6 +59,13 @@ impl RolloutCollector {
             source,
             builder: RolloutBuilder::new(t, m, obs_dim),
             steps: (t * m) as u64,
+            tasks: config.tasks.multi_task.then(|| {
+                (
+                    TaskSet::new(&config.tasks, config.seed),
+                    SmallRng::seed_from_u64(seed),
+                    config.env.id.clone(),
+                )
+            }),
         })
     }
 
@@ -84,6 +96,17 @@ impl Collector for RolloutCollector {
     }
 
     fn collect(&mut self, version: i64) -> Result<Collected, ActError> {
+        if let Some((set, rng, id)) = &mut self.tasks {
+            let task = set.sample_train(rng);
+            let envs = match &mut self.source {
+                Source::Plain(a) => a.envs_mut(),
+                Source::Demos(a, _) => a.envs_mut(),
+            };
+            envs.set_task(&task).map_err(|e| match e {
+                EnvError::NoTasks(_) => EnvError::NoTasks(id.clone()),
+                other => other,
+            })?;
+        }
         let bootstrap = self.fill()?;
         Ok(Collected {
             items: vec![self.builder.finish(&bootstrap, version)],

@@ -19,8 +19,11 @@ pub fn eval_seed(config: &RunConfig) -> u64 {
 /// Returns of the evaluated episodes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EvalResult {
-    /// One undiscounted return per episode.
+    /// One undiscounted return per episode (meta-RL: per test task, after adaptation).
     pub returns: Vec<f64>,
+    /// Meta-RL: the mean return over the test tasks before adaptation, then after each
+    /// adaptation step; empty otherwise.
+    pub adaptation: Vec<f64>,
 }
 
 impl EvalResult {
@@ -126,7 +129,10 @@ pub fn evaluate_env(
         }
         running = still;
     }
-    Ok(EvalResult { returns })
+    Ok(EvalResult {
+        returns,
+        adaptation: Vec::new(),
+    })
 }
 
 /// Plays one episode of `env_id` from `seed` with `policy` and records it as a demo (with the

@@ -3,6 +3,7 @@
 
 pub mod eval;
 pub mod exploration;
+pub mod meta;
 pub mod policy_loader;
 pub mod ppod;
 pub mod scripted;
@@ -23,6 +24,9 @@ pub enum ActingError {
     /// A policy output could not be read back.
     #[error("policy output: {0}")]
     Tch(#[from] tch::TchError),
+    /// Collected steps could not be assembled into an item.
+    #[error("building an item: {0}")]
+    Item(#[from] fleetrl_proto::TensorError),
 }
 
 /// The envs being stepped and their current observations.
@@ -70,6 +74,13 @@ impl Acting {
             obs,
             state: None,
         }
+    }
+
+    /// Resets every env (env i with seed `seed + i`) and any recurrent state: the next
+    /// rollout starts fresh episodes.
+    pub fn restart(&mut self, seed: u64) {
+        self.obs = self.envs.reset(seed).to_vec();
+        self.state = None;
     }
 
     /// The envs (for spaces and finished episodes).

@@ -51,3 +51,24 @@ pub fn load_policy(path: &Path) -> Result<(Box<dyn Policy>, RunConfig), LoadPoli
     };
     Ok((policy, config))
 }
+
+/// The actor-critic saved in on-policy checkpoint `path` (what MAML's meta-evaluation
+/// adapts), on the CPU, and its run config.
+pub fn load_actor_critic(path: &Path) -> Result<(ActorCritic, RunConfig), LoadPolicyError> {
+    let ckpt = checkpoint::load(path)?;
+    let config = ckpt.config;
+    let env = envs::make_configured(&config.env)?;
+    let fit = |source| LoadPolicyError::Model {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut model = ActorCritic::new(
+        &config.model,
+        &env.observation_space(),
+        &env.action_space(),
+        tch::Device::Cpu,
+    )
+    .map_err(fit)?;
+    model.load_named(&ckpt.model).map_err(fit)?;
+    Ok((model, config))
+}

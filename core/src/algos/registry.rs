@@ -6,6 +6,7 @@ use tch::Device;
 
 use super::bc::Bc;
 use super::dqn::Dqn;
+use super::maml::Maml;
 use super::sac::Sac;
 use super::td3::Td3;
 use super::{A2c, Algorithm, Impala, Ppo, Trpo, Vpg};
@@ -61,7 +62,8 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         | AlgoConfig::A2c(_)
         | AlgoConfig::Vpg(_)
         | AlgoConfig::Trpo(_)
-        | AlgoConfig::Impala(_) => on_policy,
+        | AlgoConfig::Impala(_)
+        | AlgoConfig::Maml(..) => on_policy,
         AlgoConfig::Dqn(c) => off_policy(
             &c.replay,
             c.publish_interval,
@@ -146,5 +148,11 @@ pub fn build(
             Box::new(Td3::new(c, off_policy()?, off_policy()?))
         }
         AlgoConfig::Bc(c) => Box::new(Bc::new(c, off_policy()?)),
+        AlgoConfig::Maml(outer, c) => Box::new(Maml::new(
+            c,
+            *outer,
+            actor_critic(device)?,
+            config.actors.envs_per_actor as usize,
+        )),
     })
 }

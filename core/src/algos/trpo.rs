@@ -60,18 +60,18 @@ fn policy_params(model: &ActorCritic) -> Vec<Tensor> {
 }
 
 /// d y / d params, flattened.
-fn flat_grad(y: &Tensor, params: &[Tensor], create_graph: bool) -> Tensor {
+pub(crate) fn flat_grad(y: &Tensor, params: &[Tensor], create_graph: bool) -> Tensor {
     let grads = Tensor::run_backward(&[y], params, true, create_graph);
     let flat: Vec<Tensor> = grads.iter().map(|g| g.reshape([-1])).collect();
     Tensor::cat(&flat, 0)
 }
 
-fn flat_params(params: &[Tensor]) -> Tensor {
+pub(crate) fn flat_params(params: &[Tensor]) -> Tensor {
     let flat: Vec<Tensor> = params.iter().map(|p| p.detach().reshape([-1])).collect();
     Tensor::cat(&flat, 0)
 }
 
-fn set_params(params: &[Tensor], flat: &Tensor) {
+pub(crate) fn set_params(params: &[Tensor], flat: &Tensor) {
     let _guard = tch::no_grad_guard();
     let mut offset = 0;
     for p in params {

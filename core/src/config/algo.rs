@@ -5,6 +5,7 @@
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::meta::{MamlConfig, MetaOptimizer};
 use super::offpolicy::{BcConfig, DqnConfig, SacConfig, Td3Config, DDPG_DEFAULTS};
 use super::{check, ConfigError};
 
@@ -31,6 +32,8 @@ pub enum AlgoConfig {
     Ddpg(Td3Config),
     /// Behaviour cloning from demos or an expert checkpoint.
     Bc(BcConfig),
+    /// MAML meta-RL with a VPG, PPO or TRPO outer step (on tasks).
+    Maml(MetaOptimizer, MamlConfig),
 }
 
 impl Default for AlgoConfig {
@@ -40,8 +43,20 @@ impl Default for AlgoConfig {
 }
 
 /// The `name` values, in the order of [`AlgoConfig`]'s variants.
-pub const ALGO_NAMES: [&str; 10] = [
-    "ppo", "a2c", "vpg", "trpo", "impala", "dqn", "sac", "td3", "ddpg", "bc",
+pub const ALGO_NAMES: [&str; 13] = [
+    "ppo",
+    "a2c",
+    "vpg",
+    "trpo",
+    "impala",
+    "dqn",
+    "sac",
+    "td3",
+    "ddpg",
+    "bc",
+    "maml_vpg",
+    "maml_ppo",
+    "maml_trpo",
 ];
 
 impl AlgoConfig {
@@ -58,6 +73,17 @@ impl AlgoConfig {
             AlgoConfig::Td3(_) => "td3",
             AlgoConfig::Ddpg(_) => "ddpg",
             AlgoConfig::Bc(_) => "bc",
+            AlgoConfig::Maml(MetaOptimizer::Vpg, _) => "maml_vpg",
+            AlgoConfig::Maml(MetaOptimizer::Ppo, _) => "maml_ppo",
+            AlgoConfig::Maml(MetaOptimizer::Trpo, _) => "maml_trpo",
+        }
+    }
+
+    /// The MAML config, if the algorithm is meta-RL on tasks.
+    pub fn as_maml(&self) -> Option<&MamlConfig> {
+        match self {
+            AlgoConfig::Maml(_, c) => Some(c),
+            _ => None,
         }
     }
 
@@ -73,6 +99,7 @@ impl AlgoConfig {
             AlgoConfig::Sac(c) => c.discount,
             AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => c.discount,
             AlgoConfig::Bc(c) => c.discount,
+            AlgoConfig::Maml(_, c) => c.discount,
         }
     }
 
@@ -121,6 +148,7 @@ impl AlgoConfig {
             AlgoConfig::Sac(c) => c.validate(),
             AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => c.validate(),
             AlgoConfig::Bc(c) => c.validate(),
+            AlgoConfig::Maml(outer, c) => c.validate(*outer),
         }
     }
 }
@@ -145,6 +173,7 @@ impl Serialize for AlgoConfig {
             AlgoConfig::Sac(c) => toml::Table::try_from(c),
             AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => toml::Table::try_from(c),
             AlgoConfig::Bc(c) => toml::Table::try_from(c),
+            AlgoConfig::Maml(_, c) => toml::Table::try_from(c),
         };
         let mut table = inner.map_err(serde::ser::Error::custom)?;
         table.insert("name".into(), toml::Value::String(self.name().into()));
@@ -186,6 +215,9 @@ impl<'de> Deserialize<'de> for AlgoConfig {
             "td3" => AlgoConfig::Td3(rest.try_into().map_err(err)?),
             "ddpg" => AlgoConfig::Ddpg(rest.try_into().map_err(err)?),
             "bc" => AlgoConfig::Bc(rest.try_into().map_err(err)?),
+            "maml_vpg" => AlgoConfig::Maml(MetaOptimizer::Vpg, rest.try_into().map_err(err)?),
+            "maml_ppo" => AlgoConfig::Maml(MetaOptimizer::Ppo, rest.try_into().map_err(err)?),
+            "maml_trpo" => AlgoConfig::Maml(MetaOptimizer::Trpo, rest.try_into().map_err(err)?),
             other => {
                 return Err(D::Error::custom(format!(
                     "unknown algo.name `{other}`; expected one of {ALGO_NAMES:?}"

@@ -5,6 +5,7 @@
 
 mod algo;
 mod devices;
+mod meta;
 mod offpolicy;
 mod overrides;
 mod ppod;
@@ -13,11 +14,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::tasks::TasksConfig;
+
 pub use algo::{
     A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, PgOptions, PpoConfig, TrpoConfig,
     VpgConfig, ALGO_NAMES,
 };
 pub use devices::{parse_device, BroadcastDtype, DeviceList, UnknownDevice};
+pub use meta::{MamlConfig, MetaOptimizer};
 pub use offpolicy::{
     BcConfig, BcLoss, CapsOptions, DqnConfig, Exploration, NoiseKind, ReplayOptions, SacConfig,
     TargetUpdate, Td3Config,
@@ -90,6 +94,8 @@ pub struct RunConfig {
     pub eval: EvalConfig,
     /// PPO+D demo replay (off by default).
     pub ppod: PpodConfig,
+    /// Training and held-out test tasks (meta-RL).
+    pub tasks: TasksConfig,
 }
 
 impl Default for RunConfig {
@@ -106,6 +112,7 @@ impl Default for RunConfig {
             stop: StopConfig::default(),
             eval: EvalConfig::default(),
             ppod: PpodConfig::default(),
+            tasks: TasksConfig::default(),
         }
     }
 }
@@ -453,10 +460,28 @@ impl RunConfig {
     }
 
     fn from_table(table: toml::Table, origin: &str) -> Result<RunConfig, ConfigError> {
-        let config: RunConfig = toml::Table::try_into(table).map_err(|e| ConfigError::Parse {
-            origin: origin.to_string(),
-            message: e.to_string(),
-        })?;
+        let batch_set = table
+            .get("learner")
+            .and_then(|l| l.get("batch_rollouts"))
+            .is_some();
+        let mut config: RunConfig =
+            toml::Table::try_into(table).map_err(|e| ConfigError::Parse {
+                origin: origin.to_string(),
+                message: e.to_string(),
+            })?;
+        // MAML's meta-batch is the learner's batch: one rollout item per task.
+        if let Some(maml) = config.algo.as_maml() {
+            check(
+                !batch_set || config.learner.batch_rollouts == maml.meta_batch_size,
+                "learner.batch_rollouts",
+                &format!(
+                    "MAML's batch is algo.meta_batch_size ({}) tasks, one rollout each; leave \
+                     learner.batch_rollouts unset",
+                    maml.meta_batch_size
+                ),
+            )?;
+            config.learner.batch_rollouts = maml.meta_batch_size;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -563,12 +588,57 @@ impl RunConfig {
                 &format!("must divide the {columns} sequences of a batch (recurrent model)"),
             )?;
         }
+        if self.tasks.multi_task {
+            self.tasks.validate()?;
+            check(
+                self.algo.as_maml().is_none() && !self.algo.is_off_policy(),
+                "tasks.multi_task",
+                "is for plain on-policy algorithms (ppo, a2c, vpg, trpo, impala); meta-RL \
+                 algorithms draw their own tasks",
+            )?;
+            check(
+                !(self.model.lstm_size > 0 || self.model.shared_trunk || self.model.normalize_obs),
+                "tasks.multi_task",
+                "evaluates on tasks with a plain MLP policy: lstm_size = 0, shared_trunk = false, \
+                 normalize_obs = false",
+            )?;
+        }
+        if self.algo.as_maml().is_some() {
+            self.tasks.validate()?;
+            check(
+                !(self.model.lstm_size > 0 || self.model.shared_trunk || self.model.normalize_obs),
+                "model",
+                "MAML adapts a plain MLP policy: lstm_size = 0, shared_trunk = false, \
+                 normalize_obs = false",
+            )?;
+            check(
+                !self.ppod.enabled,
+                "ppod.enabled",
+                "PPO+D demos are not tasks; MAML does not replay them",
+            )?;
+        }
         self.algo.validate(self.batch_env_steps())
+    }
+
+    /// Env steps of training between `fleetrl train`'s evaluations: MAML's
+    /// `evaluate_every_n_epochs` meta-batches when set, else `eval.interval_env_steps`.
+    pub fn eval_interval_env_steps(&self) -> u64 {
+        match self.algo.as_maml() {
+            Some(m) if m.evaluate_every_n_epochs > 0 => {
+                u64::from(m.evaluate_every_n_epochs) * self.batch_env_steps()
+            }
+            _ => self.eval.interval_env_steps,
+        }
     }
 
     /// Env steps in one training batch.
     pub fn batch_env_steps(&self) -> u64 {
-        self.learner.batch_rollouts as u64
+        let stages = self
+            .algo
+            .as_maml()
+            .map_or(1, |maml| u64::from(maml.num_grad_updates) + 1);
+        stages
+            * self.learner.batch_rollouts as u64
             * self.actors.rollout_length as u64
             * self.actors.envs_per_actor as u64
     }

@@ -11,6 +11,10 @@ macro_rules! forward_game_info {
         fn lives(&self) -> Option<u32> {
             self.$inner.lives()
         }
+
+        fn set_task(&mut self, task: &crate::tasks::Task) -> Result<(), EnvError> {
+            self.$inner.set_task(task)
+        }
     };
 }
 
@@ -24,6 +28,7 @@ mod mask_velocity;
 mod mountain_car;
 mod mountain_car_continuous;
 mod pendulum;
+mod point_goal;
 mod point_mass;
 #[cfg(feature = "python")]
 pub mod python;
@@ -34,6 +39,7 @@ mod sparse_mountain_car;
 mod time_limit;
 mod vec_env;
 
+use crate::tasks::Task;
 use fleetrl_proto::space::{Action, Space};
 
 pub use acrobot::Acrobot;
@@ -46,6 +52,7 @@ pub use mask_velocity::MaskObservation;
 pub use mountain_car::MountainCar;
 pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
+pub use point_goal::PointGoal;
 pub use point_mass::PointMass;
 pub use reward_transform::RewardTransform;
 pub use sparse_mountain_car::{mountain_car_controller, SparseMountainCar};
@@ -74,6 +81,12 @@ pub enum EnvError {
     /// differ, or an action count that is not the number of envs.
     #[error("vector env mismatch: {0}")]
     VecMismatch(String),
+    /// The env is not a task family: meta-RL needs one whose tasks it can set.
+    #[error(
+        "environment `{0}` has no tasks; meta-RL algorithms need a task family such as \
+         PointGoal-v0"
+    )]
+    NoTasks(String),
     /// A gymnasium env (`gym:` id) could not be made or stepped, or Python/gymnasium is
     /// missing; the message says what to install or which id is wrong.
     #[error("{0}")]
@@ -85,6 +98,7 @@ pub const KNOWN_ENVS: &[&str] = &[
     "CartPole-v1",
     "CartPoleNoVel-v1",
     "PointMass-v0",
+    "PointGoal-v0",
     "Pendulum-v1",
     "Acrobot-v1",
     "MountainCar-v0",
@@ -143,6 +157,12 @@ pub trait Env: Send {
     fn lives(&self) -> Option<u32> {
         None
     }
+    /// Switches to `task` (its parameters drawn from [`Task::draw`]); the next episode runs
+    /// in it. Envs that are not a task family refuse with [`EnvError::NoTasks`].
+    fn set_task(&mut self, task: &Task) -> Result<(), EnvError> {
+        let _ = task;
+        Err(EnvError::NoTasks(String::new()))
+    }
 }
 
 /// A boxed env is an env, so wrappers stack on envs chosen at run time.
@@ -171,6 +191,9 @@ impl Env for Box<dyn Env> {
     fn lives(&self) -> Option<u32> {
         (**self).lives()
     }
+    fn set_task(&mut self, task: &Task) -> Result<(), EnvError> {
+        (**self).set_task(task)
+    }
 }
 
 /// [`Env::step`] for an env that implements [`Env::step_into`]: steps into a new vector.
@@ -190,6 +213,7 @@ pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
             500,
         ))),
         "PointMass-v0" => Ok(Box::new(TimeLimit::new(PointMass::new(), 50))),
+        "PointGoal-v0" => Ok(Box::new(TimeLimit::new(PointGoal::new(), 100))),
         "Pendulum-v1" => Ok(Box::new(TimeLimit::new(Pendulum::new(), 200))),
         "Acrobot-v1" => Ok(Box::new(TimeLimit::new(Acrobot::new(), 500))),
         "MountainCar-v0" => Ok(Box::new(TimeLimit::new(MountainCar::new(), 200))),

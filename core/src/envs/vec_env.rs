@@ -127,6 +127,14 @@ impl VecEnv {
         }
     }
 
+    /// Switches every env to `task` (see [`Env::set_task`]); the next reset starts it.
+    pub fn set_task(&mut self, task: &crate::tasks::Task) -> Result<(), EnvError> {
+        match &mut self.envs {
+            Backend::Each(envs) => envs.iter_mut().try_for_each(|e| e.set_task(task)),
+            Backend::Batch(_) => Err(EnvError::NoTasks(String::new())),
+        }
+    }
+
     /// `n` copies of the registered env `id` (see [`make`]).
     pub fn make(id: &str, n: usize) -> Result<VecEnv, EnvError> {
         let envs = (0..n).map(|_| make(id)).collect::<Result<Vec<_>, _>>()?;

@@ -27,6 +27,30 @@ impl ItemError {
     }
 }
 
+/// Checks a meta-RL item's `task` field: present, and one of the run's training tasks (a
+/// test task must never be trained on; an id outside the set is a forged or foreign item).
+pub fn check_task(items: &TensorMap, tasks: &crate::tasks::TaskSet) -> Result<(), ItemError> {
+    const TASK: &str = crate::items::rollout::field::TASK;
+    let ids = items
+        .field(TASK)
+        .and_then(|t| t.to_vec::<i64>())
+        .map_err(|e| ItemError::new(TASK, e.to_string()))?;
+    for id in ids {
+        let known = u64::try_from(id).map_err(|_| ItemError::new(TASK, format!("task {id}")));
+        let id = known?;
+        tasks
+            .get(id)
+            .map_err(|e| ItemError::new(TASK, e.to_string()))?;
+        if !tasks.is_train(id) {
+            return Err(ItemError::new(
+                TASK,
+                format!("task {id} is a held-out test task, not a training task"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks `items` (one item or a stacked batch of any kind) against the env's action space:
 /// a discrete action must be an index in `0..n`, and every floating-point value (observations,
 /// rewards, actions of a box space, log-probabilities, values, recurrent states) must be finite.
@@ -90,6 +114,30 @@ mod tests {
             ("reward", Tensor::from_slice(&[reward.len() as i64], reward)),
             ("done", Tensor::from_slice(&[1], &[true])),
         ])
+    }
+
+    /// A meta-RL item must name a training task: a test task or an unknown id (a forged
+    /// item) is refused with the id, and an item without its task too.
+    #[test]
+    fn task_ids_must_be_training_tasks() {
+        let set = crate::tasks::TaskSet::new(
+            &crate::tasks::TasksConfig {
+                num_train: 10,
+                num_test: 5,
+                multi_task: false,
+            },
+            0,
+        );
+        let item = |id: i64| TensorMap::from_pairs([("task", Tensor::scalar(id))]);
+        assert!(check_task(&item(9), &set).is_ok());
+        let test = check_task(&item(10), &set).unwrap_err().to_string();
+        assert!(test.contains("task 10 is a held-out test task"), "{test}");
+        let unknown = check_task(&item(99), &set).unwrap_err().to_string();
+        assert!(unknown.contains("unknown task 99"), "{unknown}");
+        let negative = check_task(&item(-1), &set).unwrap_err().to_string();
+        assert!(negative.contains("task -1"), "{negative}");
+        let missing = check_task(&TensorMap::default(), &set).unwrap_err();
+        assert_eq!(missing.field, "task");
     }
 
     #[test]

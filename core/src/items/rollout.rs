@@ -53,6 +53,8 @@ pub mod field {
     pub const RNN_H: &str = "rnn_h";
     /// LSTM cell state before the first step, [M, H].
     pub const RNN_C: &str = "rnn_c";
+    /// The task a meta-RL item was collected on, [] (i64).
+    pub const TASK: &str = "task";
 }
 
 /// The signature of a rollout of `t` steps of `m` envs with these spaces.
@@ -110,13 +112,22 @@ fn feed_forward_signature(obs_space: &Space, action_space: &Space, t: i64, m: i6
 /// The on-policy queue table a run's actors insert into.
 pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
     let env = envs::make_configured(&config.env)?;
-    let sig = signature_with_state(
+    // A meta-RL item is one task's adaptation: every stage's steps, and the task.
+    let stages = config
+        .algo
+        .as_maml()
+        .map_or(1, |maml| maml.num_grad_updates as i64 + 1);
+    let mut sig = signature_with_state(
         &env.observation_space(),
         &env.action_space(),
-        config.actors.rollout_length as i64,
+        stages * config.actors.rollout_length as i64,
         config.actors.envs_per_actor as i64,
         config.model.lstm_size as i64,
     );
+    if config.algo.as_maml().is_some() {
+        sig.fields
+            .push(FieldSpec::new(field::TASK, Dtype::I64, &[]));
+    }
     Ok(TableSpec::queue(
         &config.replay.table,
         config.replay.max_size,

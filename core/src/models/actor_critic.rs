@@ -163,6 +163,44 @@ impl Heads {
         }
     }
 
+    /// Whether the policy is a plain MLP on the raw observation (no encoder, normalisation,
+    /// recurrent core or shared trunk): what [`Heads::dist_with`] can run.
+    pub fn is_plain_policy(&self) -> bool {
+        self.encoder.is_none()
+            && self.obs_norm.is_none()
+            && self.core.is_none()
+            && self.trunk.is_none()
+    }
+
+    /// The policy's parameters in [`Heads::dist_with`]'s order: the MLP's layers, then the
+    /// Gaussian log-std if there is one. Handles on the model's own tensors.
+    pub fn policy_params(&self) -> Vec<Tensor> {
+        let mut params = self.pi.params();
+        params.extend(self.log_std.as_ref().map(Tensor::shallow_clone));
+        params
+    }
+
+    /// The policy's action distributions at `obs` with `params` (shaped as
+    /// [`Heads::policy_params`]) in place of its own: the functional form MAML adapts. Needs
+    /// a [plain policy](Heads::is_plain_policy).
+    pub fn dist_with(&self, obs: &Tensor, params: &[Tensor]) -> Dist {
+        let (mlp, log_std) = match &self.log_std {
+            Some(_) => {
+                let (log_std, mlp) = params.split_last().expect("policy parameters");
+                (mlp, Some(log_std))
+            }
+            None => (params, None),
+        };
+        let out = self.pi.forward_with(obs, mlp);
+        match log_std {
+            None => Dist::categorical(&out),
+            Some(log_std) => Dist::Gaussian {
+                mean: out,
+                log_std: log_std.shallow_clone(),
+            },
+        }
+    }
+
     /// V(obs), `[N]`, with gradients.
     pub fn value(&self, obs: &Tensor) -> Tensor {
         self.vf.forward(&self.features(obs)).squeeze_dim(1)
@@ -341,11 +379,7 @@ impl Policy for ActorCritic {
     fn act(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
         let _guard = tch::no_grad_guard();
         let dist = self.heads.dist(obs);
-        let action = if deterministic {
-            dist.mode()
-        } else {
-            dist.sample()
-        };
+        let action = dist.pick(deterministic);
         PolicyStep {
             log_prob: dist.log_prob(&action),
             value: self.heads.value(obs),
@@ -373,11 +407,7 @@ impl Policy for ActorCritic {
         }
         let _guard = tch::no_grad_guard();
         let (dist, value, next) = self.heads.step(obs, state);
-        let action = if deterministic {
-            dist.mode()
-        } else {
-            dist.sample()
-        };
+        let action = dist.pick(deterministic);
         let step = PolicyStep {
             log_prob: dist.log_prob(&action),
             value,

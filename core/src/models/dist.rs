@@ -39,7 +39,7 @@ impl Dist {
                 .squeeze_dim(1),
             Dist::Gaussian { mean, log_std } => {
                 let z = (action - mean) / log_std.exp();
-                (z.square() * -0.5 - log_std - HALF_LN_2PI).sum_dim_intlist(-1, false, Kind::Float)
+                (z.square() * -0.5 - log_std - HALF_LN_2PI).sum_dim_intlist(-1, false, None::<Kind>)
             }
         }
     }
@@ -48,10 +48,10 @@ impl Dist {
     pub fn entropy(&self) -> Tensor {
         match self {
             Dist::Categorical { log_probs } => {
-                -(log_probs.exp() * log_probs).sum_dim_intlist(-1, false, Kind::Float)
+                -(log_probs.exp() * log_probs).sum_dim_intlist(-1, false, None::<Kind>)
             }
             Dist::Gaussian { mean, log_std } => (log_std.expand_as(mean) + 0.5 + HALF_LN_2PI)
-                .sum_dim_intlist(-1, false, Kind::Float),
+                .sum_dim_intlist(-1, false, None::<Kind>),
         }
     }
 
@@ -59,7 +59,7 @@ impl Dist {
     pub fn kl(&self, other: &Dist) -> Tensor {
         match (self, other) {
             (Dist::Categorical { log_probs: p }, Dist::Categorical { log_probs: q }) => {
-                (p.exp() * (p - q)).sum_dim_intlist(-1, false, Kind::Float)
+                (p.exp() * (p - q)).sum_dim_intlist(-1, false, None::<Kind>)
             }
             (
                 Dist::Gaussian {
@@ -73,7 +73,7 @@ impl Dist {
             ) => {
                 let var_ratio = ((s1 - s2) * 2.0).exp();
                 let t = (m1 - m2).square() / (s2 * 2.0).exp();
-                ((var_ratio + t) * 0.5 - 0.5 + s2 - s1).sum_dim_intlist(-1, false, Kind::Float)
+                ((var_ratio + t) * 0.5 - 0.5 + s2 - s1).sum_dim_intlist(-1, false, None::<Kind>)
             }
             _ => panic!("KL between a categorical and a Gaussian is undefined"),
         }
@@ -92,6 +92,15 @@ impl Dist {
         match self {
             Dist::Categorical { log_probs } => log_probs.argmax(-1, false),
             Dist::Gaussian { mean, .. } => mean.shallow_clone(),
+        }
+    }
+
+    /// The action to take per row: the mode when `deterministic`, else a sample.
+    pub fn pick(&self, deterministic: bool) -> Tensor {
+        if deterministic {
+            self.mode()
+        } else {
+            self.sample()
         }
     }
 

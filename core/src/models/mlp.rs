@@ -69,6 +69,44 @@ impl Mlp {
     }
 }
 
+impl Mlp {
+    /// The parameters in [`Mlp::forward_with`]'s order: each hidden layer's weight and bias,
+    /// then the output layer's.
+    pub fn params(&self) -> Vec<tch::Tensor> {
+        let mut out = Vec::with_capacity(2 * self.hidden.len() + 2);
+        for l in self.hidden.iter().chain(std::iter::once(&self.out)) {
+            out.push(l.ws.shallow_clone());
+            if let Some(b) = &l.bs {
+                out.push(b.shallow_clone());
+            }
+        }
+        out
+    }
+
+    /// The forward pass with `params` (shaped as [`Mlp::params`]) in place of the layers' own
+    /// weights: the functional form MAML differentiates through an inner update with.
+    pub fn forward_with(&self, xs: &tch::Tensor, params: &[tch::Tensor]) -> tch::Tensor {
+        let mut rest = params;
+        let mut linear = |l: &nn::Linear, x: &tch::Tensor| {
+            let (w, tail) = rest.split_first().expect("one weight per layer");
+            let (b, tail) = match &l.bs {
+                Some(_) => {
+                    let (b, tail) = tail.split_first().expect("one bias per layer");
+                    (Some(b), tail)
+                }
+                None => (None, tail),
+            };
+            rest = tail;
+            x.linear(w, b)
+        };
+        let mut h = xs.shallow_clone();
+        for layer in &self.hidden {
+            h = self.activation.apply(&linear(layer, &h));
+        }
+        linear(&self.out, &h)
+    }
+}
+
 impl Module for Mlp {
     fn forward(&self, xs: &tch::Tensor) -> tch::Tensor {
         let mut h = xs.shallow_clone();
