@@ -124,3 +124,56 @@ fn atari_pong_is_preprocessed() {
     assert_eq!(env.action_space(), Space::Discrete { n: 6 });
     check_env_contract(env.as_mut());
 }
+
+/// HalfCheetahVel-v0 / HalfCheetahDir-v0 replace gymnasium's reward with the task's, computed
+/// from the forward velocity a twin HalfCheetah-v5 (forward weight 1, no control cost) reports
+/// as its reward for the same seed and actions; tasks draw goals in range, deterministically.
+#[test]
+fn half_cheetah_task_rewards_follow_the_goal() {
+    use fleetrl_core::envs::python::{Goal, HalfCheetahTask};
+    use fleetrl_core::tasks::{TaskSet, TasksConfig};
+    let set = TaskSet::new(&TasksConfig::default(), 5);
+    let mut twin_kwargs = toml::Table::new();
+    twin_kwargs.insert("ctrl_cost_weight".into(), toml::Value::Float(0.0));
+    for velocity in [true, false] {
+        let mut env = HalfCheetahTask::make(velocity, 200).unwrap();
+        let mut goals = Vec::new();
+        for id in 0..10 {
+            env.inner_mut().set_task(&set.get(id).unwrap()).unwrap();
+            goals.push(env.inner().goal());
+        }
+        env.inner_mut().set_task(&set.get(3).unwrap()).unwrap();
+        assert_eq!(
+            env.inner().goal(),
+            goals[3],
+            "a task's goal is fixed by its id"
+        );
+        match goals[3] {
+            Goal::Velocity(_) => assert!(goals
+                .iter()
+                .all(|g| matches!(g, Goal::Velocity(v) if (0.0..2.0).contains(v)))),
+            Goal::Direction(_) => {
+                assert!(goals.contains(&Goal::Direction(1.0)));
+                assert!(goals.contains(&Goal::Direction(-1.0)));
+            }
+        }
+        let mut twin = GymEnv::new("HalfCheetah-v5", &twin_kwargs).unwrap();
+        env.reset(Some(11));
+        twin.reset(Some(11));
+        for t in 0..20 {
+            let a: Vec<f32> = (0..6).map(|i| ((t * 7 + i) as f32 * 0.37).sin()).collect();
+            let step = env.step(&Action::Continuous(a.clone())).unwrap();
+            let v = twin.step(&Action::Continuous(a.clone())).unwrap().reward;
+            let ctrl = 0.05 * a.iter().map(|x| x * x).sum::<f32>();
+            let want = match goals[3] {
+                Goal::Velocity(target) => -(v - target).abs() - ctrl,
+                Goal::Direction(dir) => dir * v - ctrl,
+            };
+            assert!(
+                (step.reward - want).abs() < 1e-4,
+                "step {t}: {} vs {want}",
+                step.reward
+            );
+        }
+    }
+}

@@ -71,7 +71,12 @@ impl A2c {
             returns.advantage.clone()
         };
         let samples = Samples::new(batch, self.device);
-        let eval = self.trained.model.evaluate(&samples.obs, &samples.action);
+        // A recurrent model unrolls its core over the rollout's columns from their states.
+        let heads = self.trained.model.heads();
+        let eval = match super::pg::sequence(batch, self.device) {
+            None => heads.evaluate(&samples.obs, &samples.action),
+            Some(seq) => heads.evaluate_sequence(&samples.obs, &samples.action, &seq),
+        };
         let [pg, vf, entropy] = a2c_loss(
             &eval.log_prob,
             &tensor(&advantage, self.device),
@@ -154,5 +159,57 @@ mod tests {
         assert!((pg.double_value(&[]) + 0.5).abs() < 1e-6);
         assert!((vf.double_value(&[]) - 0.5).abs() < 1e-6);
         assert!((h.double_value(&[]) - 0.6).abs() < 1e-6);
+    }
+
+    /// A recurrent model trains through its core, unrolled from each rollout's stored state:
+    /// the loss depends on that state, and the LSTM's weights move.
+    #[test]
+    fn recurrent_a2c_unrolls_from_the_stored_state() {
+        let recurrent = || {
+            tch::manual_seed(3);
+            let obs = fleetrl_proto::space::Space::Box {
+                shape: vec![4],
+                low: vec![-1.0; 4],
+                high: vec![1.0; 4],
+            };
+            let config = crate::config::ModelConfig {
+                lstm_size: 8,
+                ..crate::config::ModelConfig::default()
+            };
+            let space = fleetrl_proto::space::Space::Discrete { n: 2 };
+            ActorCritic::new(&config, &obs, &space, Device::Cpu).unwrap()
+        };
+        let loss_from = |state: f32| {
+            let mut batch = crate::algos::testing::tiny_batch();
+            batch.init_state = Some((vec![state; 2 * 8], vec![state; 2 * 8]));
+            let mut a2c = A2c::new(&A2cConfig::default(), recurrent(), 1_000);
+            let before: Vec<f32> = a2c
+                .trained
+                .model
+                .named_parameters()
+                .into_iter()
+                .filter(|(n, _)| n.starts_with("core."))
+                .flat_map(|(_, t)| Vec::<f32>::try_from(t.reshape([-1])).unwrap())
+                .collect();
+            let metrics = a2c.train(&batch);
+            let after: Vec<f32> = a2c
+                .trained
+                .model
+                .named_parameters()
+                .into_iter()
+                .filter(|(n, _)| n.starts_with("core."))
+                .flat_map(|(_, t)| Vec::<f32>::try_from(t.reshape([-1])).unwrap())
+                .collect();
+            assert!(
+                !before.is_empty() && before != after,
+                "the LSTM did not train"
+            );
+            metrics.get("value_loss").unwrap()
+        };
+        assert_ne!(
+            loss_from(0.0),
+            loss_from(0.5),
+            "the stored state was ignored"
+        );
     }
 }

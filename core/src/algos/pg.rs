@@ -5,6 +5,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::config::{EntropyMethod, PgOptions};
 use crate::items::rollout::RolloutBatch;
+use crate::models::{RnnState, Sequence};
 
 /// A batch flattened to `N = T x B` rows on one device.
 #[derive(Debug)]
@@ -17,6 +18,38 @@ pub struct Samples {
     pub behaviour_log_prob: Tensor,
     /// Behaviour values `[N]`.
     pub behaviour_value: Tensor,
+}
+
+/// The sequence layout of a recurrent batch: resets where the previous step of a column ended
+/// an episode, and the rollouts' initial states. `None` for a feed-forward batch.
+pub fn sequence(batch: &RolloutBatch, device: Device) -> Option<Sequence> {
+    let (h, c) = batch.init_state.as_ref()?;
+    let b = batch.b;
+    // Row t * B + b resets when row (t - 1) * B + b ended an episode.
+    let mut reset = vec![0.0f32; b];
+    let ended = batch.terminated.iter().zip(&batch.truncated);
+    reset.extend(
+        ended
+            .take((batch.t - 1) * b)
+            .map(|(a, c)| f32::from(*a || *c)),
+    );
+    let width = (h.len() / b.max(1)) as i64;
+    let state = |v: &[f32]| {
+        Tensor::from_slice(v)
+            .view([b as i64, width])
+            .to_device(device)
+    };
+    Some(Sequence {
+        t: batch.t as i64,
+        b: b as i64,
+        reset: Tensor::from_slice(&reset)
+            .view([batch.t as i64, b as i64])
+            .to_device(device),
+        init: RnnState {
+            h: state(h),
+            c: state(c),
+        },
+    })
 }
 
 /// `v` as a float tensor on `device`.

@@ -291,32 +291,14 @@ impl Ppo {
     }
 }
 
-/// The sequence layout of a recurrent batch: resets where the previous step ended an
-/// episode, and the rollouts' initial states. `None` for a feed-forward batch.
+/// A recurrent batch's sequence layout as PPO's minibatches carry it (resets flattened to
+/// rows); `None` for a feed-forward batch.
 fn sequences(batch: &RolloutBatch, device: Device) -> Option<SeqRows> {
-    let (h, c) = batch.init_state.as_ref()?;
-    let b = batch.b;
-    // Row t * B + b resets when row (t - 1) * B + b ended an episode.
-    let mut reset = vec![0.0f32; b];
-    let ended = batch.terminated.iter().zip(&batch.truncated);
-    reset.extend(
-        ended
-            .take((batch.t - 1) * b)
-            .map(|(a, c)| f32::from(*a || *c)),
-    );
-    let width = (h.len() / b.max(1)) as i64;
-    let state = |v: &[f32]| {
-        Tensor::from_slice(v)
-            .view([b as i64, width])
-            .to_device(device)
-    };
+    let seq = super::pg::sequence(batch, device)?;
     Some(SeqRows {
-        t: batch.t as i64,
-        reset: Tensor::from_slice(&reset).to_device(device),
-        init: RnnState {
-            h: state(h),
-            c: state(c),
-        },
+        t: seq.t,
+        reset: seq.reset.reshape([-1]),
+        init: seq.init,
     })
 }
 

@@ -134,6 +134,9 @@ pub struct EnvConfig {
     pub atari: bool,
     /// Stacks the last k observations (0 or 1 = off; 4 when atari is on).
     pub frame_stack: u32,
+    /// Episode length (time limit) in place of the env's own; 0 keeps the env's (native ids,
+    /// the task families, and gym: ids through gymnasium's `max_episode_steps`).
+    pub max_episode_steps: u32,
 }
 
 impl Default for EnvConfig {
@@ -145,6 +148,7 @@ impl Default for EnvConfig {
             reward_clip: 0.0,
             atari: false,
             frame_stack: 0,
+            max_episode_steps: 0,
         }
     }
 }
@@ -567,10 +571,11 @@ impl RunConfig {
             "needs at least one hidden layer",
         )?;
         check(
-            self.model.lstm_size == 0 || matches!(self.algo.name(), "ppo" | "dqn"),
+            self.model.lstm_size == 0 || matches!(self.algo.name(), "ppo" | "a2c" | "dqn"),
             "model.lstm_size",
-            "recurrent models are trained by algo.name = \"ppo\" (on-policy) and \"dqn\" \
-             (R2D2: stored sequences with burn-in) only; sac, td3, ddpg and bc are feed-forward",
+            "recurrent models are trained by algo.name = \"ppo\" and \"a2c\" (on-policy) and \
+             \"dqn\" (R2D2: stored sequences with burn-in) only; vpg, trpo, impala, sac, td3, ddpg \
+             and bc are feed-forward",
         )?;
         if let (true, AlgoConfig::Dqn(dqn)) = (self.model.lstm_size > 0, &self.algo) {
             dqn.replay.validate_sequences()?;

@@ -6,7 +6,7 @@
 
 #[cfg(feature = "python")]
 use super::AtariPreprocessing;
-use super::{make, Env, EnvError, FrameStack, RewardTransform, VecEnv};
+use super::{make_limited, Env, EnvError, FrameStack, RewardTransform, VecEnv};
 use crate::config::EnvConfig;
 
 /// Frames an Atari run stacks when `frame_stack` is not set.
@@ -43,7 +43,7 @@ pub fn make_vec(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError> {
     #[cfg(feature = "python")]
     if let Some(id) = super::python::gym_id(&config.id) {
         if !has_wrappers(config) {
-            let batch = super::python::GymVecEnv::new(id, n, &config.kwargs)?;
+            let batch = super::python::GymVecEnv::new(id, n, &gym_kwargs(config)?)?;
             return VecEnv::from_batch(Box::new(batch));
         }
     }
@@ -62,7 +62,10 @@ fn has_wrappers(config: &EnvConfig) -> bool {
 fn make_base(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
     #[cfg(feature = "python")]
     if let Some(id) = super::python::gym_id(&config.id) {
-        return Ok(Box::new(super::python::GymEnv::new(id, &config.kwargs)?));
+        return Ok(Box::new(super::python::GymEnv::new(
+            id,
+            &gym_kwargs(config)?,
+        )?));
     }
     if !config.kwargs.is_empty() {
         return Err(EnvError::VecMismatch(format!(
@@ -70,7 +73,26 @@ fn make_base(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
             config.id
         )));
     }
-    make(&config.id)
+    make_limited(&config.id, config.max_episode_steps)
+}
+
+/// `[env] kwargs`, with `max_episode_steps` for gymnasium when `[env] max_episode_steps` sets it.
+#[cfg(feature = "python")]
+fn gym_kwargs(config: &EnvConfig) -> Result<toml::Table, EnvError> {
+    let mut kwargs = config.kwargs.clone();
+    if config.max_episode_steps > 0 {
+        if kwargs.contains_key("max_episode_steps") {
+            return Err(EnvError::VecMismatch(
+                "set the episode length once: [env] max_episode_steps or kwargs.max_episode_steps"
+                    .to_string(),
+            ));
+        }
+        kwargs.insert(
+            "max_episode_steps".into(),
+            toml::Value::Integer(i64::from(config.max_episode_steps)),
+        );
+    }
+    Ok(kwargs)
 }
 
 /// A gymnasium ALE env (frameskip 1) under [`AtariPreprocessing`], with FIRE pressed after
@@ -78,7 +100,7 @@ fn make_base(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
 fn make_atari(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
     #[cfg(feature = "python")]
     if let Some(id) = super::python::gym_id(&config.id) {
-        let mut kwargs = config.kwargs.clone();
+        let mut kwargs = gym_kwargs(config)?;
         if !kwargs.contains_key("frameskip") {
             // The preprocessing skips frames itself.
             kwargs.insert("frameskip".into(), toml::Value::Integer(1));

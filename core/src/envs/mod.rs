@@ -65,7 +65,8 @@ pub enum EnvError {
     /// No environment is registered under this id.
     #[error(
         "unknown environment `{0}` (native: {known}; gymnasium ids take the `gym:` prefix, \
-         e.g. gym:Hopper-v5, in a build with the `python` feature)",
+         e.g. gym:Hopper-v5, and the meta-RL task families HalfCheetahVel-v0 and \
+         HalfCheetahDir-v0 run on gymnasium's MuJoCo, in a build with the `python` feature)",
         known = KNOWN_ENVS.join(", ")
     )]
     UnknownEnv(String),
@@ -99,6 +100,7 @@ pub const KNOWN_ENVS: &[&str] = &[
     "CartPoleNoVel-v1",
     "PointMass-v0",
     "PointGoal-v0",
+    "PointRobotSparse-v0",
     "Pendulum-v1",
     "Acrobot-v1",
     "MountainCar-v0",
@@ -206,25 +208,47 @@ pub(crate) fn step_via_into<E: Env>(env: &mut E, action: &Action) -> Result<Step
 
 /// Builds a registered environment, with gymnasium's time limit for that id.
 pub fn make(id: &str) -> Result<Box<dyn Env>, EnvError> {
+    make_limited(id, 0)
+}
+
+/// [`make`] with episodes cut at `max_steps` instead of the id's own limit (0: the id's own).
+pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> {
+    let limit = |own: u32| if max_steps > 0 { max_steps } else { own };
     match id {
-        "CartPole-v1" => Ok(Box::new(TimeLimit::new(CartPole::new(), 500))),
+        "CartPole-v1" => Ok(Box::new(TimeLimit::new(CartPole::new(), limit(500)))),
         "CartPoleNoVel-v1" => Ok(Box::new(TimeLimit::new(
             MaskObservation::new(CartPole::new(), vec![0, 2]),
-            500,
+            limit(500),
         ))),
-        "PointMass-v0" => Ok(Box::new(TimeLimit::new(PointMass::new(), 50))),
-        "PointGoal-v0" => Ok(Box::new(TimeLimit::new(PointGoal::new(), 100))),
-        "Pendulum-v1" => Ok(Box::new(TimeLimit::new(Pendulum::new(), 200))),
-        "Acrobot-v1" => Ok(Box::new(TimeLimit::new(Acrobot::new(), 500))),
-        "MountainCar-v0" => Ok(Box::new(TimeLimit::new(MountainCar::new(), 200))),
-        "MountainCarContinuous-v0" => {
-            Ok(Box::new(TimeLimit::new(MountainCarContinuous::new(), 999)))
-        }
-        "SparseMountainCar-v0" => Ok(Box::new(TimeLimit::new(SparseMountainCar::new(), 200))),
+        "PointMass-v0" => Ok(Box::new(TimeLimit::new(PointMass::new(), limit(50)))),
+        "PointGoal-v0" => Ok(Box::new(TimeLimit::new(PointGoal::new(), limit(100)))),
+        "PointRobotSparse-v0" => Ok(Box::new(TimeLimit::new(PointGoal::sparse(), limit(20)))),
+        "Pendulum-v1" => Ok(Box::new(TimeLimit::new(Pendulum::new(), limit(200)))),
+        "Acrobot-v1" => Ok(Box::new(TimeLimit::new(Acrobot::new(), limit(500)))),
+        "MountainCar-v0" => Ok(Box::new(TimeLimit::new(MountainCar::new(), limit(200)))),
+        "MountainCarContinuous-v0" => Ok(Box::new(TimeLimit::new(
+            MountainCarContinuous::new(),
+            limit(999),
+        ))),
+        "SparseMountainCar-v0" => Ok(Box::new(TimeLimit::new(
+            SparseMountainCar::new(),
+            limit(200),
+        ))),
+        #[cfg(feature = "python")]
+        "HalfCheetahVel-v0" => Ok(Box::new(python::HalfCheetahTask::make(true, limit(200))?)),
+        #[cfg(feature = "python")]
+        "HalfCheetahDir-v0" => Ok(Box::new(python::HalfCheetahTask::make(false, limit(200))?)),
         #[cfg(feature = "python")]
         other if python::gym_id(other).is_some() => {
             let id = python::gym_id(other).unwrap_or_default();
-            Ok(Box::new(python::GymEnv::new(id, &toml::Table::new())?))
+            let mut kwargs = toml::Table::new();
+            if max_steps > 0 {
+                kwargs.insert(
+                    "max_episode_steps".into(),
+                    toml::Value::Integer(i64::from(max_steps)),
+                );
+            }
+            Ok(Box::new(python::GymEnv::new(id, &kwargs)?))
         }
         other => Err(EnvError::UnknownEnv(other.to_string())),
     }
@@ -327,6 +351,29 @@ fn invalid_actions(space: &Space) -> Vec<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `[env] max_episode_steps` replaces a native env's time limit, shorter or longer.
+    #[test]
+    fn max_episode_steps_replaces_the_native_limit() {
+        for limit in [7u32, 80] {
+            let config = crate::config::EnvConfig {
+                id: "PointMass-v0".into(),
+                max_episode_steps: limit,
+                ..crate::config::EnvConfig::default()
+            };
+            let mut env = make_configured(&config).unwrap();
+            env.reset(Some(0));
+            let mut steps = 0;
+            loop {
+                steps += 1;
+                let step = env.step(&Action::Continuous(vec![0.0])).unwrap();
+                if step.truncated || step.terminated {
+                    break;
+                }
+            }
+            assert_eq!(steps, limit);
+        }
+    }
 
     #[test]
     fn every_known_env_is_made_and_keeps_the_contract() {

@@ -8,6 +8,10 @@
 //! from `[-0.5, 0.5]^2` per task; without a task the goal is the origin's neighbour
 //! `(0.5, 0.5)`. Episodes run the full time limit (100 steps, [`super::TimeLimit`]); heading
 //! straight for a goal scores about -2, standing still about -40.
+//!
+//! PointRobotSparse-v0 is the PEARL paper's sparse point robot (Rakelly et al. 2019, §6.3):
+//! goals on the upper half of the unit circle, the same dynamics, and a reward only inside
+//! the goal's radius 0.2 (`1 - distance` there, 0 elsewhere); 20-step episodes.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -23,11 +27,16 @@ const BOUND: f32 = 2.0;
 /// Goals lie in `[-GOAL_RANGE, GOAL_RANGE]^2`.
 const GOAL_RANGE: f32 = 0.5;
 
+/// The sparse robot's goal radius.
+const SPARSE_RADIUS: f32 = 0.2;
+
 /// The point-goal task family.
 #[derive(Debug, Clone)]
 pub struct PointGoal {
     position: [f32; 2],
     goal: [f32; 2],
+    /// The sparse robot: goals on the half circle, reward only within the radius.
+    sparse: bool,
 }
 
 impl PointGoal {
@@ -36,6 +45,16 @@ impl PointGoal {
         PointGoal {
             position: [0.0; 2],
             goal: [GOAL_RANGE, GOAL_RANGE],
+            sparse: false,
+        }
+    }
+
+    /// The sparse point robot, its default goal straight up.
+    pub fn sparse() -> PointGoal {
+        PointGoal {
+            position: [0.0; 2],
+            goal: [0.0, 1.0],
+            sparse: true,
         }
     }
 
@@ -91,9 +110,15 @@ impl Env for PointGoal {
             self.position[0] - self.goal[0],
             self.position[1] - self.goal[1],
         );
+        let distance = (dx * dx + dy * dy).sqrt();
+        let reward = match self.sparse {
+            false => -distance,
+            true if distance <= SPARSE_RADIUS => 1.0 - distance,
+            true => 0.0,
+        };
         Ok(Step {
             obs: self.position.to_vec(),
-            reward: -(dx * dx + dy * dy).sqrt(),
+            reward,
             terminated: false,
             truncated: false,
         })
@@ -101,10 +126,15 @@ impl Env for PointGoal {
 
     fn set_task(&mut self, task: &Task) -> Result<(), EnvError> {
         let mut rng = SmallRng::seed_from_u64(task.draw);
-        self.goal = [
-            rng.random_range(-GOAL_RANGE..GOAL_RANGE),
-            rng.random_range(-GOAL_RANGE..GOAL_RANGE),
-        ];
+        self.goal = if self.sparse {
+            let angle: f32 = rng.random_range(0.0..std::f32::consts::PI);
+            [angle.cos(), angle.sin()]
+        } else {
+            [
+                rng.random_range(-GOAL_RANGE..GOAL_RANGE),
+                rng.random_range(-GOAL_RANGE..GOAL_RANGE),
+            ]
+        };
         Ok(())
     }
 }
@@ -118,6 +148,30 @@ mod tests {
     #[test]
     fn keeps_the_env_contract() {
         check_env_contract(&mut PointGoal::new());
+        check_env_contract(&mut PointGoal::sparse());
+    }
+
+    /// Sparse goals lie on the upper unit half circle; the reward is 0 until the point is
+    /// within 0.2 of the goal, then 1 - distance.
+    #[test]
+    fn sparse_robot_rewards_only_near_the_goal() {
+        let set = TaskSet::new(&TasksConfig::default(), 1);
+        let mut env = PointGoal::sparse();
+        for id in 0..20 {
+            env.set_task(&set.get(id).unwrap()).unwrap();
+            let [x, y] = env.goal();
+            assert!((x * x + y * y - 1.0).abs() < 1e-5 && y >= 0.0, "{x}, {y}");
+        }
+        env.reset(None);
+        let [gx, gy] = env.goal();
+        let toward = Action::Continuous(vec![gx, gy]);
+        let mut rewards = Vec::new();
+        for _ in 0..10 {
+            rewards.push(env.step(&toward).unwrap().reward);
+        }
+        // After 7 unit steps the point is 0.3 from the goal, after 8 0.2, after 9 0.1.
+        assert!(rewards[..7].iter().all(|&r| r == 0.0), "{rewards:?}");
+        assert!((rewards[8] - 0.9).abs() < 1e-4, "{rewards:?}");
     }
 
     /// Reward is minus the distance to the task's goal; tasks move the goal, deterministically.

@@ -13,6 +13,7 @@
 
 mod gym_env;
 mod gym_vec;
+mod half_cheetah_tasks;
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ use pyo3::types::{PyDict, PyList, PyModule, PyTuple};
 
 pub use gym_env::GymEnv;
 pub use gym_vec::GymVecEnv;
+pub use half_cheetah_tasks::{Goal, HalfCheetahTask};
 
 use super::{EnvError, Space};
 
