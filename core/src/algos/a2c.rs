@@ -179,27 +179,20 @@ mod tests {
             let space = fleetrl_proto::space::Space::Discrete { n: 2 };
             ActorCritic::new(&config, &obs, &space, Device::Cpu).unwrap()
         };
+        let core_weights = |a2c: &A2c| -> Vec<f32> {
+            let named = a2c.trained.model.named_parameters().into_iter();
+            named
+                .filter(|(n, _)| n.starts_with("core."))
+                .flat_map(|(_, t)| Vec::<f32>::try_from(t.reshape([-1])).unwrap())
+                .collect()
+        };
         let loss_from = |state: f32| {
             let mut batch = crate::algos::testing::tiny_batch();
             batch.init_state = Some((vec![state; 2 * 8], vec![state; 2 * 8]));
             let mut a2c = A2c::new(&A2cConfig::default(), recurrent(), 1_000);
-            let before: Vec<f32> = a2c
-                .trained
-                .model
-                .named_parameters()
-                .into_iter()
-                .filter(|(n, _)| n.starts_with("core."))
-                .flat_map(|(_, t)| Vec::<f32>::try_from(t.reshape([-1])).unwrap())
-                .collect();
+            let before = core_weights(&a2c);
             let metrics = a2c.train(&batch);
-            let after: Vec<f32> = a2c
-                .trained
-                .model
-                .named_parameters()
-                .into_iter()
-                .filter(|(n, _)| n.starts_with("core."))
-                .flat_map(|(_, t)| Vec::<f32>::try_from(t.reshape([-1])).unwrap())
-                .collect();
+            let after = core_weights(&a2c);
             assert!(
                 !before.is_empty() && before != after,
                 "the LSTM did not train"
