@@ -11,12 +11,13 @@
 use tch::{Device, Kind, Tensor};
 
 use super::data_parallel::{Job, ShardPool};
-use super::pg::explained_variance;
+use super::pg::{entropy_bonus, explained_variance, max_entropy_rewards, sequence, Samples};
 use super::replicas::Replicas;
+use super::returns::StepData;
 use super::returns::{gae, Returns};
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
 use crate::checkpoint::StateError;
-use crate::config::PpoConfig;
+use crate::config::{EntropyMethod, PgOptions, PpoConfig};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Heads, RnnState, Sequence};
 use crate::optim::Adam;
@@ -174,6 +175,11 @@ fn normalized(advantage: &Tensor) -> Tensor {
     (advantage - advantage.mean(Kind::Float)) / (advantage.std(true) + 1e-8)
 }
 
+/// garage's `positive_adv`: advantages shifted so the smallest is just above 0.
+fn shifted_positive(advantage: &Tensor) -> Tensor {
+    advantage - advantage.min() + 1e-8
+}
+
 impl Ppo {
     /// PPO over `model`, whose linear schedules span `total_env_steps` env steps (the run's
     /// budget).
@@ -294,7 +300,7 @@ impl Ppo {
 /// A recurrent batch's sequence layout as PPO's minibatches carry it (resets flattened to
 /// rows); `None` for a feed-forward batch.
 fn sequences(batch: &RolloutBatch, device: Device) -> Option<SeqRows> {
-    let seq = super::pg::sequence(batch, device)?;
+    let seq = sequence(batch, device)?;
     Some(SeqRows {
         t: seq.t,
         reset: seq.reset.reshape([-1]),
@@ -308,7 +314,8 @@ struct LossSpec {
     clip: f64,
     clip_value: bool,
     value_coeff: f64,
-    entropy_coeff: f64,
+    /// The entropy's place in the loss (garage's options; the bonus only when "regularized").
+    entropy: PgOptions,
 }
 
 /// One shard's loss terms (policy, value, entropy; detached) and ratios, with its weight.
@@ -338,7 +345,8 @@ fn shard_backward(heads: &Heads, mb: &Minibatch, spec: LossSpec, weight: f64) ->
     let value_clip = spec.clip_value.then_some(spec.clip);
     let value_loss = value_loss(&eval.value, &mb.old_value, &mb.returns, value_clip);
     let entropy = eval.entropy.mean(Kind::Float);
-    let loss = &pg_loss + &value_loss * spec.value_coeff - &entropy * spec.entropy_coeff;
+    let bonus = entropy_bonus(&eval.entropy, &spec.entropy);
+    let loss = &pg_loss + &value_loss * spec.value_coeff - bonus;
     (loss * weight).backward();
     ShardOut {
         weight,
@@ -364,8 +372,28 @@ impl Ppo {
     /// One update on a batch of rollouts.
     pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = self.config.clone();
+        let options = c.options();
+        // garage's "max" entropy: the policy's entropy at each step joins its reward.
+        let reward = (options.entropy_method == EntropyMethod::Max).then(|| {
+            let _guard = tch::no_grad_guard();
+            let samples = Samples::new(batch, self.device);
+            let heads = self.trained.model.heads();
+            let entropy = match sequence(batch, self.device) {
+                None => heads.evaluate(&samples.obs, &samples.action).entropy,
+                Some(seq) => {
+                    heads
+                        .evaluate_sequence(&samples.obs, &samples.action, &seq)
+                        .entropy
+                }
+            };
+            max_entropy_rewards(&batch.reward, &entropy, &options)
+        });
+        let data = StepData {
+            reward: reward.as_deref().unwrap_or(&batch.reward),
+            ..batch.step_data()
+        };
         let returns = gae(
-            &batch.step_data(),
+            &data,
             c.discount as f32,
             c.gae_lambda as f32,
             c.bootstrap_truncation,
@@ -375,7 +403,7 @@ impl Ppo {
             clip,
             clip_value: c.clip_value_loss,
             value_coeff: c.value_loss_coeff,
-            entropy_coeff: c.entropy_loss_coeff,
+            entropy: options,
         };
         let mut full = self.to_device(batch, &returns);
         let n = (batch.t * batch.b) as i64;
@@ -383,6 +411,9 @@ impl Ppo {
         let per_minibatch_norm = c.normalize_advantage && c.minibatches > 1;
         if c.normalize_advantage && !per_minibatch_norm {
             full.advantage = normalized(&full.advantage);
+        }
+        if c.positive_adv && !per_minibatch_norm {
+            full.advantage = shifted_positive(&full.advantage);
         }
         // A recurrent model trains on whole columns (rlpyt shuffles only B); rows otherwise.
         let (units, cols) = if full.seq.is_some() {
@@ -410,6 +441,9 @@ impl Ppo {
                 };
                 if per_minibatch_norm {
                     mb.advantage = normalized(&mb.advantage);
+                    if c.positive_adv {
+                        mb.advantage = shifted_positive(&mb.advantage);
+                    }
                 }
                 self.optim.zero_grad();
                 self.replicas.broadcast(self.optim.flat_params());
@@ -487,6 +521,77 @@ impl Minibatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// garage's entropy options in PPO: with the entropy's gradient stopped, a regularised
+    /// bonus leaves the update exactly as no bonus does; with it, or with "max" (entropy in
+    /// the rewards), or with positive advantages, the update differs.
+    #[test]
+    fn entropy_options_shape_the_update() {
+        // One set of initial weights (the global seed is shared with concurrent tests).
+        let initial = crate::algos::testing::cartpole_model(5).named_parameters();
+        let after = |config: PpoConfig| {
+            let mut model = crate::algos::testing::cartpole_model(5);
+            model.load_named(&initial).unwrap();
+            let mut ppo = Ppo::new(&config, model, 1_000);
+            ppo.train(&crate::algos::testing::tiny_batch());
+            let flat: Vec<Tensor> = ppo
+                .model()
+                .named_parameters()
+                .into_iter()
+                .map(|(_, t)| t.reshape([-1]))
+                .collect();
+            Tensor::cat(&flat, 0)
+        };
+        let base = PpoConfig {
+            epochs: 2,
+            minibatches: 1,
+            ..PpoConfig::default()
+        };
+        let plain = after(base.clone());
+        let bonus = |stop| PpoConfig {
+            entropy_loss_coeff: 0.5,
+            stop_entropy_gradient: stop,
+            ..base.clone()
+        };
+        let gap = |a: &Tensor, b: &Tensor| (a - b).abs().max().double_value(&[]);
+        let stopped = gap(&after(bonus(true)), &plain);
+        assert!(
+            stopped == 0.0,
+            "a stopped entropy still moved the policy: {stopped}"
+        );
+        // Adam moves each weight about the learning rate (3e-4) per step whatever the loss, so
+        // a changed gradient shows as a shift of a fraction of that.
+        assert!(gap(&after(bonus(false)), &plain) > 1e-5);
+        let max = PpoConfig {
+            entropy_method: EntropyMethod::Max,
+            normalize_advantage: false,
+            ..bonus(true)
+        };
+        let no_norm = PpoConfig {
+            normalize_advantage: false,
+            ..base.clone()
+        };
+        assert!(gap(&after(max), &after(no_norm)) > 1e-5);
+        let positive = PpoConfig {
+            positive_adv: true,
+            ..base
+        };
+        assert!(gap(&after(positive), &plain) > 1e-5);
+    }
+
+    /// garage's consistency rules, named by PPO's keys.
+    #[test]
+    fn max_entropy_needs_unnormalised_advantages() {
+        let toml = "[algo]\nentropy_method = \"max\"\nstop_entropy_gradient = true\n";
+        let err = crate::config::RunConfig::from_toml(toml, "test").unwrap_err();
+        assert!(
+            err.to_string().contains("algo.normalize_advantage"),
+            "{err}"
+        );
+        let toml = "[algo]\nentropy_method = \"no_entropy\"\nentropy_loss_coeff = 0.1\n";
+        let err = crate::config::RunConfig::from_toml(toml, "test").unwrap_err();
+        assert!(err.to_string().contains("algo.entropy_loss_coeff"), "{err}");
+    }
 
     // ratios 1.5, 1.5, 0.5, 0.5 against advantages 1, -1, 1, -1 with clip 0.2:
     // min(rA, clip(r)A) = 1.2, -1.5, 0.5, -0.8 -> mean -0.15 -> loss 0.15; all four clipped.

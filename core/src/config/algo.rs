@@ -266,6 +266,16 @@ pub struct PpoConfig {
     pub adam_eps: f64,
     /// Bootstrap with the value of the final observation when an episode is truncated.
     pub bootstrap_truncation: bool,
+    /// How entropy enters (garage's keys, `entropy_loss_coeff` its coefficient):
+    /// "regularized" (a bonus in the loss, the default), "max" (added to the rewards) or
+    /// "no_entropy".
+    pub entropy_method: EntropyMethod,
+    /// Shift advantages to be positive (after normalisation).
+    pub positive_adv: bool,
+    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
+    pub use_softplus_entropy: bool,
+    /// Take no gradient through the entropy term.
+    pub stop_entropy_gradient: bool,
 }
 
 impl Default for PpoConfig {
@@ -287,13 +297,47 @@ impl Default for PpoConfig {
             normalize_advantage: true,
             adam_eps: 1e-5,
             bootstrap_truncation: true,
+            entropy_method: EntropyMethod::Regularized,
+            positive_adv: false,
+            use_softplus_entropy: false,
+            stop_entropy_gradient: false,
         }
     }
 }
 
 impl PpoConfig {
+    /// Garage's advantage and entropy options, as PPO's keys set them.
+    pub fn options(&self) -> PgOptions {
+        PgOptions {
+            center_adv: self.normalize_advantage,
+            positive_adv: self.positive_adv,
+            entropy_method: self.entropy_method,
+            policy_ent_coeff: self.entropy_loss_coeff,
+            use_softplus_entropy: self.use_softplus_entropy,
+            stop_entropy_gradient: self.stop_entropy_gradient,
+        }
+    }
+
     fn validate(&self, batch: u64) -> Result<(), ConfigError> {
         check_lambda(self.gae_lambda)?;
+        self.options().validate().map_err(|e| match e {
+            // PPO's name for garage's `center_adv` and `policy_ent_coeff`.
+            ConfigError::Invalid {
+                key: "algo.center_adv",
+                message,
+            } => ConfigError::Invalid {
+                key: "algo.normalize_advantage",
+                message,
+            },
+            ConfigError::Invalid {
+                key: "algo.policy_ent_coeff",
+                message,
+            } => ConfigError::Invalid {
+                key: "algo.entropy_loss_coeff",
+                message,
+            },
+            other => other,
+        })?;
         check(
             self.learning_rate > 0.0,
             "algo.learning_rate",
@@ -371,9 +415,9 @@ pub enum EntropyMethod {
     Regularized,
 }
 
-/// Garage's advantage and entropy options, shared by VPG and TRPO (their configs carry the
-/// same keys; [`VpgConfig::options`] and [`TrpoConfig::options`] gather them).
-#[derive(Debug, Clone, PartialEq)]
+/// Garage's advantage and entropy options, shared by VPG, TRPO, PPO and MAML (their configs
+/// carry the same keys; each config's `options` gathers them).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PgOptions {
     /// Normalise advantages to mean 0, std 1.
     pub center_adv: bool,
