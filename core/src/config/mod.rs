@@ -213,6 +213,11 @@ pub struct ModelConfig {
     pub normalize_obs: bool,
     /// Clip normalised observations to +-this.
     pub obs_clip: f64,
+    /// Smallest variance normalisation divides by (rlpyt's `norm_obs_var_clip`).
+    pub norm_obs_var_clip: f64,
+    /// Gaussian policies: a nonlinearity on the action mean (rlpyt's `mu_nonlinearity`, e.g.
+    /// "tanh"); absent: a linear mean.
+    pub mu_nonlinearity: Option<Activation>,
     /// Off-policy models: hidden widths of the observation feature extractor each network
     /// applies before its common layers (empty: none; pytorchrl's `obs_feature_extractor`).
     pub obs_features: Vec<i64>,
@@ -231,6 +236,8 @@ impl Default for ModelConfig {
             lstm_size: 0,
             normalize_obs: false,
             obs_clip: 10.0,
+            norm_obs_var_clip: 1e-8,
+            mu_nonlinearity: None,
             obs_features: Vec::new(),
             act_features: Vec::new(),
         }
@@ -555,6 +562,17 @@ impl RunConfig {
              vpg, trpo, impala), or bc for learning from demos off-policy",
         )?;
         check(self.eval.episodes >= 1, "eval.episodes", "must be >= 1")?;
+        check(
+            self.model.norm_obs_var_clip > 0.0,
+            "model.norm_obs_var_clip",
+            "must be > 0",
+        )?;
+        check(
+            self.model.mu_nonlinearity.is_none() || !self.algo.is_off_policy(),
+            "model.mu_nonlinearity",
+            "is for the on-policy Gaussian policy; SAC squashes its actions with tanh itself and \
+             TD3/DDPG's deterministic policy ends in tanh",
+        )?;
         check(
             self.stop.total_env_steps >= 1,
             "stop.total_env_steps",

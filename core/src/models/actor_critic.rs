@@ -51,6 +51,8 @@ pub struct Heads {
     vf: Mlp,
     /// A Gaussian policy's learned, state-independent log-std `[A]`; `None` for categorical.
     log_std: Option<Tensor>,
+    /// A Gaussian policy's nonlinearity on its mean (`model.mu_nonlinearity`).
+    mu_nonlinearity: Option<Activation>,
 }
 
 /// How a `[T x B]` block of rows unrolls through a recurrent core: rows are time-major
@@ -153,11 +155,18 @@ impl Heads {
     }
 
     fn dist_of(&self, features: &Tensor) -> Dist {
-        let out = self.pi.forward(features);
-        match &self.log_std {
+        self.dist_from(self.pi.forward(features), self.log_std.as_ref())
+    }
+
+    /// The distribution the policy network's output `out` stands for.
+    fn dist_from(&self, out: Tensor, log_std: Option<&Tensor>) -> Dist {
+        match log_std {
             None => Dist::categorical(&out),
             Some(log_std) => Dist::Gaussian {
-                mean: out,
+                mean: match self.mu_nonlinearity {
+                    Some(f) => f.apply(&out),
+                    None => out,
+                },
                 log_std: log_std.shallow_clone(),
             },
         }
@@ -191,14 +200,7 @@ impl Heads {
             }
             None => (params, None),
         };
-        let out = self.pi.forward_with(obs, mlp);
-        match log_std {
-            None => Dist::categorical(&out),
-            Some(log_std) => Dist::Gaussian {
-                mean: out,
-                log_std: log_std.shallow_clone(),
-            },
-        }
+        self.dist_from(self.pi.forward_with(obs, mlp), log_std)
     }
 
     /// V(obs), `[N]`, with gradients.
@@ -223,6 +225,7 @@ impl Heads {
             pi: self.pi.shallow_clone(),
             vf: self.vf.shallow_clone(),
             log_std: self.log_std.as_ref().map(Tensor::shallow_clone),
+            mu_nonlinearity: self.mu_nonlinearity,
         }
     }
 }
@@ -274,9 +277,14 @@ impl ActorCritic {
         };
         let lstm = config.lstm_size as i64;
         let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), raw_dim, lstm));
-        let obs_norm = config
-            .normalize_obs
-            .then(|| ObsNorm::new(&(&root / "obs_norm"), raw_dim, config.obs_clip));
+        let obs_norm = config.normalize_obs.then(|| {
+            ObsNorm::new(
+                &(&root / "obs_norm"),
+                raw_dim,
+                config.obs_clip,
+                config.norm_obs_var_clip,
+            )
+        });
         let obs_dim = if lstm > 0 { lstm } else { raw_dim };
         let ortho = config.orthogonal_init;
         let (trunk, head_in, hidden) = match config.hidden_sizes.split_last() {
@@ -327,6 +335,7 @@ impl ActorCritic {
                 pi,
                 vf,
                 log_std,
+                mu_nonlinearity: config.mu_nonlinearity,
             },
         })
     }
@@ -430,6 +439,31 @@ mod tests {
     use super::*;
     use crate::config::ModelConfig;
     use tch::Kind;
+
+    /// `model.mu_nonlinearity = "tanh"` bounds a Gaussian policy's mean, whatever the input.
+    #[test]
+    fn mu_nonlinearity_bounds_the_gaussian_mean() {
+        let space = |n: usize| Space::Box {
+            shape: vec![n as i64],
+            low: vec![-1.0; n],
+            high: vec![1.0; n],
+        };
+        let config = ModelConfig {
+            mu_nonlinearity: Some(Activation::Tanh),
+            ..ModelConfig::default()
+        };
+        let model = ActorCritic::new(&config, &space(3), &space(2), Device::Cpu).unwrap();
+        let obs = Tensor::from_slice(&[1e4f32, -1e4, 5e3, -3e3, 2e4, 7e3]).view([2, 3]);
+        let mean = model.heads().dist(&obs).mode();
+        let biggest = mean.abs().max().double_value(&[]);
+        assert!(biggest <= 1.0, "{mean:?}");
+        // The functional form MAML adapts agrees.
+        let with = model
+            .heads()
+            .dist_with(&obs, &model.heads().policy_params())
+            .mode();
+        assert!(with.allclose(&mean, 1e-6, 1e-6, false));
+    }
 
     /// Stacked 84x84 frames go through the Nature CNN: its parameters exist, a batch of flat
     /// frames acts, and the frames change the outputs (the encoder is on the path).

@@ -1,5 +1,5 @@
 //! Running observation normalisation (SB3's `VecNormalize`, rlpyt's `RunningMeanStdModel`):
-//! `clip((obs - mean) / sqrt(var + eps), -clip, clip)`, with mean and variance merged from
+//! `clip((obs - mean) / sqrt(max(var, var_clip)), -clip, clip)`, with mean and variance merged from
 //! every batch the learner trains on (Chan et al.'s parallel variance update).
 //!
 //! The statistics are non-trainable variables of the model's `VarStore`
@@ -9,8 +9,6 @@
 use tch::nn;
 use tch::{Kind, Tensor};
 
-const EPS: f64 = 1e-8;
-
 /// The running statistics and the clip.
 #[derive(Debug)]
 pub struct ObsNorm {
@@ -18,12 +16,14 @@ pub struct ObsNorm {
     var: Tensor,
     count: Tensor,
     clip: f64,
+    var_clip: f64,
 }
 
 impl ObsNorm {
     /// Statistics for `dim` observation components under `path`: mean 0, variance 1, and a
-    /// tiny prior count (1e-4, as SB3) so the first batch dominates.
-    pub fn new(path: &nn::Path, dim: i64, clip: f64) -> ObsNorm {
+    /// tiny prior count (1e-4, as SB3) so the first batch dominates; normalised values are
+    /// clipped to `+-clip` and the variance is taken as at least `var_clip`.
+    pub fn new(path: &nn::Path, dim: i64, clip: f64, var_clip: f64) -> ObsNorm {
         let mean = path.zeros_no_train("mean", &[dim]);
         let var = path.ones_no_train("var", &[dim]);
         let mut count = path.zeros_no_train("count", &[1]);
@@ -34,12 +34,13 @@ impl ObsNorm {
             var,
             count,
             clip,
+            var_clip,
         }
     }
 
     /// Normalised and clipped observations `[N, D]`.
     pub fn apply(&self, obs: &Tensor) -> Tensor {
-        ((obs - &self.mean) / (&self.var + EPS).sqrt()).clamp(-self.clip, self.clip)
+        ((obs - &self.mean) / self.var.clamp_min(self.var_clip).sqrt()).clamp(-self.clip, self.clip)
     }
 
     /// Merges the mean and variance of `obs` `[N, D]` into the running statistics.
@@ -69,6 +70,7 @@ impl ObsNorm {
             var: self.var.shallow_clone(),
             count: self.count.shallow_clone(),
             clip: self.clip,
+            var_clip: self.var_clip,
         }
     }
 
@@ -81,13 +83,25 @@ impl ObsNorm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A constant component (variance 0) is divided by the square root of `var_clip`, not by
+    /// zero.
+    #[test]
+    fn variance_is_clipped_from_below() {
+        let vs = nn::VarStore::new(tch::Device::Cpu);
+        let norm = ObsNorm::new(&(vs.root() / "obs_norm"), 1, 1e6, 0.01);
+        norm.update(&Tensor::from_slice(&[2.0f32; 8]).view([8, 1]));
+        let out = norm.apply(&Tensor::from_slice(&[3.0f32]).view([1, 1]));
+        // mean ~2 (the prior count is 1e-4), variance ~0: (3 - 2) / sqrt(0.01) = 10.
+        assert!((out.double_value(&[0, 0]) - 10.0).abs() < 0.01, "{out:?}");
+    }
     use tch::Device;
 
     /// Merging batches gives the mean and (population) variance of all the data at once.
     #[test]
     fn merged_statistics_match_the_whole_data() {
         let vs = nn::VarStore::new(Device::Cpu);
-        let norm = ObsNorm::new(&(vs.root() / "obs_norm"), 2, 5.0);
+        let norm = ObsNorm::new(&(vs.root() / "obs_norm"), 2, 5.0, 1e-8);
         let data = Tensor::randn([300, 2], (Kind::Float, Device::Cpu)) * 3.0 + 7.0;
         for i in 0..3 {
             norm.update(&data.narrow(0, i * 100, 100));
