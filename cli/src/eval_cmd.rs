@@ -44,10 +44,18 @@ pub(crate) fn evaluate_checkpoint(
         );
     }
     let seed = seed.unwrap_or_else(|| eval_seed(&config));
-    let mut env = config.env.clone();
+    // `[eval.env]` replaces the training env for evaluation (e.g. other wrappers or limit).
+    let mut env = config
+        .eval
+        .env
+        .clone()
+        .unwrap_or_else(|| config.env.clone());
+    if config.eval.env.is_some() {
+        same_spaces(&config.env, &env, "[eval.env]")?;
+    }
     if let Some(id) = env_id {
         env.id = id.to_string();
-        same_spaces(&config.env, &env)?;
+        same_spaces(&config.env, &env, "--env")?;
     }
     Ok((
         evaluate_env(
@@ -84,7 +92,7 @@ fn meta_evaluate_checkpoint(
 }
 
 /// Refuses an evaluation env whose spaces differ from the ones the policy was trained on.
-fn same_spaces(trained: &EnvConfig, other: &EnvConfig) -> anyhow::Result<()> {
+fn same_spaces(trained: &EnvConfig, other: &EnvConfig, what: &str) -> anyhow::Result<()> {
     let a = envs::make_configured(trained)
         .with_context(|| format!("making the checkpoint's env {}", trained.id))?;
     let b = envs::make_configured(other).with_context(|| format!("making --env {}", other.id))?;
@@ -98,7 +106,7 @@ fn same_spaces(trained: &EnvConfig, other: &EnvConfig) -> anyhow::Result<()> {
     };
     if !same_shape(&obs_a, &obs_b) || act_a != act_b {
         bail!(
-            "--env {} does not fit this checkpoint: its spaces are observation {obs_b:?}, action \
+            "{what} {} does not fit this checkpoint: its spaces are observation {obs_b:?}, action \
              {act_b:?}; the policy was trained on {} with observation {obs_a:?}, action {act_a:?}",
             other.id,
             trained.id

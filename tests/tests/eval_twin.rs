@@ -91,3 +91,50 @@ fn a_native_cartpole_policy_scores_the_same_in_gymnasium() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `[eval.env]` is what evaluation plays: here the same CartPole cut at 50 steps, so no
+/// evaluation can score above 50 whatever the policy, and the run is never solved.
+#[test]
+fn evaluation_plays_the_eval_env() {
+    let out = std::env::temp_dir().join(format!("fleetrl-eval-env-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = fleetrl_command(&[
+        "train",
+        "--config",
+        "cartpole-ppo",
+        "--set",
+        "stop.total_env_steps=40000",
+        "--set",
+        "eval.interval_env_steps=10000",
+        "--set",
+        "eval.env.id=\"CartPole-v1\"",
+        "--set",
+        "eval.env.max_episode_steps=50",
+        "--out",
+    ])
+    .arg(&out)
+    .output()
+    .expect("fleetrl train runs");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).expect("summary"))
+            .expect("summary JSON");
+    let evaluations = summary["evaluations"].as_array().expect("evaluations");
+    assert!(evaluations.len() >= 2, "{summary:#}");
+    for e in evaluations {
+        assert!(
+            e["mean_return"].as_f64().expect("a return") <= 50.0,
+            "{summary:#}"
+        );
+    }
+    // The training env kept its own limit: training episodes ran past 50 steps.
+    assert!(
+        summary["recent_training_return"].as_f64().unwrap_or(0.0) > 50.0,
+        "{summary:#}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -403,6 +403,9 @@ pub struct EvalConfig {
     /// Ends an evaluation episode after this many steps, as a time limit (0: the env's own
     /// limit only; garage's `max_episode_length_eval`).
     pub max_episode_length: u64,
+    /// `[eval.env]`: the env evaluation plays instead of `[env]` (same spaces), e.g. without
+    /// reward scaling or with another episode length; absent: `[env]`.
+    pub env: Option<EnvConfig>,
 }
 
 impl Default for EvalConfig {
@@ -413,6 +416,7 @@ impl Default for EvalConfig {
             on_target_training_return: true,
             deterministic: true,
             max_episode_length: 0,
+            env: None,
         }
     }
 }
