@@ -96,33 +96,20 @@ fn a_native_cartpole_policy_scores_the_same_in_gymnasium() {
 /// evaluation can score above 50 whatever the policy, and the run is never solved.
 #[test]
 fn evaluation_plays_the_eval_env() {
-    let out = std::env::temp_dir().join(format!("fleetrl-eval-env-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = fleetrl_command(&[
-        "train",
-        "--config",
+    let (status, stderr, summary) = fleetrl_tests::train_preset(
+        "eval-env",
         "cartpole-ppo",
-        "--set",
-        "stop.total_env_steps=40000",
-        "--set",
-        "eval.interval_env_steps=10000",
-        "--set",
-        "eval.env.id=\"CartPole-v1\"",
-        "--set",
-        "eval.env.max_episode_steps=50",
-        "--out",
-    ])
-    .arg(&out)
-    .output()
+        &[
+            "stop.total_env_steps=40000",
+            "eval.interval_env_steps=10000",
+            "eval.env.id=\"CartPole-v1\"",
+            "eval.env.max_episode_steps=50",
+        ],
+        &[],
+    )
     .expect("fleetrl train runs");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("summary.json")).expect("summary"))
-            .expect("summary JSON");
+    assert!(status.success(), "{stderr}");
+    let summary = summary.expect("a summary");
     let evaluations = summary["evaluations"].as_array().expect("evaluations");
     assert!(evaluations.len() >= 2, "{summary:#}");
     for e in evaluations {
@@ -136,5 +123,4 @@ fn evaluation_plays_the_eval_env() {
         summary["recent_training_return"].as_f64().unwrap_or(0.0) > 50.0,
         "{summary:#}"
     );
-    let _ = std::fs::remove_dir_all(&out);
 }
