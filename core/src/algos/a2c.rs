@@ -43,7 +43,8 @@ pub struct A2c {
 impl A2c {
     /// A2C over `model`; the linear schedule spans `total_env_steps` env steps.
     pub fn new(config: &A2cConfig, model: ActorCritic, total_env_steps: u64) -> A2c {
-        let optim = Adam::new(model.var_store(), config.adam_eps);
+        let (rule, coeff) = config.rule();
+        let optim = Adam::new(model.var_store(), config.adam_eps).with_rule(rule, coeff);
         let device = model.var_store().device();
         A2c {
             config: config.clone(),

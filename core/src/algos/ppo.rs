@@ -184,7 +184,8 @@ impl Ppo {
     /// PPO over `model`, whose linear schedules span `total_env_steps` env steps (the run's
     /// budget).
     pub fn new(config: &PpoConfig, model: ActorCritic, total_env_steps: u64) -> Ppo {
-        let optim = Adam::new(model.var_store(), config.adam_eps);
+        let (rule, coeff) = config.rule();
+        let optim = Adam::new(model.var_store(), config.adam_eps).with_rule(rule, coeff);
         let device = model.var_store().device();
         let total_env_steps = total_env_steps.max(1);
         let shards = ShardPool::new(model.heads(), 0);

@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::meta::{MamlConfig, MetaOptimizer};
 use super::offpolicy::{BcConfig, DqnConfig, SacConfig, Td3Config, DDPG_DEFAULTS};
 use super::{check, ConfigError};
+use crate::optim::Rule;
 
 /// Which algorithm trains, with its hyperparameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,6 +136,7 @@ impl AlgoConfig {
             AlgoConfig::Ppo(c) => c.validate(batch),
             AlgoConfig::A2c(c) => {
                 check_lambda(c.gae_lambda)?;
+                check_rule(c.rmsprop_alpha, c.sgd_momentum)?;
                 check(c.learning_rate > 0.0, "algo.learning_rate", "must be > 0")
             }
             AlgoConfig::Vpg(c) => {
@@ -276,6 +278,13 @@ pub struct PpoConfig {
     pub use_softplus_entropy: bool,
     /// Take no gradient through the entropy term.
     pub stop_entropy_gradient: bool,
+    /// The update rule: "adam" (default), "rmsprop" (rlpyt's A2C choice) or "sgd"; `adam_eps`
+    /// is RMSprop's epsilon too.
+    pub optimizer: Rule,
+    /// RMSprop's smoothing constant (PyTorch's `alpha`).
+    pub rmsprop_alpha: f64,
+    /// SGD's momentum.
+    pub sgd_momentum: f64,
 }
 
 impl Default for PpoConfig {
@@ -301,11 +310,19 @@ impl Default for PpoConfig {
             positive_adv: false,
             use_softplus_entropy: false,
             stop_entropy_gradient: false,
+            optimizer: Rule::Adam,
+            rmsprop_alpha: 0.99,
+            sgd_momentum: 0.0,
         }
     }
 }
 
 impl PpoConfig {
+    /// The optimiser's rule and its coefficient.
+    pub fn rule(&self) -> (Rule, f64) {
+        rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
+    }
+
     /// Garage's advantage and entropy options, as PPO's keys set them.
     pub fn options(&self) -> PgOptions {
         PgOptions {
@@ -320,6 +337,7 @@ impl PpoConfig {
 
     fn validate(&self, batch: u64) -> Result<(), ConfigError> {
         check_lambda(self.gae_lambda)?;
+        check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
         self.options().validate().map_err(|e| match e {
             // PPO's name for garage's `center_adv` and `policy_ent_coeff`.
             ConfigError::Invalid {
@@ -383,6 +401,43 @@ pub struct A2cConfig {
     pub adam_eps: f64,
     /// Bootstrap with the value of the final observation when an episode is truncated.
     pub bootstrap_truncation: bool,
+    /// The update rule: "adam" (default), "rmsprop" (rlpyt's A2C choice) or "sgd"; `adam_eps`
+    /// is RMSprop's epsilon too.
+    pub optimizer: Rule,
+    /// RMSprop's smoothing constant (PyTorch's `alpha`).
+    pub rmsprop_alpha: f64,
+    /// SGD's momentum.
+    pub sgd_momentum: f64,
+}
+
+impl A2cConfig {
+    /// The optimiser's rule and its coefficient.
+    pub fn rule(&self) -> (Rule, f64) {
+        rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
+    }
+}
+
+/// `optimizer` with the coefficient it uses (RMSprop's alpha, SGD's momentum).
+fn rule(optimizer: Rule, rmsprop_alpha: f64, sgd_momentum: f64) -> (Rule, f64) {
+    match optimizer {
+        Rule::Adam => (Rule::Adam, 0.0),
+        Rule::Rmsprop => (Rule::Rmsprop, rmsprop_alpha),
+        Rule::Sgd => (Rule::Sgd, sgd_momentum),
+    }
+}
+
+/// Checks `rmsprop_alpha` and `sgd_momentum`.
+fn check_rule(rmsprop_alpha: f64, sgd_momentum: f64) -> Result<(), ConfigError> {
+    check(
+        (0.0..1.0).contains(&rmsprop_alpha),
+        "algo.rmsprop_alpha",
+        "must be in [0, 1)",
+    )?;
+    check(
+        (0.0..1.0).contains(&sgd_momentum),
+        "algo.sgd_momentum",
+        "must be in [0, 1)",
+    )
 }
 
 impl Default for A2cConfig {
@@ -398,6 +453,9 @@ impl Default for A2cConfig {
             normalize_advantage: false,
             adam_eps: 1e-5,
             bootstrap_truncation: true,
+            optimizer: Rule::Adam,
+            rmsprop_alpha: 0.99,
+            sgd_momentum: 0.0,
         }
     }
 }

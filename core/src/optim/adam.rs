@@ -13,6 +13,30 @@ use tch::{nn::VarStore, Kind, Tensor};
 const BETA1: f64 = 0.9;
 const BETA2: f64 = 0.999;
 
+/// The update rule the flat optimiser applies (`algo.optimizer`): Adam by default, RMSprop
+/// (rlpyt's A2C choice) or SGD, each as PyTorch defines it.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// Adam with betas (0.9, 0.999) and bias correction.
+    #[default]
+    Adam,
+    /// RMSprop: `v = alpha v + (1 - alpha) g^2`, `p -= lr g / (sqrt(v) + eps)`.
+    Rmsprop,
+    /// SGD with momentum: `b = momentum b + g`, `p -= lr b`.
+    Sgd,
+}
+
+impl Rule {
+    fn name(self) -> &'static str {
+        match self {
+            Rule::Adam => "adam",
+            Rule::Rmsprop => "rmsprop",
+            Rule::Sgd => "sgd",
+        }
+    }
+}
+
 /// The trainable variables of a var store re-pointed into one contiguous buffer, and their
 /// gradients into another with the same layout (variables sorted by name).
 #[derive(Debug)]
@@ -82,6 +106,10 @@ pub struct Adam {
     eps: f64,
     /// L2 penalty added to the gradient (PyTorch's `weight_decay`); 0 by default.
     weight_decay: f64,
+    /// The update rule (Adam unless [`Adam::with_rule`] says otherwise).
+    rule: Rule,
+    /// RMSprop's smoothing constant or SGD's momentum (unused by Adam).
+    rule_coeff: f64,
 }
 
 impl Adam {
@@ -113,7 +141,18 @@ impl Adam {
             steps: 0,
             eps,
             weight_decay: 0.0,
+            rule: Rule::Adam,
+            rule_coeff: 0.0,
         }
+    }
+
+    /// Steps by `rule` instead of Adam, with `coeff` RMSprop's smoothing constant (alpha) or
+    /// SGD's momentum; the checkpoint state is named after the rule (`rmsprop....`).
+    pub fn with_rule(mut self, rule: Rule, coeff: f64) -> Adam {
+        self.name = self.name.replacen("adam", rule.name(), 1);
+        self.rule = rule;
+        self.rule_coeff = coeff;
+        self
     }
 
     /// Adds `weight_decay x parameter` to every gradient before each step (after clipping),
@@ -141,6 +180,29 @@ impl Adam {
         }
         let grad = &self.flat_grad;
         self.steps += 1;
+        match self.rule {
+            Rule::Adam => {}
+            Rule::Rmsprop => {
+                // exp_avg_sq is the square average; exp_avg is unused.
+                let alpha = self.rule_coeff;
+                let _ = self.exp_avg_sq.g_mul_scalar_(alpha);
+                let _ = self.exp_avg_sq.addcmul_(grad, &(grad * (1.0 - alpha)));
+                let denom = self.exp_avg_sq.sqrt() + self.eps;
+                let _ = self.flat.addcdiv_(&(grad * -lr), &denom);
+                return norm;
+            }
+            Rule::Sgd => {
+                // exp_avg is the momentum buffer (PyTorch starts it at the first gradient).
+                if self.steps == 1 {
+                    self.exp_avg.copy_(grad);
+                } else {
+                    let _ = self.exp_avg.g_mul_scalar_(self.rule_coeff);
+                    let _ = self.exp_avg.g_add_(grad);
+                }
+                let _ = self.flat.g_add_(&(&self.exp_avg * -lr));
+                return norm;
+            }
+        }
         let t = self.steps as i32;
         let bias1 = 1.0 - BETA1.powi(t);
         let bias2 = 1.0 - BETA2.powi(t);
@@ -204,6 +266,48 @@ impl Adam {
 mod tests {
     use super::*;
     use tch::{nn, Device};
+
+    /// RMSprop and SGD with momentum: two steps each against PyTorch's formulas by hand.
+    #[test]
+    fn rmsprop_and_sgd_steps_by_hand() {
+        for (rule, coeff) in [(Rule::Rmsprop, 0.9), (Rule::Sgd, 0.5)] {
+            let vs = nn::VarStore::new(Device::Cpu);
+            let w = vs.root().var("w", &[2], nn::Init::Const(1.0));
+            let mut optim = Adam::new(&vs, 1e-8).with_rule(rule, coeff);
+            let (lr, grads) = (0.1, [[2.0f64, -1.0], [0.5, 0.5]]);
+            let (mut p, mut v, mut b) = ([1.0f64; 2], [0.0f64; 2], [0.0f64; 2]);
+            for (step, g) in grads.iter().enumerate() {
+                optim.zero_grad();
+                let g_t = Tensor::from_slice(&[g[0] as f32, g[1] as f32]);
+                (&w * &g_t).sum(Kind::Float).backward();
+                optim.step(lr, 0.0);
+                for i in 0..2 {
+                    match rule {
+                        Rule::Rmsprop => {
+                            v[i] = coeff * v[i] + (1.0 - coeff) * g[i] * g[i];
+                            p[i] -= lr * g[i] / (v[i].sqrt() + 1e-8);
+                        }
+                        _ => {
+                            b[i] = if step == 0 { g[i] } else { coeff * b[i] + g[i] };
+                            p[i] -= lr * b[i];
+                        }
+                    }
+                }
+                let got = Vec::<f32>::try_from(&w.detach()).unwrap();
+                for i in 0..2 {
+                    assert!(
+                        (f64::from(got[i]) - p[i]).abs() < 1e-5,
+                        "{rule:?} {got:?} {p:?}"
+                    );
+                }
+            }
+            assert!(
+                optim.state()[0].0.starts_with(rule.name()),
+                "{:?}",
+                optim.state()[0].0
+            );
+        }
+    }
 
     /// One step of our Adam equals the textbook update computed by hand.
     #[test]

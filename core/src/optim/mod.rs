@@ -2,4 +2,4 @@
 
 mod adam;
 
-pub use adam::{Adam, Flat};
+pub use adam::{Adam, Flat, Rule};
