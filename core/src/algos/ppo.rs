@@ -185,7 +185,10 @@ impl Ppo {
     /// budget).
     pub fn new(config: &PpoConfig, model: ActorCritic, total_env_steps: u64) -> Ppo {
         let (rule, coeff) = config.rule();
-        let optim = Adam::new(model.var_store(), config.adam_eps).with_rule(rule, coeff);
+        let mut optim = Adam::new(model.var_store(), config.adam_eps).with_rule(rule, coeff);
+        if let Some(vf_lr) = config.vf_learning_rate {
+            optim = optim.with_lr_factor("vf.", vf_lr / config.learning_rate);
+        }
         let device = model.var_store().device();
         let total_env_steps = total_env_steps.max(1);
         let shards = ShardPool::new(model.heads(), 0);
@@ -578,6 +581,29 @@ mod tests {
             ..base
         };
         assert!(gap(&after(positive), &plain) > 1e-5);
+    }
+
+    /// `vf_learning_rate` steps the value network at its own rate: near zero, the value
+    /// network stays put while the policy moves.
+    #[test]
+    fn the_value_function_has_its_own_learning_rate() {
+        let initial = crate::algos::testing::cartpole_model(5).named_parameters();
+        let config = PpoConfig {
+            vf_learning_rate: Some(1e-12),
+            ..PpoConfig::default()
+        };
+        let mut model = crate::algos::testing::cartpole_model(5);
+        model.load_named(&initial).unwrap();
+        let mut ppo = Ppo::new(&config, model, 1_000);
+        ppo.train(&crate::algos::testing::tiny_batch());
+        for ((name, before), (_, after)) in initial.iter().zip(ppo.model().named_parameters()) {
+            let moved = (before - &after).abs().max().double_value(&[]);
+            if name.starts_with("vf.") {
+                assert!(moved < 1e-9, "{name} moved {moved}");
+            } else if name.starts_with("pi.") && name.ends_with("weight") {
+                assert!(moved > 1e-5, "{name} did not move");
+            }
+        }
     }
 
     /// garage's consistency rules, named by PPO's keys.

@@ -278,6 +278,9 @@ pub struct PpoConfig {
     pub use_softplus_entropy: bool,
     /// Take no gradient through the entropy term.
     pub stop_entropy_gradient: bool,
+    /// The value function's own learning rate (garage's separate `vf_optimizer` rate; the
+    /// linear schedule scales it too); absent: `learning_rate` for every parameter.
+    pub vf_learning_rate: Option<f64>,
     /// The update rule: "adam" (default), "rmsprop" (rlpyt's A2C choice) or "sgd"; `adam_eps`
     /// is RMSprop's epsilon too.
     pub optimizer: Rule,
@@ -310,6 +313,7 @@ impl Default for PpoConfig {
             positive_adv: false,
             use_softplus_entropy: false,
             stop_entropy_gradient: false,
+            vf_learning_rate: None,
             optimizer: Rule::Adam,
             rmsprop_alpha: 0.99,
             sgd_momentum: 0.0,
@@ -338,6 +342,11 @@ impl PpoConfig {
     fn validate(&self, batch: u64) -> Result<(), ConfigError> {
         check_lambda(self.gae_lambda)?;
         check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
+        check(
+            self.vf_learning_rate.is_none_or(|lr| lr > 0.0),
+            "algo.vf_learning_rate",
+            "must be > 0",
+        )?;
         self.options().validate().map_err(|e| match e {
             // PPO's name for garage's `center_adv` and `policy_ent_coeff`.
             ConfigError::Invalid {

@@ -43,6 +43,8 @@ impl Rule {
 pub struct Flat {
     /// The variables, in buffer order.
     pub params: Vec<Tensor>,
+    /// Their names and sizes, in buffer order.
+    pub layout: Vec<(String, i64)>,
     /// Every parameter back to back.
     pub flat: Tensor,
     /// Every gradient back to back.
@@ -64,6 +66,10 @@ impl Flat {
             "no variable under `{prefix}` to optimise"
         );
         named.sort_by(|a, b| a.0.cmp(&b.0));
+        let layout = named
+            .iter()
+            .map(|(n, t)| (n.clone(), t.numel() as i64))
+            .collect();
         let params: Vec<Tensor> = named.into_iter().map(|(_, t)| t).collect();
         let flat = {
             let _guard = tch::no_grad_guard();
@@ -87,6 +93,7 @@ impl Flat {
         }
         Flat {
             params,
+            layout,
             flat,
             flat_grad,
         }
@@ -110,6 +117,10 @@ pub struct Adam {
     rule: Rule,
     /// RMSprop's smoothing constant or SGD's momentum (unused by Adam).
     rule_coeff: f64,
+    /// The variables' names and sizes, in buffer order.
+    layout: Vec<(String, i64)>,
+    /// Per-element learning-rate factors (`None`: 1 everywhere).
+    lr_scale: Option<Tensor>,
 }
 
 impl Adam {
@@ -123,7 +134,10 @@ impl Adam {
     /// `adam.<prefix>...`; with an empty prefix, every variable and plain `adam....` names.
     pub fn over(vs: &VarStore, eps: f64, prefix: &str) -> Adam {
         let Flat {
-            flat, flat_grad, ..
+            flat,
+            flat_grad,
+            layout,
+            ..
         } = Flat::over(vs, prefix);
         let exp_avg = flat.zeros_like();
         let exp_avg_sq = flat.zeros_like();
@@ -143,6 +157,37 @@ impl Adam {
             weight_decay: 0.0,
             rule: Rule::Adam,
             rule_coeff: 0.0,
+            layout,
+            lr_scale: None,
+        }
+    }
+
+    /// Steps the variables whose name starts with `prefix` at `factor` times the learning
+    /// rate given to [`Adam::step`]: separate learning rates (e.g. the value function's)
+    /// within one optimiser, each parameter keeping its own moments as before.
+    pub fn with_lr_factor(mut self, prefix: &str, factor: f64) -> Adam {
+        let mut scale = Vec::with_capacity(self.flat.numel());
+        for (name, n) in &self.layout {
+            let f = if name.starts_with(prefix) {
+                factor
+            } else {
+                1.0
+            };
+            scale.extend(std::iter::repeat_n(f as f32, *n as usize));
+        }
+        let scale = Tensor::from_slice(&scale).to_device(self.flat.device());
+        self.lr_scale = Some(match self.lr_scale.take() {
+            Some(old) => old * scale,
+            None => scale,
+        });
+        self
+    }
+
+    /// `update`, scaled per element where learning-rate factors are set.
+    fn scaled(&self, update: Tensor) -> Tensor {
+        match &self.lr_scale {
+            Some(scale) => update * scale,
+            None => update,
         }
     }
 
@@ -188,7 +233,7 @@ impl Adam {
                 let _ = self.exp_avg_sq.g_mul_scalar_(alpha);
                 let _ = self.exp_avg_sq.addcmul_(grad, &(grad * (1.0 - alpha)));
                 let denom = self.exp_avg_sq.sqrt() + self.eps;
-                let _ = self.flat.addcdiv_(&(grad * -lr), &denom);
+                let _ = self.flat.addcdiv_(&self.scaled(grad * -lr), &denom);
                 return norm;
             }
             Rule::Sgd => {
@@ -199,7 +244,7 @@ impl Adam {
                     let _ = self.exp_avg.g_mul_scalar_(self.rule_coeff);
                     let _ = self.exp_avg.g_add_(grad);
                 }
-                let _ = self.flat.g_add_(&(&self.exp_avg * -lr));
+                let _ = self.flat.g_add_(&self.scaled(&self.exp_avg * -lr));
                 return norm;
             }
         }
@@ -210,7 +255,9 @@ impl Adam {
         let _ = self.exp_avg_sq.g_mul_scalar_(BETA2);
         let _ = self.exp_avg_sq.addcmul_(grad, &(grad * (1.0 - BETA2)));
         let denom = (self.exp_avg_sq.sqrt() / bias2.sqrt()) + self.eps;
-        let _ = self.flat.addcdiv_(&(&self.exp_avg * (-lr / bias1)), &denom);
+        let _ = self
+            .flat
+            .addcdiv_(&self.scaled(&self.exp_avg * (-lr / bias1)), &denom);
         norm
     }
 
@@ -266,6 +313,25 @@ impl Adam {
 mod tests {
     use super::*;
     use tch::{nn, Device};
+
+    /// A learning-rate factor scales its variables' SGD steps only: 0 freezes them, 2 doubles.
+    #[test]
+    fn lr_factors_scale_their_variables_only() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let a = vs.root().var("a", &[1], nn::Init::Const(1.0));
+        let b = vs.root().var("b", &[1], nn::Init::Const(1.0));
+        let c = vs.root().var("c", &[1], nn::Init::Const(1.0));
+        let mut optim = Adam::new(&vs, 1e-8)
+            .with_rule(Rule::Sgd, 0.0)
+            .with_lr_factor("b", 0.0)
+            .with_lr_factor("c", 2.0);
+        optim.zero_grad();
+        (&a + &b + &c).sum(Kind::Float).backward();
+        optim.step(0.1, 0.0);
+        let v = |t: &Tensor| t.double_value(&[0]);
+        assert!((v(&a) - 0.9).abs() < 1e-6 && (v(&b) - 1.0).abs() < 1e-9);
+        assert!((v(&c) - 0.8).abs() < 1e-6, "{}", v(&c));
+    }
 
     /// RMSprop and SGD with momentum: two steps each against PyTorch's formulas by hand.
     #[test]
