@@ -18,7 +18,6 @@ use fleetrl_core::items::check::{check_items, check_task};
 use fleetrl_core::items::rollout::RolloutBatch;
 use fleetrl_core::items::transition::importance_weights;
 use fleetrl_core::replay_client::ShardBatch;
-use fleetrl_core::tasks::TaskSet;
 use fleetrl_proto::space::Space;
 use fleetrl_proto::v1::Weights;
 use fleetrl_proto::TensorMap;
@@ -269,8 +268,7 @@ impl Trainer {
     /// Whether `items` may be trained on ([`check_items`]); a refused one is counted and logged
     /// with the field at fault, and training goes on without it.
     fn accepts(&self, items: &TensorMap) -> bool {
-        let tasks = (self.config.algo.as_maml())
-            .map(|_| TaskSet::new(&self.config.tasks, self.config.seed));
+        let tasks = self.config.item_tasks();
         let checked = check_items(items, &self.action_space).and_then(|()| match &tasks {
             Some(tasks) => check_task(items, tasks),
             None => Ok(()),

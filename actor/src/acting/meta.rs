@@ -57,7 +57,7 @@ impl Collector for MetaCollector {
 
     fn collect(&mut self, version: i64) -> Result<Collected, ActError> {
         let task = self.tasks.sample_train(&mut self.rng);
-        let stages = u64::from(self.maml.num_grad_updates) + 1;
+        let stages = u64::from(self.config.algo.stages());
         let per_stage = u64::from(self.config.actors.rollout_length)
             * u64::from(self.config.actors.envs_per_actor);
         self.calls += 1;

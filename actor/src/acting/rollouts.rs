@@ -6,7 +6,7 @@
 use fleetrl_core::acting::ppod::DemoActing;
 use fleetrl_core::acting::Acting;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs::{EnvError, Episode, VecEnv};
+use fleetrl_core::envs::{Episode, VecEnv};
 use fleetrl_core::items::rollout::{Bootstrap, RolloutBuilder};
 use fleetrl_core::models::{ActorCritic, ModelError};
 use fleetrl_core::tasks::TaskSet;
@@ -22,6 +22,15 @@ enum Source {
     Demos(Box<DemoActing>, Box<DemoLink>),
 }
 
+impl Source {
+    fn envs_mut(&mut self) -> &mut VecEnv {
+        match self {
+            Source::Plain(a) => a.envs_mut(),
+            Source::Demos(a, _) => a.envs_mut(),
+        }
+    }
+}
+
 /// Collects one rollout per call.
 pub(super) struct RolloutCollector {
     model: ActorCritic,
@@ -29,7 +38,9 @@ pub(super) struct RolloutCollector {
     builder: RolloutBuilder,
     steps: u64,
     /// `tasks.multi_task`: the run's tasks, a random training one per rollout.
-    tasks: Option<(TaskSet, SmallRng, String)>,
+    tasks: Option<(TaskSet, SmallRng)>,
+    /// The env id, for errors.
+    env_id: String,
 }
 
 impl RolloutCollector {
@@ -63,17 +74,14 @@ impl RolloutCollector {
                 (
                     TaskSet::new(&config.tasks, config.seed),
                     SmallRng::seed_from_u64(seed),
-                    config.env.id.clone(),
                 )
             }),
+            env_id: config.env.id.clone(),
         })
     }
 
     fn envs_mut(&mut self) -> &mut VecEnv {
-        match &mut self.source {
-            Source::Plain(a) => a.envs_mut(),
-            Source::Demos(a, _) => a.envs_mut(),
-        }
+        self.source.envs_mut()
     }
 
     fn fill(&mut self) -> Result<Bootstrap, ActError> {
@@ -96,16 +104,9 @@ impl Collector for RolloutCollector {
     }
 
     fn collect(&mut self, version: i64) -> Result<Collected, ActError> {
-        if let Some((set, rng, id)) = &mut self.tasks {
+        if let Some((set, rng)) = &mut self.tasks {
             let task = set.sample_train(rng);
-            let envs = match &mut self.source {
-                Source::Plain(a) => a.envs_mut(),
-                Source::Demos(a, _) => a.envs_mut(),
-            };
-            envs.set_task(&task).map_err(|e| match e {
-                EnvError::NoTasks(_) => EnvError::NoTasks(id.clone()),
-                other => other,
-            })?;
+            self.source.envs_mut().set_task(&task, &self.env_id)?;
         }
         let bootstrap = self.fill()?;
         Ok(Collected {

@@ -10,7 +10,7 @@ use super::eval::EvalResult;
 use super::{Acting, ActingError};
 use crate::algos::maml::{adapt, split_stages, Layout};
 use crate::config::{MamlConfig, RunConfig};
-use crate::envs::{make_vec, EnvError};
+use crate::envs::make_vec;
 use crate::items::rollout::{field, RolloutBatch, RolloutBuilder};
 use crate::models::{ActorCritic, Policy, PolicyStep};
 use crate::tasks::Task;
@@ -99,10 +99,7 @@ pub fn adapt_on_task(
     version: i64,
     seed: u64,
 ) -> Result<Adaptation, ActingError> {
-    acting.envs_mut().set_task(task).map_err(|e| match e {
-        EnvError::NoTasks(_) => EnvError::NoTasks(config.env.id.clone()),
-        other => other,
-    })?;
+    acting.envs_mut().set_task(task, &config.env.id)?;
     let (t, m) = (
         config.actors.rollout_length as usize,
         acting.envs_mut().num_envs(),

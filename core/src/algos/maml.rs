@@ -79,7 +79,7 @@ pub fn linear_baseline(obs: &Tensor, step: &Tensor, returns: &[f64], reg: f64) -
     let f = x.size()[1];
     let a = x.tr().mm(&x) + Tensor::eye(f, (Kind::Double, Device::Cpu)) * reg;
     let w = Tensor::linalg_solve(&a, &x.tr().mv(&y), true);
-    Vec::<f64>::try_from(x.mv(&w)).unwrap_or_else(|_| vec![0.0; returns.len()])
+    Vec::<f64>::try_from(x.mv(&w)).expect("the fit is a 1-D f64 tensor")
 }
 
 /// A stage's advantages `[T x M]` (time-major) against the linear baseline, with garage's
@@ -252,7 +252,7 @@ pub fn adapt(
 struct MetaLoss {
     /// The mean outer loss over tasks (differentiable in theta).
     loss: Tensor,
-    /// The mean KL(old adapted || new adapted) on the last stages (TRPO).
+    /// The mean KL(old adapted || new adapted) on the last stages (TRPO's constraint).
     kl: Tensor,
 }
 
@@ -292,14 +292,21 @@ impl Maml {
     }
 
     /// The outer loss and KL at the current theta, against the last stages' `old` adapted
-    /// policies (detached).
-    fn meta_loss(&self, tasks: &[Vec<Stage>], old: &[Dist], create_graph: bool) -> MetaLoss {
+    /// policies; without `old`, against the adapted policies at this theta themselves (KL 0,
+    /// with the curvature TRPO needs). Also returns those adapted policies, detached.
+    fn meta_loss(
+        &self,
+        tasks: &[Vec<Stage>],
+        old: Option<&[Dist]>,
+        create_graph: bool,
+    ) -> (MetaLoss, Vec<Dist>) {
         let heads = self.trained.model.heads();
         let theta = heads.policy_params();
         let options = self.config.options();
         let mut losses = Vec::with_capacity(tasks.len());
         let mut kls = Vec::with_capacity(tasks.len());
-        for (stages, old) in tasks.iter().zip(old) {
+        let mut adapted = Vec::with_capacity(tasks.len());
+        for (i, stages) in tasks.iter().enumerate() {
             let (last, adapting) = stages.split_last().expect("at least one stage");
             let phi = adapt(
                 heads,
@@ -323,42 +330,23 @@ impl Maml {
                 MetaOptimizer::Trpo => (&ratio * adv).mean(Kind::Float),
             };
             losses.push(-objective - entropy_bonus(&dist.entropy(), &options));
-            kls.push(old.kl(&dist).mean(Kind::Float));
+            let detached = dist.detach();
+            let reference = old.map_or(&detached, |old| &old[i]);
+            kls.push(reference.kl(&dist).mean(Kind::Float));
+            adapted.push(detached);
         }
-        MetaLoss {
+        let loss = MetaLoss {
             loss: Tensor::stack(&losses, 0).mean(Kind::Float),
             kl: Tensor::stack(&kls, 0).mean(Kind::Float),
-        }
-    }
-
-    /// The adapted policies at the current theta on each task's last stage, detached.
-    fn adapted_dists(&self, tasks: &[Vec<Stage>]) -> Vec<Dist> {
-        let heads = self.trained.model.heads();
-        let theta = heads.policy_params();
-        let options = self.config.options();
-        tasks
-            .iter()
-            .map(|stages| {
-                let (last, adapting) = stages.split_last().expect("at least one stage");
-                let phi = adapt(
-                    heads,
-                    &theta,
-                    adapting,
-                    self.config.inner_lr,
-                    &options,
-                    false,
-                );
-                let _guard = tch::no_grad_guard();
-                heads.dist_with(&last.obs, &phi).detach()
-            })
-            .collect()
+        };
+        (loss, adapted)
     }
 
     /// TRPO's meta step: returns (KL, surrogate improvement, backtracks).
-    fn trpo_step(&self, tasks: &[Vec<Stage>], old: &[Dist]) -> (f64, f64, u32) {
+    fn trpo_step(&self, tasks: &[Vec<Stage>]) -> (f64, f64, u32) {
         let c = &self.config;
         let params = self.trained.model.heads().policy_params();
-        let MetaLoss { loss, kl } = self.meta_loss(tasks, old, true);
+        let (MetaLoss { loss, kl }, old) = self.meta_loss(tasks, None, true);
         let g = -flat_grad(&loss, &params, false);
         let kl_grad = flat_grad(&kl, &params, true);
         let fvp = |v: &Tensor| {
@@ -373,7 +361,7 @@ impl Maml {
         for k in 0..=c.max_backtracks {
             let fraction = c.backtrack_ratio.powi(k as i32);
             set_params(&params, &(&start + &full_step * fraction));
-            let m = self.meta_loss(tasks, old, false);
+            let (m, _) = self.meta_loss(tasks, Some(&old), false);
             let (loss, kl) = (m.loss.double_value(&[]), m.kl.double_value(&[]));
             if kl.is_finite() && kl <= c.kl_limit() && loss < loss_before {
                 return (kl, loss_before - loss, k);
@@ -387,19 +375,17 @@ impl Maml {
     pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let layout = self.layout(batch);
         let tasks = split_stages(batch, layout, &self.config, self.device);
-        let old = self.adapted_dists(&tasks);
         let mut metrics = Vec::new();
         match self.outer {
             MetaOptimizer::Vpg | MetaOptimizer::Ppo => {
-                let MetaLoss { loss, kl } = self.meta_loss(&tasks, &old, true);
+                let (MetaLoss { loss, .. }, _) = self.meta_loss(&tasks, None, true);
                 self.optim.zero_grad();
                 loss.backward();
                 self.optim.step(self.config.outer_lr, 0.0);
                 metrics.push(("meta_loss", loss.double_value(&[])));
-                metrics.push(("kl", kl.double_value(&[])));
             }
             MetaOptimizer::Trpo => {
-                let (kl, improvement, backtracks) = self.trpo_step(&tasks, &old);
+                let (kl, improvement, backtracks) = self.trpo_step(&tasks);
                 metrics.push(("kl", kl));
                 metrics.push(("surrogate_improvement", improvement));
                 metrics.push(("backtracks", backtracks as f64));

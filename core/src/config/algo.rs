@@ -80,6 +80,12 @@ impl AlgoConfig {
         }
     }
 
+    /// Stages of acting per item: `num_grad_updates + 1` for MAML (each stage acts with the
+    /// policy the last one adapted), 1 for every other algorithm.
+    pub fn stages(&self) -> u32 {
+        self.as_maml().map_or(1, |maml| maml.num_grad_updates + 1)
+    }
+
     /// The MAML config, if the algorithm is meta-RL on tasks.
     pub fn as_maml(&self) -> Option<&MamlConfig> {
         match self {

@@ -658,13 +658,16 @@ impl RunConfig {
         }
     }
 
+    /// The run's task set when its items carry task ids (meta-RL), which the learner checks.
+    pub fn item_tasks(&self) -> Option<crate::tasks::TaskSet> {
+        self.algo
+            .as_maml()
+            .map(|_| crate::tasks::TaskSet::new(&self.tasks, self.seed))
+    }
+
     /// Env steps in one training batch.
     pub fn batch_env_steps(&self) -> u64 {
-        let stages = self
-            .algo
-            .as_maml()
-            .map_or(1, |maml| u64::from(maml.num_grad_updates) + 1);
-        stages
+        u64::from(self.algo.stages())
             * self.learner.batch_rollouts as u64
             * self.actors.rollout_length as u64
             * self.actors.envs_per_actor as u64

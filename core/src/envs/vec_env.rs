@@ -127,12 +127,17 @@ impl VecEnv {
         }
     }
 
-    /// Switches every env to `task` (see [`Env::set_task`]); the next reset starts it.
-    pub fn set_task(&mut self, task: &crate::tasks::Task) -> Result<(), EnvError> {
-        match &mut self.envs {
+    /// Switches every env to `task` (see [`Env::set_task`]); the next reset starts it. An env
+    /// family without tasks is refused as [`EnvError::NoTasks`] naming `env_id`.
+    pub fn set_task(&mut self, task: &crate::tasks::Task, env_id: &str) -> Result<(), EnvError> {
+        let set = match &mut self.envs {
             Backend::Each(envs) => envs.iter_mut().try_for_each(|e| e.set_task(task)),
             Backend::Batch(_) => Err(EnvError::NoTasks(String::new())),
-        }
+        };
+        set.map_err(|e| match e {
+            EnvError::NoTasks(_) => EnvError::NoTasks(env_id.to_string()),
+            other => other,
+        })
     }
 
     /// `n` copies of the registered env `id` (see [`make`]).

@@ -113,10 +113,7 @@ fn feed_forward_signature(obs_space: &Space, action_space: &Space, t: i64, m: i6
 pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
     let env = envs::make_configured(&config.env)?;
     // A meta-RL item is one task's adaptation: every stage's steps, and the task.
-    let stages = config
-        .algo
-        .as_maml()
-        .map_or(1, |maml| maml.num_grad_updates as i64 + 1);
+    let stages = i64::from(config.algo.stages());
     let mut sig = signature_with_state(
         &env.observation_space(),
         &env.action_space(),
@@ -124,7 +121,7 @@ pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
         config.actors.envs_per_actor as i64,
         config.model.lstm_size as i64,
     );
-    if config.algo.as_maml().is_some() {
+    if config.item_tasks().is_some() {
         sig.fields
             .push(FieldSpec::new(field::TASK, Dtype::I64, &[]));
     }
