@@ -49,6 +49,54 @@ fn ppo_solves_mountain_car() {
     assert!(final_return(&summary) >= -110.0, "{summary:#}");
 }
 
+/// A random policy scores 0.41 on MinAtar Breakout (300 episodes of the `minatar` package).
+const MINATAR_BREAKOUT_RANDOM: f64 = 0.41;
+
+/// PPO with the MinAtar paper's conv network on the native Breakout grid: seed 0 evaluated 4.8
+/// at 150k steps and 4.7 at 200k (13 s); the test asks 3.0, seven times a random policy.
+#[test]
+fn ppo_learns_minatar_breakout_from_the_grid() {
+    let summary = train(
+        "minatar-ppo",
+        "minatar-breakout-ppo",
+        &[
+            "seed=0",
+            "stop.total_env_steps=200000",
+            "eval.interval_env_steps=100000",
+        ],
+    );
+    let score = final_return(&summary);
+    assert!(
+        score >= 3.0,
+        "PPO scored {score} (random {MINATAR_BREAKOUT_RANDOM}): {summary:#}"
+    );
+}
+
+/// DQN reads the grid through the same conv encoder (the off-policy models' image path): with
+/// a shorter warm-up and exploration than the preset, seed 0 evaluated 3.95 at 20k env steps
+/// (27 s); the test asks 2.0, five times a random policy.
+#[test]
+fn dqn_learns_minatar_breakout_from_the_grid() {
+    let summary = train(
+        "minatar-dqn",
+        "minatar-breakout-dqn",
+        &[
+            "seed=0",
+            "stop.total_env_steps=20000",
+            "algo.replay.min_size=1000",
+            "algo.explore.epsilon_decay_steps=10000",
+            "algo.replay.samples_per_insert=16",
+            "algo.target.period=500",
+            "eval.interval_env_steps=10000",
+        ],
+    );
+    let score = final_return(&summary);
+    assert!(
+        score >= 2.0,
+        "DQN scored {score} (random {MINATAR_BREAKOUT_RANDOM}): {summary:#}"
+    );
+}
+
 /// Hopper-v5 from gymnasium's MuJoCo envs, 4096 steps and a 2-episode evaluation.
 #[test]
 fn hopper_runs_end_to_end() {

@@ -126,6 +126,13 @@ fn fleetrl_train_names_the_mistake_itself() -> anyhow::Result<()> {
             && stderr.contains("unknown environment `CartPol-v1`"),
         "{stderr}"
     );
+
+    // A convolution key on CartPole's flat observations: the learner names the key.
+    let stderr = train("model.use_maxpool=true")?;
+    assert!(
+        stderr.contains("model.use_maxpool") && stderr.contains("image observations"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&out);
     Ok(())
 }

@@ -223,6 +223,20 @@ pub struct ModelConfig {
     pub obs_features: Vec<i64>,
     /// Off-policy critics: hidden widths of the action feature extractor (empty: none).
     pub act_features: Vec<i64>,
+    /// Image observations (`[C, H, W]` boxes) go through a convolutional encoder first:
+    /// output channels of each convolution (rlpyt's `channels`; empty: the Nature DQN encoder,
+    /// 32x8x8/4, 64x4x4/2, 64x3x3/1).
+    pub channels: Vec<i64>,
+    /// Kernel size of each convolution (one per `channels` entry).
+    pub kernel_sizes: Vec<i64>,
+    /// Stride of each convolution (empty: 1 each).
+    pub strides: Vec<i64>,
+    /// Zero padding of each convolution (empty: 0 each).
+    pub paddings: Vec<i64>,
+    /// Convolve with stride 1 and max-pool by each stride instead (rlpyt's `use_maxpool`).
+    pub use_maxpool: bool,
+    /// Fully connected widths after the convolutions (absent: [512]; [] : none).
+    pub fc_sizes: Option<Vec<i64>>,
 }
 
 impl Default for ModelConfig {
@@ -240,7 +254,51 @@ impl Default for ModelConfig {
             mu_nonlinearity: None,
             obs_features: Vec::new(),
             act_features: Vec::new(),
+            channels: Vec::new(),
+            kernel_sizes: Vec::new(),
+            strides: Vec::new(),
+            paddings: Vec::new(),
+            use_maxpool: false,
+            fc_sizes: None,
         }
+    }
+}
+
+impl ModelConfig {
+    /// The convolution keys agree in length and range (whether they apply at all depends on
+    /// the env, checked where the model is built).
+    fn validate_conv(&self) -> Result<(), ConfigError> {
+        let n = self.channels.len();
+        let lists = [
+            ("model.kernel_sizes", &self.kernel_sizes, 1, false),
+            ("model.strides", &self.strides, 1, true),
+            ("model.paddings", &self.paddings, 0, true),
+        ];
+        check(
+            self.channels.iter().all(|&c| c >= 1),
+            "model.channels",
+            "every convolution needs >= 1 output channel",
+        )?;
+        for (key, list, least, optional) in lists {
+            let fits = list.len() == n || (optional && list.is_empty());
+            let message = if n == 0 {
+                "needs model.channels too (without it the encoder is the Nature DQN one)"
+                    .to_string()
+            } else {
+                format!("needs one entry per model.channels entry ({n})")
+            };
+            check(fits, key, &message)?;
+            check(
+                list.iter().all(|&v| v >= least),
+                key,
+                &format!("entries must be >= {least}"),
+            )?;
+        }
+        check(
+            self.fc_sizes.iter().flatten().all(|&u| u >= 1),
+            "model.fc_sizes",
+            "entries must be >= 1",
+        )
     }
 }
 
@@ -577,6 +635,7 @@ impl RunConfig {
             "is for the on-policy Gaussian policy; SAC squashes its actions with tanh itself and \
              TD3/DDPG's deterministic policy ends in tanh",
         )?;
+        self.model.validate_conv()?;
         check(
             self.stop.total_env_steps >= 1,
             "stop.total_env_steps",
@@ -809,6 +868,24 @@ mod tests {
         let text = "[algo]\nname = \"sac\"\n[ppod]\nenabled = true\ndemos_dir = \"d\"\n";
         let err = RunConfig::from_toml(text, "t").unwrap_err();
         assert!(err.to_string().contains("ppod.enabled"), "{err}");
+    }
+
+    #[test]
+    fn convolution_keys_must_agree_in_length() {
+        let text = "[model]\nchannels = [16, 32]\nkernel_sizes = [3]\n";
+        let err = RunConfig::from_toml(text, "t").unwrap_err().to_string();
+        assert!(
+            err.contains("model.kernel_sizes") && err.contains("(2)"),
+            "{err}"
+        );
+        let err = RunConfig::from_toml("[model]\nstrides = [2]\n", "t").unwrap_err();
+        assert!(err.to_string().contains("model.strides"), "{err}");
+        let text = "[model]\nchannels = [16]\nkernel_sizes = [3]\nfc_sizes = [0]\n";
+        let err = RunConfig::from_toml(text, "t").unwrap_err();
+        assert!(err.to_string().contains("model.fc_sizes"), "{err}");
+        let text = "[model]\nchannels = [16]\nkernel_sizes = [3]\nfc_sizes = []\n";
+        let config = RunConfig::from_toml(text, "t").unwrap();
+        assert_eq!(config.model.fc_sizes, Some(vec![]));
     }
 
     #[test]

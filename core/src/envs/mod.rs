@@ -25,6 +25,7 @@ mod cartpole;
 mod configured;
 mod frame_stack;
 mod mask_velocity;
+mod minatar;
 mod mountain_car;
 mod mountain_car_continuous;
 mod pendulum;
@@ -49,6 +50,7 @@ pub use cartpole::CartPole;
 pub use configured::{make_configured, make_vec};
 pub use frame_stack::FrameStack;
 pub use mask_velocity::MaskObservation;
+pub use minatar::{Breakout, Game, MinAtar, SpaceInvaders, STICKY_ACTION_PROB};
 pub use mountain_car::MountainCar;
 pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
@@ -106,7 +108,12 @@ pub const KNOWN_ENVS: &[&str] = &[
     "MountainCar-v0",
     "MountainCarContinuous-v0",
     "SparseMountainCar-v0",
+    "MinAtar/Breakout-v1",
+    "MinAtar/SpaceInvaders-v1",
 ];
+
+/// Steps after which a MinAtar episode is cut (the `minatar` package sets no limit).
+pub const MINATAR_MAX_STEPS: u32 = 10_000;
 
 /// What one env step returns, named as gymnasium names it.
 #[derive(Debug, Clone, PartialEq)]
@@ -233,6 +240,14 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
         "SparseMountainCar-v0" => Ok(Box::new(TimeLimit::new(
             SparseMountainCar::new(),
             limit(200),
+        ))),
+        "MinAtar/Breakout-v1" => Ok(Box::new(TimeLimit::new(
+            MinAtar::<Breakout>::new(),
+            limit(MINATAR_MAX_STEPS),
+        ))),
+        "MinAtar/SpaceInvaders-v1" => Ok(Box::new(TimeLimit::new(
+            MinAtar::<SpaceInvaders>::new(),
+            limit(MINATAR_MAX_STEPS),
         ))),
         #[cfg(feature = "python")]
         "HalfCheetahVel-v0" => Ok(Box::new(python::HalfCheetahTask::make(true, limit(200))?)),

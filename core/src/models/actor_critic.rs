@@ -6,8 +6,10 @@ use fleetrl_proto::TensorMap;
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
-use super::atari::NatureCnn;
-use super::{weights, Dist, FrameShape, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState};
+use super::conv::{image_frame, value_scale};
+use super::{
+    weights, ConvEncoder, ConvSpec, Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState,
+};
 use crate::config::{Activation, ModelConfig};
 use fleetrl_proto::space::Space;
 
@@ -37,9 +39,9 @@ pub struct Evaluation {
 /// handle (see [`Heads::shallow_clone`]) so another thread can run them.
 #[derive(Debug)]
 pub struct Heads {
-    /// The Nature CNN for image observations (`[C, H, W]` boxes, values 0..255), applied
-    /// before everything else.
-    encoder: Option<(NatureCnn, FrameShape)>,
+    /// The convolutional encoder for image observations (`[C, H, W]` boxes), applied before
+    /// everything else.
+    encoder: Option<ConvEncoder>,
     /// Running observation normalisation, applied before everything else but the encoder.
     obs_norm: Option<ObsNorm>,
     /// An LSTM between the observation and both heads, for recurrent models.
@@ -79,10 +81,7 @@ impl Heads {
 
     /// Observations as the networks see them: normalised and clipped when configured.
     fn input(&self, obs: &Tensor) -> Tensor {
-        let encoded = self
-            .encoder
-            .as_ref()
-            .map(|(cnn, f)| cnn.forward(&(obs.view([-1, f.channels, f.height, f.width]) / 255.0)));
+        let encoded = self.encoder.as_ref().map(|cnn| cnn.forward(obs));
         let obs = encoded.as_ref().unwrap_or(obs);
         match &self.obs_norm {
             Some(norm) => norm.apply(obs),
@@ -212,10 +211,7 @@ impl Heads {
     /// accumulate in the same place (libtorch serialises that accumulation).
     pub fn shallow_clone(&self) -> Heads {
         Heads {
-            encoder: self
-                .encoder
-                .as_ref()
-                .map(|(cnn, frame)| (cnn.shallow_clone(), *frame)),
+            encoder: self.encoder.as_ref().map(ConvEncoder::shallow_clone),
             obs_norm: self.obs_norm.as_ref().map(ObsNorm::shallow_clone),
             core: self.core.as_ref().map(LstmCore::shallow_clone),
             trunk: self
@@ -229,9 +225,6 @@ impl Heads {
         }
     }
 }
-
-/// Width of the Nature CNN's output for image observations (Mnih et al. 2015).
-const IMAGE_FEATURES: i64 = 512;
 
 /// The network and the variable store that owns its parameters.
 #[derive(Debug)]
@@ -255,26 +248,19 @@ impl ActorCritic {
         let vs = nn::VarStore::new(device);
         let root = vs.root();
         // Image observations ([C, H, W] boxes, e.g. stacked Atari frames) go through the
-        // Nature CNN, whose 512 features take the place of the flat observation.
-        let encoder = match obs_space {
-            Space::Box { shape, .. } if shape.len() == 3 => {
-                let frame = FrameShape {
-                    channels: shape[0],
-                    height: shape[1],
-                    width: shape[2],
-                };
-                Some((
-                    NatureCnn::new(&(&root / "encoder"), frame, IMAGE_FEATURES),
-                    frame,
-                ))
-            }
-            _ => None,
+        // convolutional encoder, whose features take the place of the flat observation.
+        let encoder = match image_frame(config, obs_space)? {
+            Some(frame) => Some(ConvEncoder::new(
+                &(&root / "encoder"),
+                frame,
+                value_scale(obs_space),
+                &ConvSpec::from_config(config),
+            )?),
+            None => None,
         };
-        let raw_dim = if encoder.is_some() {
-            IMAGE_FEATURES
-        } else {
-            obs_space.flat_dim() as i64
-        };
+        let raw_dim = encoder
+            .as_ref()
+            .map_or(obs_space.flat_dim() as i64, ConvEncoder::width);
         let lstm = config.lstm_size as i64;
         let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), raw_dim, lstm));
         let obs_norm = config.normalize_obs.then(|| {

@@ -7,7 +7,7 @@
 use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
-use super::{LstmCore, RnnState};
+use super::{ConvEncoder, ConvSpec, LstmCore, RnnState};
 
 /// Channels, height and width of a stacked frame (4 x 84 x 84 by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,72 +30,6 @@ impl Default for FrameShape {
     }
 }
 
-/// Conv 32x8x8/4 -> 64x4x4/2 -> 64x3x3/1 -> linear `hidden`, ReLU after each.
-#[derive(Debug)]
-pub(crate) struct NatureCnn {
-    /// Each convolution's weights `[out, in, k, k]`, bias `[out]` and stride.
-    convs: Vec<(Tensor, Option<Tensor>, i64)>,
-    fc: nn::Linear,
-}
-
-/// Output size of a valid (unpadded) convolution.
-fn conv_out(size: i64, kernel: i64, stride: i64) -> i64 {
-    (size - kernel) / stride + 1
-}
-
-impl NatureCnn {
-    pub(crate) fn new(path: &nn::Path, frame: FrameShape, hidden: i64) -> NatureCnn {
-        let layers = [(32, 8, 4), (64, 4, 2), (64, 3, 1)];
-        let (mut channels, mut h, mut w) = (frame.channels, frame.height, frame.width);
-        let mut convs = Vec::new();
-        for (i, (out, kernel, stride)) in layers.into_iter().enumerate() {
-            let config = nn::ConvConfig {
-                stride,
-                ..Default::default()
-            };
-            let conv = nn::conv2d(path / format!("conv{i}"), channels, out, kernel, config);
-            convs.push((conv.ws, conv.bs, stride));
-            channels = out;
-            h = conv_out(h, kernel, stride);
-            w = conv_out(w, kernel, stride);
-        }
-        let fc = nn::linear(path / "fc", channels * h * w, hidden, Default::default());
-        NatureCnn { convs, fc }
-    }
-
-    /// Another handle on the same parameters (see `Heads::shallow_clone`).
-    pub(crate) fn shallow_clone(&self) -> NatureCnn {
-        NatureCnn {
-            convs: self
-                .convs
-                .iter()
-                .map(|(ws, bs, stride)| {
-                    (
-                        ws.shallow_clone(),
-                        bs.as_ref().map(Tensor::shallow_clone),
-                        *stride,
-                    )
-                })
-                .collect(),
-            fc: nn::Linear {
-                ws: self.fc.ws.shallow_clone(),
-                bs: self.fc.bs.as_ref().map(Tensor::shallow_clone),
-            },
-        }
-    }
-
-    /// `[N, C, H, W]` floats -> `[N, hidden]`.
-    pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
-        let mut h = x.shallow_clone();
-        for (ws, bs, stride) in &self.convs {
-            h = h
-                .conv2d(ws, bs.as_ref(), [*stride, *stride], [0, 0], [1, 1], 1)
-                .relu();
-        }
-        self.fc.forward(&h.flatten(1, -1)).relu()
-    }
-}
-
 /// What [`AtariModel::forward`] returns, with the input's leading dimensions.
 #[derive(Debug)]
 pub struct AtariOutput {
@@ -111,7 +45,7 @@ pub struct AtariOutput {
 #[derive(Debug)]
 pub struct AtariModel {
     frame: FrameShape,
-    encoder: NatureCnn,
+    encoder: ConvEncoder,
     core: Option<LstmCore>,
     pi: nn::Linear,
     vf: nn::Linear,
@@ -127,7 +61,9 @@ impl AtariModel {
         lstm_size: i64,
         actions: i64,
     ) -> AtariModel {
-        let encoder = NatureCnn::new(&(path / "encoder"), frame, hidden);
+        let encoder =
+            ConvEncoder::new(&(path / "encoder"), frame, 255.0, &ConvSpec::nature(hidden))
+                .expect("the Nature encoder fits Atari frames");
         let core = (lstm_size > 0).then(|| LstmCore::new(&(path / "core"), hidden, lstm_size));
         let width = if lstm_size > 0 { lstm_size } else { hidden };
         AtariModel {
@@ -137,6 +73,10 @@ impl AtariModel {
             pi: nn::linear(path / "pi", width, actions, Default::default()),
             vf: nn::linear(path / "vf", width, 1, Default::default()),
         }
+    }
+
+    fn encoder_input(&self) -> i64 {
+        self.frame.channels * self.frame.height * self.frame.width
     }
 
     /// Scores `u8` frames `[T, B, C, H, W]`, `[B, C, H, W]` or `[C, H, W]`. An LSTM model
@@ -151,12 +91,9 @@ impl AtariModel {
         debug_assert_eq!(frames.kind(), Kind::Uint8, "frames stay u8 until the model");
         let size = frames.size();
         let lead = &size[..size.len() - 3];
-        let f = self.frame;
-        let x = frames
-            .to_kind(Kind::Float)
-            .reshape([-1, f.channels, f.height, f.width])
-            / 255.0;
-        let features = self.encoder.forward(&x);
+        let features = self
+            .encoder
+            .forward(&frames.reshape([-1, self.encoder_input()]));
         let (features, next) = match &self.core {
             None => (features, None),
             Some(core) => {

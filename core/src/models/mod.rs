@@ -4,6 +4,7 @@
 
 mod actor_critic;
 mod atari;
+mod conv;
 mod dist;
 mod lstm;
 mod mlp;
@@ -14,6 +15,8 @@ pub mod weights;
 
 pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep, Sequence};
 pub use atari::{AtariModel, AtariOutput, FrameShape};
+pub(crate) use conv::ConvEncoder;
+pub use conv::{image_frame, ConvSpec};
 pub use dist::Dist;
 pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
@@ -32,6 +35,14 @@ pub enum ModelError {
     /// Weights are missing a parameter or have the wrong shape.
     #[error("weights do not fit the model: {0}")]
     WeightsMismatch(String),
+    /// A model key does not fit the env (e.g. convolution keys for flat observations).
+    #[error("model.{key}: {message}")]
+    Config {
+        /// The key under `[model]`.
+        key: &'static str,
+        /// What is wrong, with the shapes involved.
+        message: String,
+    },
     /// A tensor conversion or torch call failed.
     #[error(transparent)]
     Tch(#[from] tch::TchError),

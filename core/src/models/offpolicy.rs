@@ -18,8 +18,11 @@
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 
+use super::conv::{image_frame, value_scale};
 use super::recurrent_q::RecurrentQ;
-use super::{weights, Mlp, ModelError, Policy, PolicyStep, RnnState};
+use super::{
+    weights, ConvEncoder, ConvSpec, FrameShape, Mlp, ModelError, Policy, PolicyStep, RnnState,
+};
 use crate::config::{Activation, ModelConfig};
 use fleetrl_proto::space::Space;
 
@@ -37,9 +40,11 @@ pub enum PolicyKind {
     SquashedGaussian,
 }
 
-/// One network: observation features, optional action features, a common trunk.
+/// One network: a convolutional encoder for image observations, observation features,
+/// optional action features, a common trunk.
 #[derive(Debug)]
 struct Net {
+    encoder: Option<ConvEncoder>,
     obs: Option<Mlp>,
     act: Option<Mlp>,
     common: Mlp,
@@ -47,8 +52,24 @@ struct Net {
 }
 
 impl Net {
-    fn new(path: &nn::Path, config: &ModelConfig, obs_dim: i64, act_dim: i64, out: i64) -> Net {
+    fn new(
+        path: &nn::Path,
+        config: &ModelConfig,
+        input: &Input,
+        act_dim: i64,
+        out: i64,
+    ) -> Result<Net, ModelError> {
         let activation = config.activation;
+        let encoder = match input.frame {
+            Some(frame) => Some(ConvEncoder::new(
+                &(path / "encoder"),
+                frame,
+                input.scale,
+                &ConvSpec::from_config(config),
+            )?),
+            None => None,
+        };
+        let obs_dim = encoder.as_ref().map_or(input.flat, ConvEncoder::width);
         let feature = |name: &str, dim: i64, sizes: &[i64]| match sizes.split_last() {
             Some((&last, inner)) => (
                 Some(Mlp::new(&(path / name), dim, inner, last, activation, None)),
@@ -70,12 +91,13 @@ impl Net {
             activation,
             None,
         );
-        Net {
+        Ok(Net {
+            encoder,
             obs,
             act,
             common,
             activation,
-        }
+        })
     }
 
     fn forward(&self, obs: &Tensor, action: Option<&Tensor>) -> Tensor {
@@ -83,13 +105,22 @@ impl Net {
             Some(m) => self.activation.apply(&m.forward(x)),
             None => x.shallow_clone(),
         };
-        let x = features(&self.obs, obs);
+        let encoded = self.encoder.as_ref().map(|cnn| cnn.forward(obs));
+        let x = features(&self.obs, encoded.as_ref().unwrap_or(obs));
         let x = match action {
             Some(a) => Tensor::cat(&[x, features(&self.act, a)], 1),
             None => x,
         };
         self.common.forward(&x)
     }
+}
+
+/// What a network reads: flat observations of width `flat`, or image frames.
+#[derive(Debug)]
+struct Input {
+    flat: i64,
+    frame: Option<FrameShape>,
+    scale: f64,
 }
 
 /// A policy (or Q network) plus critics, with the var store that owns them.
@@ -120,6 +151,19 @@ impl OffPolicyModel {
         let vs = nn::VarStore::new(device);
         let root = vs.root();
         let obs_dim = obs_space.flat_dim() as i64;
+        let input = Input {
+            flat: obs_dim,
+            frame: image_frame(config, obs_space)?,
+            scale: value_scale(obs_space),
+        };
+        if input.frame.is_some() && config.lstm_size > 0 {
+            return Err(ModelError::Config {
+                key: "lstm_size",
+                message: "recurrent DQN reads flat observations; image observations need \
+                          lstm_size = 0 with an off-policy algorithm"
+                    .into(),
+            });
+        }
         let mut recurrent = None;
         let (pi, critics, scale, bias) = match (kind, action_space) {
             (PolicyKind::QValues, Space::Discrete { n }) if config.lstm_size > 0 => {
@@ -132,7 +176,7 @@ impl OffPolicyModel {
                 )
             }
             (PolicyKind::QValues, Space::Discrete { n }) => {
-                let q = Net::new(&(&root / "q"), config, obs_dim, 0, *n);
+                let q = Net::new(&(&root / "q"), config, &input, 0, *n)?;
                 (
                     None,
                     vec![q],
@@ -150,10 +194,10 @@ impl OffPolicyModel {
                 } else {
                     a
                 };
-                let pi = Net::new(&(&root / "pi"), config, obs_dim, 0, out);
+                let pi = Net::new(&(&root / "pi"), config, &input, 0, out)?;
                 let critics = (0..num_critics.max(1))
-                    .map(|i| Net::new(&(&root / format!("qf{i}")), config, obs_dim, a, 1))
-                    .collect();
+                    .map(|i| Net::new(&(&root / format!("qf{i}")), config, &input, a, 1))
+                    .collect::<Result<_, _>>()?;
                 let finite = |v: &f32| if v.is_finite() { *v } else { 1.0 };
                 let low: Vec<f32> = low
                     .iter()
@@ -413,6 +457,53 @@ mod tests {
         let lp = Vec::<f32>::try_from(&step.log_prob).unwrap();
         assert!(lp.iter().all(|v| v.is_finite()));
         assert_eq!(model.qs(&obs, &step.action).size(), vec![2, 5]);
+    }
+
+    /// DQN on a MinAtar grid: the Q network convolves the frames (the paper's 16 3x3 filters
+    /// and 128 units), and a recurrent Q network on frames is refused by name.
+    #[test]
+    fn q_network_reads_image_observations_through_the_encoder() {
+        let obs_space = crate::envs::make("MinAtar/Breakout-v1")
+            .unwrap()
+            .observation_space();
+        let config = ModelConfig {
+            channels: vec![16],
+            kernel_sizes: vec![3],
+            fc_sizes: Some(vec![128]),
+            hidden_sizes: vec![],
+            ..ModelConfig::default()
+        };
+        let act_space = Space::Discrete { n: 3 };
+        let model = OffPolicyModel::new(
+            &config,
+            PolicyKind::QValues,
+            1,
+            &obs_space,
+            &act_space,
+            Device::Cpu,
+        )
+        .unwrap();
+        let names: Vec<String> = model.var_store().variables().into_keys().collect();
+        assert!(
+            names.iter().any(|n| n == "q.encoder.conv0.weight"),
+            "{names:?}"
+        );
+        let obs = Tensor::ones([5, 400], (Kind::Float, Device::Cpu));
+        assert_eq!(model.q_values(&obs).size(), vec![5, 3]);
+        let recurrent = ModelConfig {
+            lstm_size: 32,
+            ..config
+        };
+        let err = OffPolicyModel::new(
+            &recurrent,
+            PolicyKind::QValues,
+            1,
+            &obs_space,
+            &act_space,
+            Device::Cpu,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("model.lstm_size"), "{err}");
     }
 
     #[test]
