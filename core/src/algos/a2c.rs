@@ -3,13 +3,13 @@
 //!
 //! Per batch: returns by GAE (lambda = 1 gives n-step returns) from the behaviour values, then
 //! one gradient step on `L = -mean(log pi(a|s) A) + c_v mean((V(s) - R)^2) - c_e mean(H)`.
-//! With actors at most a version behind, the data is nearly on-policy; nothing corrects the
-//! lag (that is IMPALA's job).
+//! With actors at most a version behind, the data is nearly on-policy; `[algo.vtrace]` corrects
+//! the lag with V-trace targets in place of GAE ([`super::vtrace::vtrace_returns`]).
 
 use tch::{Device, Kind, Tensor};
 
-use super::pg::{explained_variance, linear_schedule, tensor, Samples};
-use super::returns::{gae, normalize_advantage};
+use super::pg::{explained_variance, linear_schedule, targets, tensor, Samples};
+use super::returns::normalize_advantage;
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
 use crate::checkpoint::StateError;
 use crate::config::A2cConfig;
@@ -60,11 +60,12 @@ impl A2c {
     /// One update on a batch of rollouts.
     pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = &self.config;
-        let returns = gae(
+        let (returns, importance) = targets(
+            &self.trained.model,
+            batch,
             &batch.step_data(),
-            c.discount as f32,
-            c.gae_lambda as f32,
-            c.bootstrap_truncation,
+            (c.discount, c.gae_lambda, c.bootstrap_truncation),
+            c.vtrace.as_ref(),
         );
         let advantage = if c.normalize_advantage {
             normalize_advantage(&returns.advantage, None)
@@ -97,7 +98,7 @@ impl A2c {
         let grad_norm = self.optim.step(lr, c.clip_grad_norm);
         self.trained.updates += 1;
         self.trained.env_steps += batch.env_steps();
-        Metrics(vec![
+        let mut metrics = Metrics(vec![
             ("policy_loss", pg.double_value(&[])),
             ("value_loss", vf.double_value(&[])),
             ("entropy", entropy.double_value(&[])),
@@ -107,7 +108,11 @@ impl A2c {
                 "explained_variance",
                 explained_variance(&batch.value, &returns.returns),
             ),
-        ])
+        ]);
+        if let Some(ratio) = importance {
+            metrics.0.push(("importance_ratio", ratio));
+        }
+        metrics
     }
 }
 

@@ -15,7 +15,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::pg::{explained_variance, linear_schedule, tensor, Samples};
 use super::returns::{normalize_advantage, StepData};
-use super::vtrace::{vtrace, VtraceParams};
+use super::vtrace::{bootstrap_values, vtrace, VtraceParams};
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
 use crate::checkpoint::StateError;
 use crate::config::ImpalaConfig;
@@ -63,20 +63,13 @@ impl Impala {
         }
     }
 
-    /// V(bootstrap observations) under the current value function, `[B]`.
-    fn bootstrap_values(&self, batch: &RolloutBatch) -> Vec<f32> {
-        let _guard = tch::no_grad_guard();
-        let obs = tensor(&batch.bootstrap_obs, self.device).view([batch.b as i64, -1]);
-        floats(&self.trained.model.heads().value(&obs))
-    }
-
     /// One gradient step; returns the loss terms and the mean importance ratio.
     fn step(&mut self, batch: &RolloutBatch, samples: &Samples, lr: f64) -> [f64; 6] {
         let c = self.config.clone();
         let eval = self.trained.model.evaluate(&samples.obs, &samples.action);
         let log_rho = floats(&(&eval.log_prob - &samples.behaviour_log_prob));
         let values = floats(&eval.value);
-        let bootstrap = self.bootstrap_values(batch);
+        let bootstrap = bootstrap_values(&self.trained.model, batch);
         let data = StepData {
             value: &values,
             bootstrap_value: &bootstrap,

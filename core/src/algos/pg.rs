@@ -52,6 +52,30 @@ pub fn sequence(batch: &RolloutBatch, device: Device) -> Option<Sequence> {
     })
 }
 
+/// The advantages and value targets PPO and A2C train on: GAE(`discount`, `lambda`) from the
+/// behaviour values, or with `vtrace` set, V-trace from the learner's current policy and values
+/// (with the mean importance ratio, a metric).
+pub fn targets(
+    model: &crate::models::ActorCritic,
+    batch: &RolloutBatch,
+    data: &super::returns::StepData<'_>,
+    (discount, lambda, bootstrap_truncation): (f64, f64, bool),
+    vtrace: Option<&crate::config::VtraceClips>,
+) -> (super::returns::Returns, Option<f64>) {
+    match vtrace {
+        None => {
+            let returns =
+                super::returns::gae(data, discount as f32, lambda as f32, bootstrap_truncation);
+            (returns, None)
+        }
+        Some(clips) => {
+            let params = clips.params(discount, lambda, bootstrap_truncation);
+            let (returns, ratio) = super::vtrace::vtrace_returns(model, batch, data, &params);
+            (returns, Some(ratio))
+        }
+    }
+}
+
 /// `v` as a float tensor on `device`.
 pub fn tensor(v: &[f32], device: Device) -> Tensor {
     Tensor::from_slice(v).to_device(device)

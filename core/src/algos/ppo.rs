@@ -11,10 +11,12 @@
 use tch::{Device, Kind, Tensor};
 
 use super::data_parallel::{Job, ShardPool};
-use super::pg::{entropy_bonus, explained_variance, max_entropy_rewards, sequence, Samples};
+use super::pg::{
+    entropy_bonus, explained_variance, max_entropy_rewards, sequence, targets, Samples,
+};
 use super::replicas::Replicas;
+use super::returns::Returns;
 use super::returns::StepData;
-use super::returns::{gae, Returns};
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
 use crate::checkpoint::StateError;
 use crate::config::{EntropyMethod, PgOptions, PpoConfig};
@@ -396,11 +398,12 @@ impl Ppo {
             reward: reward.as_deref().unwrap_or(&batch.reward),
             ..batch.step_data()
         };
-        let returns = gae(
+        let (returns, importance) = targets(
+            &self.trained.model,
+            batch,
             &data,
-            c.discount as f32,
-            c.gae_lambda as f32,
-            c.bootstrap_truncation,
+            (c.discount, c.gae_lambda, c.bootstrap_truncation),
+            c.vtrace.as_ref(),
         );
         let (lr, clip) = self.schedule();
         let spec = LossSpec {
@@ -462,7 +465,7 @@ impl Ppo {
         let (outs, grad_norm) = last.expect("epochs and minibatches are at least 1");
         let ([pg, vf, ent], ratio) = combine(&outs);
         let (clip_fraction, approx_kl) = ratio_stats(&ratio, clip);
-        Metrics(vec![
+        let mut metrics = Metrics(vec![
             ("policy_loss", pg),
             ("value_loss", vf),
             ("entropy", ent),
@@ -475,7 +478,11 @@ impl Ppo {
                 "explained_variance",
                 explained_variance(&batch.value, &returns.returns),
             ),
-        ])
+        ]);
+        if let Some(ratio) = importance {
+            metrics.0.push(("importance_ratio", ratio));
+        }
+        metrics
     }
 }
 

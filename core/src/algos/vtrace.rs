@@ -15,7 +15,12 @@
 //! it is V(final observation) (or 0 when `bootstrap_truncation` is off); either way the trace
 //! stops there, since `x_{t+1}` belongs to the next episode.
 
-use super::returns::StepData;
+use tch::{Device, Tensor};
+
+use super::pg::{tensor, Samples};
+use super::returns::{Returns, StepData};
+use crate::items::rollout::RolloutBatch;
+use crate::models::ActorCritic;
 
 /// The V-trace coefficients.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -87,6 +92,51 @@ pub fn vtrace(data: &StepData<'_>, log_rho: &[f32], p: &VtraceParams) -> Vtrace 
     Vtrace { vs, pg_advantage }
 }
 
+fn floats(t: &Tensor) -> Vec<f32> {
+    Vec::<f32>::try_from(&t.detach().to_device(Device::Cpu)).expect("a float vector")
+}
+
+/// V(bootstrap observations) under `model`'s current value function, `[B]`.
+pub fn bootstrap_values(model: &ActorCritic, batch: &RolloutBatch) -> Vec<f32> {
+    let _guard = tch::no_grad_guard();
+    let device = model.var_store().device();
+    let obs = tensor(&batch.bootstrap_obs, device).view([batch.b as i64, -1]);
+    floats(&model.heads().value(&obs))
+}
+
+/// V-trace in place of GAE for PPO and A2C (`algo.vtrace`, pytorchrl's `VTraceBuffer`): the
+/// learner's current policy and value function score the batch once, before the update, and
+/// V-trace corrects for the actors' lag. The advantages are the policy-gradient advantages,
+/// the returns the value targets `v_s`; `data` supplies the rewards and episode ends. On an
+/// on-policy batch (every ratio 1, clips >= 1) this is GAE with `lambda` from the learner's
+/// values. Also returns the mean importance ratio. Feed-forward models only.
+pub fn vtrace_returns(
+    model: &ActorCritic,
+    batch: &RolloutBatch,
+    data: &StepData<'_>,
+    p: &VtraceParams,
+) -> (Returns, f64) {
+    let _guard = tch::no_grad_guard();
+    let samples = Samples::new(batch, model.var_store().device());
+    let eval = model.evaluate(&samples.obs, &samples.action);
+    let log_rho = floats(&(&eval.log_prob - &samples.behaviour_log_prob));
+    let values = floats(&eval.value);
+    let bootstrap = bootstrap_values(model, batch);
+    let data = StepData {
+        value: &values,
+        bootstrap_value: &bootstrap,
+        ..*data
+    };
+    let targets = vtrace(&data, &log_rho, p);
+    let n = log_rho.len().max(1) as f64;
+    let mean_ratio = log_rho.iter().map(|l| f64::from(*l).exp()).sum::<f64>() / n;
+    let returns = Returns {
+        advantage: targets.pg_advantage,
+        returns: targets.vs,
+    };
+    (returns, mean_ratio)
+}
+
 /// V(x_{t+1}) as seen from step t, and whether the episode (and the trace) goes on to it.
 struct Next {
     value: f32,
@@ -129,6 +179,62 @@ fn next_step(data: &StepData<'_>, bootstrap_truncation: bool, t: usize, b: usize
 mod tests {
     use super::*;
     use crate::algos::returns::gae;
+    use crate::algos::testing::{cartpole_model, tiny_batch};
+
+    /// On a batch the learner's own policy and values produced (every ratio 1), the V-trace
+    /// targets PPO and A2C use are GAE's, for any lambda; a lagged batch (behaviour log-probs
+    /// lower by 0.3: ratios e^0.3 > 1, clipped to 1) changes only the clipped terms, so the
+    /// targets still match; with rho_bar = c_bar = 2 they differ.
+    #[test]
+    fn vtrace_returns_on_policy_are_gae() {
+        let model = cartpole_model(7);
+        let mut batch = tiny_batch();
+        let samples = Samples::new(&batch, Device::Cpu);
+        let own = {
+            let _guard = tch::no_grad_guard();
+            model.evaluate(&samples.obs, &samples.action)
+        };
+        batch.log_prob = floats(&own.log_prob);
+        batch.value = floats(&own.value);
+        batch.bootstrap_value = bootstrap_values(&model, &batch);
+        for lambda in [0.8f32, 1.0] {
+            let p = VtraceParams {
+                lambda,
+                ..VtraceParams::default()
+            };
+            let want = gae(&batch.step_data(), p.discount, lambda, true);
+            let (got, ratio) = vtrace_returns(&model, &batch, &batch.step_data(), &p);
+            assert!((ratio - 1.0).abs() < 1e-5);
+            for (g, w) in got.advantage.iter().zip(&want.advantage) {
+                assert!((g - w).abs() < 1e-5, "advantage {g} vs GAE {w}");
+            }
+            for (g, w) in got.returns.iter().zip(&want.returns) {
+                assert!((g - w).abs() < 1e-5, "target {g} vs GAE {w}");
+            }
+        }
+        let p = VtraceParams::default();
+        let want = gae(&batch.step_data(), p.discount, p.lambda, true);
+        batch.log_prob.iter_mut().for_each(|l| *l -= 0.3);
+        let (clipped, ratio) = vtrace_returns(&model, &batch, &batch.step_data(), &p);
+        assert!((ratio - 0.3f64.exp()).abs() < 1e-4, "{ratio}");
+        assert!(clipped
+            .returns
+            .iter()
+            .zip(&want.returns)
+            .all(|(g, w)| (g - w).abs() < 1e-5));
+        let loose = VtraceParams {
+            rho_bar: 2.0,
+            c_bar: 2.0,
+            pg_rho_bar: 2.0,
+            ..p
+        };
+        let (unclipped, _) = vtrace_returns(&model, &batch, &batch.step_data(), &loose);
+        assert!(unclipped
+            .returns
+            .iter()
+            .zip(&want.returns)
+            .any(|(g, w)| (g - w).abs() > 1e-3));
+    }
 
     fn data<'a>(reward: &'a [f32], value: &'a [f32], term: &'a [bool]) -> StepData<'a> {
         StepData {

@@ -143,6 +143,7 @@ impl AlgoConfig {
             AlgoConfig::A2c(c) => {
                 check_lambda(c.gae_lambda)?;
                 check_rule(c.rmsprop_alpha, c.sgd_momentum)?;
+                c.vtrace.as_ref().map_or(Ok(()), VtraceClips::validate)?;
                 check(c.learning_rate > 0.0, "algo.learning_rate", "must be > 0")
             }
             AlgoConfig::Vpg(c) => {
@@ -294,6 +295,64 @@ pub struct PpoConfig {
     pub rmsprop_alpha: f64,
     /// SGD's momentum.
     pub sgd_momentum: f64,
+    /// V-trace targets instead of GAE (`[algo.vtrace]`, present: on), with `gae_lambda` as
+    /// the trace's lambda.
+    pub vtrace: Option<VtraceClips>,
+}
+
+/// V-trace's importance-weight clips for PPO and A2C (`[algo.vtrace]`; pytorchrl's
+/// `VTraceBuffer`): the learner's current policy scores each batch once before the update,
+/// and V-trace replaces GAE's advantages and value targets, correcting for the actors' lag.
+/// The keys are IMPALA's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VtraceClips {
+    /// Clip of the TD importance weight, rho-bar.
+    pub rho_bar: f64,
+    /// Clip of the policy-gradient importance weight.
+    pub pg_rho_bar: f64,
+    /// Clip of the trace coefficient, c-bar.
+    pub c_bar: f64,
+}
+
+impl Default for VtraceClips {
+    fn default() -> Self {
+        VtraceClips {
+            rho_bar: 1.0,
+            pg_rho_bar: 1.0,
+            c_bar: 1.0,
+        }
+    }
+}
+
+impl VtraceClips {
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (ok, key) in [
+            (self.rho_bar > 0.0, "algo.vtrace.rho_bar"),
+            (self.pg_rho_bar > 0.0, "algo.vtrace.pg_rho_bar"),
+            (self.c_bar > 0.0, "algo.vtrace.c_bar"),
+        ] {
+            check(ok, key, "must be > 0")?;
+        }
+        Ok(())
+    }
+
+    /// The V-trace coefficients with these clips.
+    pub fn params(
+        &self,
+        discount: f64,
+        lambda: f64,
+        bootstrap_truncation: bool,
+    ) -> crate::algos::vtrace::VtraceParams {
+        crate::algos::vtrace::VtraceParams {
+            discount: discount as f32,
+            lambda: lambda as f32,
+            rho_bar: self.rho_bar as f32,
+            pg_rho_bar: self.pg_rho_bar as f32,
+            c_bar: self.c_bar as f32,
+            bootstrap_truncation,
+        }
+    }
 }
 
 impl Default for PpoConfig {
@@ -323,6 +382,7 @@ impl Default for PpoConfig {
             optimizer: Rule::Adam,
             rmsprop_alpha: 0.99,
             sgd_momentum: 0.0,
+            vtrace: None,
         }
     }
 }
@@ -348,6 +408,7 @@ impl PpoConfig {
     fn validate(&self, batch: u64) -> Result<(), ConfigError> {
         check_lambda(self.gae_lambda)?;
         check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
+        self.vtrace.as_ref().map_or(Ok(()), VtraceClips::validate)?;
         check(
             self.vf_learning_rate.is_none_or(|lr| lr > 0.0),
             "algo.vf_learning_rate",
@@ -423,6 +484,9 @@ pub struct A2cConfig {
     pub rmsprop_alpha: f64,
     /// SGD's momentum.
     pub sgd_momentum: f64,
+    /// V-trace targets instead of GAE (`[algo.vtrace]`, present: on), with `gae_lambda` as
+    /// the trace's lambda.
+    pub vtrace: Option<VtraceClips>,
 }
 
 impl A2cConfig {
@@ -471,6 +535,7 @@ impl Default for A2cConfig {
             optimizer: Rule::Adam,
             rmsprop_alpha: 0.99,
             sgd_momentum: 0.0,
+            vtrace: None,
         }
     }
 }

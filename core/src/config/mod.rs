@@ -18,7 +18,7 @@ pub use crate::tasks::TasksConfig;
 
 pub use algo::{
     A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, PgOptions, PpoConfig, TrpoConfig,
-    VpgConfig, ALGO_NAMES,
+    VpgConfig, VtraceClips, ALGO_NAMES,
 };
 pub use devices::{parse_device, BroadcastDtype, DeviceList, UnknownDevice};
 pub use meta::{MamlConfig, MetaOptimizer};
@@ -666,6 +666,17 @@ impl RunConfig {
             "model.normalize_obs",
             "off-policy models support neither observation normalisation nor a shared trunk yet",
         )?;
+        let vtrace = match &self.algo {
+            AlgoConfig::Ppo(c) => c.vtrace.is_some(),
+            AlgoConfig::A2c(c) => c.vtrace.is_some(),
+            _ => false,
+        };
+        check(
+            !(vtrace && self.model.lstm_size > 0),
+            "algo.vtrace",
+            "V-trace targets score the batch with a feed-forward model only; use GAE (no \
+             [algo.vtrace]) with lstm_size > 0",
+        )?;
         if let (true, Some(ppo)) = (self.model.lstm_size > 0, self.algo.as_ppo()) {
             let columns = self.learner.batch_rollouts * self.actors.envs_per_actor;
             check(
@@ -868,6 +879,22 @@ mod tests {
         let text = "[algo]\nname = \"sac\"\n[ppod]\nenabled = true\ndemos_dir = \"d\"\n";
         let err = RunConfig::from_toml(text, "t").unwrap_err();
         assert!(err.to_string().contains("ppod.enabled"), "{err}");
+    }
+
+    #[test]
+    fn vtrace_section_turns_vtrace_on_and_is_checked() {
+        let config = RunConfig::from_toml("[algo]\nname = \"a2c\"\n[algo.vtrace]\n", "t").unwrap();
+        let AlgoConfig::A2c(a2c) = &config.algo else {
+            panic!("a2c")
+        };
+        assert_eq!(a2c.vtrace, Some(VtraceClips::default()));
+        let err = RunConfig::from_toml("[algo.vtrace]\nc_bar = 0.0\n", "t").unwrap_err();
+        assert!(err.to_string().contains("algo.vtrace.c_bar"), "{err}");
+        let text = "[algo.vtrace]\n[model]\nlstm_size = 8\n";
+        let err = RunConfig::from_toml(text, "t").unwrap_err();
+        assert!(err.to_string().contains("algo.vtrace"), "{err}");
+        let err = RunConfig::from_toml("[algo]\nname = \"vpg\"\n[algo.vtrace]\n", "t");
+        assert!(err.unwrap_err().to_string().contains("vtrace"));
     }
 
     #[test]

@@ -22,6 +22,36 @@ def import_namespace(env_id):
                 f"`{env_id}` needs ale-py: run `.venv/bin/pip install ale-py` ({e})"
             ) from e
         gym.register_envs(ale_py)
+    if env_id.startswith("MinAtar/"):
+        try:
+            from minatar.gym import register_envs
+        except ImportError as e:
+            raise ImportError(
+                f"`{env_id}` needs the minatar package: run `.venv/bin/pip install minatar` ({e})"
+            ) from e
+        if env_id not in gym.registry:
+            register_envs()
+
+
+def channels_first(env):
+    """MinAtar grids come as [10, 10, C]; fleetrl's conv encoder reads [C, H, W], as the native
+    MinAtar games give them."""
+    space = env.observation_space
+    shape = (space.shape[2], space.shape[0], space.shape[1])
+    return gym.wrappers.TransformObservation(
+        env,
+        lambda obs: np.transpose(obs, (2, 0, 1)),
+        spaces.Box(0.0, 1.0, shape=shape, dtype=np.float32),
+    )
+
+
+def wrappers_for(env_id, observation_space):
+    """The Python wrappers an env needs before fleetrl reads it."""
+    if isinstance(observation_space, FLATTENED):
+        return [gym.wrappers.FlattenObservation]
+    if env_id.startswith("MinAtar/"):
+        return [channels_first]
+    return []
 
 
 def describe(space, what):
@@ -51,8 +81,8 @@ class Single:
     def __init__(self, env_id, kwargs):
         import_namespace(env_id)
         env = gym.make(env_id, **kwargs)
-        if isinstance(env.observation_space, FLATTENED):
-            env = gym.wrappers.FlattenObservation(env)
+        for wrapper in wrappers_for(env_id, env.observation_space):
+            env = wrapper(env)
         self.env = env
         self.obs_space = describe(env.observation_space, "observation")
         self.act_space = describe(env.action_space, "action")
@@ -93,10 +123,8 @@ class Vector:
         import_namespace(env_id)
         from gymnasium.vector import AutoresetMode
 
-        wrappers = None
         probe = gym.make(env_id, **kwargs)
-        if isinstance(probe.observation_space, FLATTENED):
-            wrappers = [gym.wrappers.FlattenObservation]
+        wrappers = wrappers_for(env_id, probe.observation_space) or None
         probe.close()
         self.env = gym.make_vec(
             env_id,
