@@ -209,6 +209,46 @@ fn ppo_and_a2c_learn_with_vtrace_targets_under_lag() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Intrinsic rewards (RND, `[algo.intrinsic]`) find the goal of SparseMountainCar-v0 (reward 1
+/// at the goal only, no demos) where plain PPO does not: the same preset without its
+/// `[algo.intrinsic]` section. Measured: with RND seeds 0-6 solved at 18k-217k steps (seeds 0
+/// and 1 at 18k and 20k); without, seed 0 had not solved at 300k (twice). The budget is 150k.
+#[test]
+fn intrinsic_rewards_solve_sparse_mountain_car_where_plain_ppo_does_not() -> anyhow::Result<()> {
+    for seed in ["seed=0", "seed=1"] {
+        let summary = train(
+            "ppo-rnd",
+            "sparse-mountaincar-ppo-rnd",
+            &[seed, "stop.total_env_steps=150000"],
+        )?;
+        assert_eq!(
+            summary["solved"], true,
+            "RND did not reach the goal: {summary:#}"
+        );
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join("configs/sparse-mountaincar-ppo-rnd.toml"))?;
+    let mut preset: toml::Table = text.parse()?;
+    let algo = preset["algo"].as_table_mut().expect("[algo]");
+    assert!(
+        algo.remove("intrinsic").is_some(),
+        "the preset has [algo.intrinsic]"
+    );
+    let plain = std::env::temp_dir().join(format!("sparse-mc-plain-{}.toml", std::process::id()));
+    std::fs::write(&plain, toml::to_string(&preset)?)?;
+    let summary = train(
+        "ppo-plain",
+        plain.to_str().expect("utf-8 path"),
+        &["seed=0", "stop.total_env_steps=150000"],
+    )?;
+    std::fs::remove_file(&plain)?;
+    assert_eq!(
+        summary["solved"], false,
+        "plain PPO was meant to miss the goal: {summary:#}"
+    );
+    Ok(())
+}
+
 /// CartPole with the velocities hidden (CartPoleNoVel-v1) is a POMDP: PPO with an LSTM policy
 /// (state carried across rollouts, reset at episode ends, trained over whole sequences)
 /// solves it. Seed 1 needed 42k steps (about 40 s; the LSTM update is the bottleneck); the

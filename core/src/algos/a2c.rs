@@ -8,6 +8,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::intrinsic::Intrinsic;
 use super::pg::{explained_variance, linear_schedule, targets, tensor, Samples};
 use super::returns::normalize_advantage;
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
@@ -38,6 +39,8 @@ pub struct A2c {
     optim: Adam,
     device: Device,
     total_env_steps: u64,
+    /// RND's networks when `[algo.intrinsic]` is on.
+    intrinsic: Option<Intrinsic>,
 }
 
 impl A2c {
@@ -52,7 +55,16 @@ impl A2c {
             optim,
             device,
             total_env_steps,
+            intrinsic: None,
         }
+    }
+
+    /// Adds the intrinsic-reward networks `[algo.intrinsic]` asks for, for observations
+    /// `obs_dim` wide.
+    pub fn with_intrinsic(mut self, obs_dim: i64) -> A2c {
+        self.intrinsic =
+            (self.config.intrinsic.as_ref()).map(|c| Intrinsic::new(c, obs_dim, self.device));
+        self
     }
 }
 
@@ -60,13 +72,18 @@ impl A2c {
     /// One update on a batch of rollouts.
     pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = &self.config;
-        let (returns, importance) = targets(
+        let (mut returns, importance) = targets(
             &self.trained.model,
             batch,
             &batch.step_data(),
             (c.discount, c.gae_lambda, c.bootstrap_truncation),
             c.vtrace.as_ref(),
         );
+        let intrinsic = (self.intrinsic.as_ref()).map(|rnd| {
+            let stream = rnd.process(batch, c.gae_lambda as f32);
+            returns.advantage = rnd.combine(&returns.advantage, &stream);
+            stream
+        });
         let advantage = if c.normalize_advantage {
             normalize_advantage(&returns.advantage, None)
         } else {
@@ -96,6 +113,10 @@ impl A2c {
         self.optim.zero_grad();
         loss.backward();
         let grad_norm = self.optim.step(lr, c.clip_grad_norm);
+        let intrinsic_metrics = match (&mut self.intrinsic, &intrinsic) {
+            (Some(rnd), Some(stream)) => Some((stream.mean_reward(), rnd.train(batch, stream, lr))),
+            _ => None,
+        };
         self.trained.updates += 1;
         self.trained.env_steps += batch.env_steps();
         let mut metrics = Metrics(vec![
@@ -111,6 +132,11 @@ impl A2c {
         ]);
         if let Some(ratio) = importance {
             metrics.0.push(("importance_ratio", ratio));
+        }
+        if let Some((reward, [distill, value])) = intrinsic_metrics {
+            metrics.0.push(("intrinsic_reward", reward));
+            metrics.0.push(("rnd_loss", distill));
+            metrics.0.push(("intrinsic_value_loss", value));
         }
         metrics
     }
@@ -136,11 +162,15 @@ impl Algorithm for A2c {
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
         state.extend(self.trained.counter_state());
+        state.extend(self.intrinsic.iter().flat_map(Intrinsic::state));
         state
     }
 
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.optim.load_state(state)?;
+        if let Some(rnd) = &mut self.intrinsic {
+            rnd.load_state(state)?;
+        }
         self.trained.load_counter(state)?;
         Ok(())
     }
@@ -165,6 +195,32 @@ mod tests {
         assert!((pg.double_value(&[]) + 0.5).abs() < 1e-6);
         assert!((vf.double_value(&[]) - 0.5).abs() < 1e-6);
         assert!((h.double_value(&[]) - 0.6).abs() < 1e-6);
+    }
+
+    /// `[algo.intrinsic]` on A2C: the update reports RND's metrics and its networks go into the
+    /// checkpoint state, from which a fresh learner restores them.
+    #[test]
+    fn a2c_with_intrinsic_rewards_trains_and_checkpoints_rnd() {
+        let config = A2cConfig {
+            intrinsic: Some(crate::config::IntrinsicConfig::default()),
+            ..A2cConfig::default()
+        };
+        let model = || crate::algos::testing::cartpole_model(1);
+        let mut a2c = A2c::new(&config, model(), 1_000).with_intrinsic(4);
+        let metrics = a2c.train(&crate::algos::testing::tiny_batch());
+        assert!(
+            metrics.get("intrinsic_reward").unwrap() > 0.0,
+            "{metrics:?}"
+        );
+        assert!(metrics.get("rnd_loss").unwrap().is_finite());
+        let state = a2c.state();
+        assert!(state
+            .iter()
+            .any(|(n, _)| n == "intrinsic.train.predictor.out.weight"));
+        let mut fresh = A2c::new(&config, model(), 1_000).with_intrinsic(4);
+        fresh.load_state(&state).unwrap();
+        let without = A2c::new(&A2cConfig::default(), model(), 1_000).state();
+        assert!(!without.iter().any(|(n, _)| n.starts_with("intrinsic.")));
     }
 
     /// A recurrent model trains through its core, unrolled from each rollout's stored state:

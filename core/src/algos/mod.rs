@@ -11,6 +11,7 @@ pub mod bc;
 pub mod data_parallel;
 pub mod dqn;
 pub mod impala;
+pub mod intrinsic;
 pub mod maml;
 pub mod pg;
 pub mod ppo;

@@ -11,6 +11,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::data_parallel::{Job, ShardPool};
+use super::intrinsic::Intrinsic;
 use super::pg::{
     entropy_bonus, explained_variance, max_entropy_rewards, sequence, targets, Samples,
 };
@@ -61,6 +62,8 @@ pub struct Ppo {
     shards: ShardPool<ShardOut>,
     /// Copies on further devices (none on one device); shard k runs on device k.
     replicas: Replicas<ActorCritic>,
+    /// RND's networks when `[algo.intrinsic]` is on.
+    intrinsic: Option<Intrinsic>,
 }
 
 /// The value regression loss: mean squared error against the returns (SB3's `F.mse_loss`).
@@ -202,7 +205,16 @@ impl Ppo {
             total_env_steps,
             shards,
             replicas: Replicas::none(device),
+            intrinsic: None,
         }
+    }
+
+    /// Adds the intrinsic-reward networks `[algo.intrinsic]` asks for, for observations
+    /// `obs_dim` wide.
+    pub fn with_intrinsic(mut self, obs_dim: i64) -> Ppo {
+        self.intrinsic =
+            (self.config.intrinsic.as_ref()).map(|c| Intrinsic::new(c, obs_dim, self.device));
+        self
     }
 
     /// The actor-critic being trained.
@@ -398,13 +410,18 @@ impl Ppo {
             reward: reward.as_deref().unwrap_or(&batch.reward),
             ..batch.step_data()
         };
-        let (returns, importance) = targets(
+        let (mut returns, importance) = targets(
             &self.trained.model,
             batch,
             &data,
             (c.discount, c.gae_lambda, c.bootstrap_truncation),
             c.vtrace.as_ref(),
         );
+        let intrinsic = (self.intrinsic.as_ref()).map(|rnd| {
+            let stream = rnd.process(batch, c.gae_lambda as f32);
+            returns.advantage = rnd.combine(&returns.advantage, &stream);
+            stream
+        });
         let (lr, clip) = self.schedule();
         let spec = LossSpec {
             clip,
@@ -460,6 +477,10 @@ impl Ppo {
                 last = Some((outs, grad_norm));
             }
         }
+        let intrinsic_metrics = match (&mut self.intrinsic, &intrinsic) {
+            (Some(rnd), Some(stream)) => Some((stream.mean_reward(), rnd.train(batch, stream, lr))),
+            _ => None,
+        };
         self.trained.updates += 1;
         self.trained.env_steps += batch.env_steps();
         let (outs, grad_norm) = last.expect("epochs and minibatches are at least 1");
@@ -481,6 +502,11 @@ impl Ppo {
         ]);
         if let Some(ratio) = importance {
             metrics.0.push(("importance_ratio", ratio));
+        }
+        if let Some((reward, [distill, value])) = intrinsic_metrics {
+            metrics.0.push(("intrinsic_reward", reward));
+            metrics.0.push(("rnd_loss", distill));
+            metrics.0.push(("intrinsic_value_loss", value));
         }
         metrics
     }
@@ -506,11 +532,15 @@ impl Algorithm for Ppo {
     fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = self.optim.state();
         state.extend(self.trained.counter_state());
+        state.extend(self.intrinsic.iter().flat_map(Intrinsic::state));
         state
     }
 
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.optim.load_state(state)?;
+        if let Some(rnd) = &mut self.intrinsic {
+            rnd.load_state(state)?;
+        }
         self.trained.load_counter(state)
     }
 }

@@ -121,6 +121,7 @@ pub fn build(
 ) -> Result<Box<dyn Algorithm>, ModelError> {
     let device = devices.first().copied().unwrap_or(Device::Cpu);
     let total = config.stop.total_env_steps;
+    let obs_dim = obs_space.flat_dim() as i64;
     let actor_critic = |device| ActorCritic::new(&config.model, obs_space, action_space, device);
     let off_policy = || build_model(config, obs_space, action_space, device);
     Ok(match &config.algo {
@@ -132,13 +133,20 @@ pub fn build(
             }
             let mut replicas = replicas.into_iter();
             let make = move |_| replicas.next().expect("one replica per further device");
-            Box::new(Ppo::new(c, master, total).on_devices(devices, make))
+            Box::new(
+                Ppo::new(c, master, total)
+                    .with_intrinsic(obs_dim)
+                    .on_devices(devices, make),
+            )
         }
         AlgoConfig::Ppo(c) => Box::new(
             Ppo::new(c, actor_critic(device)?, total)
+                .with_intrinsic(obs_dim)
                 .with_threads(config.learner.update_threads as usize),
         ),
-        AlgoConfig::A2c(c) => Box::new(A2c::new(c, actor_critic(device)?, total)),
+        AlgoConfig::A2c(c) => {
+            Box::new(A2c::new(c, actor_critic(device)?, total).with_intrinsic(obs_dim))
+        }
         AlgoConfig::Vpg(c) => Box::new(Vpg::new(c, actor_critic(device)?)),
         AlgoConfig::Trpo(c) => Box::new(Trpo::new(c, actor_critic(device)?)),
         AlgoConfig::Impala(c) => Box::new(Impala::new(c, actor_critic(device)?, total)),

@@ -144,6 +144,9 @@ impl AlgoConfig {
                 check_lambda(c.gae_lambda)?;
                 check_rule(c.rmsprop_alpha, c.sgd_momentum)?;
                 c.vtrace.as_ref().map_or(Ok(()), VtraceClips::validate)?;
+                c.intrinsic
+                    .as_ref()
+                    .map_or(Ok(()), IntrinsicConfig::validate)?;
                 check(c.learning_rate > 0.0, "algo.learning_rate", "must be > 0")
             }
             AlgoConfig::Vpg(c) => {
@@ -298,6 +301,61 @@ pub struct PpoConfig {
     /// V-trace targets instead of GAE (`[algo.vtrace]`, present: on), with `gae_lambda` as
     /// the trace's lambda.
     pub vtrace: Option<VtraceClips>,
+    /// Intrinsic rewards by random network distillation (`[algo.intrinsic]`, present: on).
+    pub intrinsic: Option<IntrinsicConfig>,
+}
+
+/// Intrinsic rewards by random network distillation for PPO (and PPO+D) and A2C
+/// (`[algo.intrinsic]`, present: on; pytorchrl's intrinsic-reward storage, Burda et al. 2018):
+/// the learner computes them from each batch's observations (see `algos/intrinsic.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IntrinsicConfig {
+    /// Weight of the extrinsic advantages in the policy's advantage (RND: 2).
+    pub ext_coeff: f64,
+    /// Weight of the intrinsic advantages (RND: 1).
+    pub int_coeff: f64,
+    /// Discount of the intrinsic stream (non-episodic; RND: 0.99).
+    pub discount: f64,
+    /// Divide intrinsic rewards by a running standard deviation of their discounted returns.
+    pub normalize_int_rewards: bool,
+    /// Hidden widths of the target, predictor and intrinsic value networks (ReLU).
+    pub hidden_sizes: Vec<i64>,
+    /// Width of the target and predictor embeddings.
+    pub features: i64,
+}
+
+impl Default for IntrinsicConfig {
+    fn default() -> Self {
+        IntrinsicConfig {
+            ext_coeff: 2.0,
+            int_coeff: 1.0,
+            discount: 0.99,
+            normalize_int_rewards: true,
+            hidden_sizes: vec![64, 64],
+            features: 64,
+        }
+    }
+}
+
+impl IntrinsicConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            (0.0..=1.0).contains(&self.discount),
+            "algo.intrinsic.discount",
+            "must be in [0, 1]",
+        )?;
+        check(
+            self.ext_coeff >= 0.0 && self.int_coeff >= 0.0,
+            "algo.intrinsic.int_coeff",
+            "the coefficients must be >= 0",
+        )?;
+        check(
+            self.features >= 1 && self.hidden_sizes.iter().all(|&h| h >= 1),
+            "algo.intrinsic.features",
+            "widths must be >= 1",
+        )
+    }
 }
 
 /// V-trace's importance-weight clips for PPO and A2C (`[algo.vtrace]`; pytorchrl's
@@ -383,6 +441,7 @@ impl Default for PpoConfig {
             rmsprop_alpha: 0.99,
             sgd_momentum: 0.0,
             vtrace: None,
+            intrinsic: None,
         }
     }
 }
@@ -409,6 +468,9 @@ impl PpoConfig {
         check_lambda(self.gae_lambda)?;
         check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
         self.vtrace.as_ref().map_or(Ok(()), VtraceClips::validate)?;
+        self.intrinsic
+            .as_ref()
+            .map_or(Ok(()), IntrinsicConfig::validate)?;
         check(
             self.vf_learning_rate.is_none_or(|lr| lr > 0.0),
             "algo.vf_learning_rate",
@@ -487,6 +549,8 @@ pub struct A2cConfig {
     /// V-trace targets instead of GAE (`[algo.vtrace]`, present: on), with `gae_lambda` as
     /// the trace's lambda.
     pub vtrace: Option<VtraceClips>,
+    /// Intrinsic rewards by random network distillation (`[algo.intrinsic]`, present: on).
+    pub intrinsic: Option<IntrinsicConfig>,
 }
 
 impl A2cConfig {
@@ -536,6 +600,7 @@ impl Default for A2cConfig {
             rmsprop_alpha: 0.99,
             sgd_momentum: 0.0,
             vtrace: None,
+            intrinsic: None,
         }
     }
 }

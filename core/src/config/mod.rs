@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 pub use crate::tasks::TasksConfig;
 
 pub use algo::{
-    A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, PgOptions, PpoConfig, TrpoConfig,
-    VpgConfig, VtraceClips, ALGO_NAMES,
+    A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, IntrinsicConfig, PgOptions, PpoConfig,
+    TrpoConfig, VpgConfig, VtraceClips, ALGO_NAMES,
 };
 pub use devices::{parse_device, BroadcastDtype, DeviceList, UnknownDevice};
 pub use meta::{MamlConfig, MetaOptimizer};
@@ -895,6 +895,12 @@ mod tests {
         assert!(err.to_string().contains("algo.vtrace"), "{err}");
         let err = RunConfig::from_toml("[algo]\nname = \"vpg\"\n[algo.vtrace]\n", "t");
         assert!(err.unwrap_err().to_string().contains("vtrace"));
+        // Intrinsic rewards are for PPO and A2C; an off-policy algorithm names the key.
+        let err = RunConfig::from_toml("[algo]\nname = \"dqn\"\n[algo.intrinsic]\n", "t");
+        assert!(err.unwrap_err().to_string().contains("intrinsic"));
+        let text = "[algo.intrinsic]\ndiscount = 1.5\n";
+        let err = RunConfig::from_toml(text, "t").unwrap_err();
+        assert!(err.to_string().contains("algo.intrinsic.discount"), "{err}");
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub struct ObsNorm {
     count: Tensor,
     clip: f64,
     var_clip: f64,
+    /// The most samples the statistics count (older ones fade as new ones arrive); `None`:
+    /// every sample counts forever.
+    window: Option<f64>,
 }
 
 impl ObsNorm {
@@ -35,7 +38,15 @@ impl ObsNorm {
             count,
             clip,
             var_clip,
+            window: None,
         }
+    }
+
+    /// Statistics that weigh at most `window` past samples against each new batch, so they
+    /// follow a drifting scale (the intrinsic-reward normaliser's).
+    pub fn windowed(mut self, window: f64) -> ObsNorm {
+        self.window = Some(window);
+        self
     }
 
     /// Normalised and clipped observations `[N, D]`.
@@ -54,6 +65,7 @@ impl ObsNorm {
         let batch_mean = obs.mean_dim(0, false, Kind::Float);
         let batch_var = obs.var_dim(0, false, false);
         let count = self.count.double_value(&[0]);
+        let count = self.window.map_or(count, |w| count.min(w));
         let total = count + n;
         let delta = &batch_mean - &self.mean;
         let mean = &self.mean + &delta * (n / total);
@@ -71,6 +83,7 @@ impl ObsNorm {
             count: self.count.shallow_clone(),
             clip: self.clip,
             var_clip: self.var_clip,
+            window: self.window,
         }
     }
 
