@@ -69,6 +69,7 @@ impl Bc {
 impl Bc {
     /// One update on a batch of transitions.
     pub fn train(&mut self, batch: &TransitionBatch) -> Update {
+        self.trained.model.observe(&batch.obs);
         let loss = bc_loss(
             &self.trained.model,
             &batch.obs,

@@ -100,6 +100,7 @@ impl Dqn {
 impl Dqn {
     /// One update on a batch of transitions.
     pub fn train(&mut self, batch: &TransitionBatch) -> Update {
+        self.trained.model.observe(&batch.obs);
         let c = &self.config;
         let y = tch::no_grad(|| {
             let next_online = self.trained.model.q_values(&batch.next_obs);

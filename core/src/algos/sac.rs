@@ -115,6 +115,7 @@ impl Sac {
 impl Sac {
     /// One update on a batch of transitions.
     pub fn train(&mut self, batch: &TransitionBatch) -> Update {
+        self.trained.model.observe(&batch.obs);
         let alpha = self.alpha();
         let y = tch::no_grad(|| {
             let (unit, log_prob) = self.trained.model.sample_action(&batch.next_obs);

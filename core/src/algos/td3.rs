@@ -99,6 +99,7 @@ fn clip_target(y: Tensor, clip_return: f64, clip_pos_returns: bool) -> Tensor {
 impl Td3 {
     /// One update on a batch of transitions.
     pub fn train(&mut self, batch: &TransitionBatch) -> Update {
+        self.trained.model.observe(&batch.obs);
         let y = self.target_value(batch);
         let qs = self.trained.model.qs(&batch.obs, &batch.action);
         let q_loss = critic_loss(&qs, &y, &batch.weights);

@@ -662,9 +662,9 @@ impl RunConfig {
             dqn.replay.validate_sequences()?;
         }
         check(
-            !self.algo.is_off_policy() || !(self.model.normalize_obs || self.model.shared_trunk),
-            "model.normalize_obs",
-            "off-policy models support neither observation normalisation nor a shared trunk yet",
+            !self.algo.is_off_policy() || !self.model.shared_trunk,
+            "model.shared_trunk",
+            "off-policy models give each network its own layers (no shared trunk yet)",
         )?;
         let vtrace = match &self.algo {
             AlgoConfig::Ppo(c) => c.vtrace.is_some(),

@@ -21,7 +21,8 @@ use tch::{Device, Kind, Tensor};
 use super::conv::{image_frame, value_scale};
 use super::recurrent_q::RecurrentQ;
 use super::{
-    weights, ConvEncoder, ConvSpec, FrameShape, Mlp, ModelError, Policy, PolicyStep, RnnState,
+    weights, ConvEncoder, ConvSpec, FrameShape, Mlp, ModelError, ObsNorm, Policy, PolicyStep,
+    RnnState,
 };
 use crate::config::{Activation, ModelConfig};
 use fleetrl_proto::space::Space;
@@ -44,6 +45,8 @@ pub enum PolicyKind {
 /// optional action features, a common trunk.
 #[derive(Debug)]
 struct Net {
+    /// The model's running observation statistics (one set, shared by every network).
+    norm: Option<ObsNorm>,
     encoder: Option<ConvEncoder>,
     obs: Option<Mlp>,
     act: Option<Mlp>,
@@ -92,6 +95,7 @@ impl Net {
             None,
         );
         Ok(Net {
+            norm: input.norm.as_ref().map(ObsNorm::shallow_clone),
             encoder,
             obs,
             act,
@@ -105,6 +109,8 @@ impl Net {
             Some(m) => self.activation.apply(&m.forward(x)),
             None => x.shallow_clone(),
         };
+        let normalised = self.norm.as_ref().map(|n| n.apply(obs));
+        let obs = normalised.as_ref().unwrap_or(obs);
         let encoded = self.encoder.as_ref().map(|cnn| cnn.forward(obs));
         let x = features(&self.obs, encoded.as_ref().unwrap_or(obs));
         let x = match action {
@@ -121,11 +127,15 @@ struct Input {
     flat: i64,
     frame: Option<FrameShape>,
     scale: f64,
+    /// `model.normalize_obs`: running statistics applied before everything else.
+    norm: Option<ObsNorm>,
 }
 
 /// A policy (or Q network) plus critics, with the var store that owns them.
 #[derive(Debug)]
 pub struct OffPolicyModel {
+    /// Running observation statistics (`model.normalize_obs`), shared by every network.
+    obs_norm: Option<ObsNorm>,
     vs: nn::VarStore,
     kind: PolicyKind,
     pi: Option<Net>,
@@ -151,10 +161,28 @@ impl OffPolicyModel {
         let vs = nn::VarStore::new(device);
         let root = vs.root();
         let obs_dim = obs_space.flat_dim() as i64;
+        let frame = image_frame(config, obs_space)?;
+        if config.normalize_obs && (frame.is_some() || config.lstm_size > 0) {
+            return Err(ModelError::Config {
+                key: "normalize_obs",
+                message: "off-policy models normalise flat observations of feed-forward \
+                          networks; image observations and recurrent DQN are not normalised"
+                    .into(),
+            });
+        }
+        let norm = config.normalize_obs.then(|| {
+            ObsNorm::new(
+                &(&root / "obs_norm"),
+                obs_dim,
+                config.obs_clip,
+                config.norm_obs_var_clip,
+            )
+        });
         let input = Input {
             flat: obs_dim,
-            frame: image_frame(config, obs_space)?,
+            frame,
             scale: value_scale(obs_space),
+            norm,
         };
         if input.frame.is_some() && config.lstm_size > 0 {
             return Err(ModelError::Config {
@@ -216,6 +244,7 @@ impl OffPolicyModel {
             _ => return Err(ModelError::UnsupportedSpace(action_space.clone())),
         };
         Ok(OffPolicyModel {
+            obs_norm: input.norm,
             vs,
             kind,
             pi,
@@ -224,6 +253,14 @@ impl OffPolicyModel {
             scale,
             bias,
         })
+    }
+
+    /// Merges a training batch's observations `[N, D]` into the running normalisation
+    /// statistics (which travel with the weights); nothing without `model.normalize_obs`.
+    pub fn observe(&self, obs: &Tensor) {
+        if let Some(norm) = &self.obs_norm {
+            norm.update(obs);
+        }
     }
 
     /// The recurrent Q network, if this model has one.
@@ -344,7 +381,9 @@ impl OffPolicyModel {
         let source = online.vs.variables();
         for (name, mut var) in self.vs.variables() {
             if let Some(src) = source.get(&name) {
-                if tau >= 1.0 {
+                // Observation statistics are not weights: the target reads observations as
+                // the online model does.
+                if tau >= 1.0 || name.starts_with("obs_norm.") {
                     var.copy_(src);
                 } else {
                     let _ = var.lerp_(src, tau);
@@ -457,6 +496,61 @@ mod tests {
         let lp = Vec::<f32>::try_from(&step.log_prob).unwrap();
         assert!(lp.iter().all(|v| v.is_finite()));
         assert_eq!(model.qs(&obs, &step.action).size(), vec![2, 5]);
+    }
+
+    /// `model.normalize_obs` off-policy: one set of statistics that every network reads,
+    /// updated from training batches, exported with the weights, copied exactly to a target
+    /// even by a soft update; image observations refuse it by name.
+    #[test]
+    fn observation_statistics_are_shared_exported_and_copied_to_the_target() {
+        let (obs_space, act_space) = pendulum_spaces();
+        let config = ModelConfig {
+            normalize_obs: true,
+            ..ModelConfig::default()
+        };
+        let build = || {
+            OffPolicyModel::new(
+                &config,
+                PolicyKind::SquashedGaussian,
+                2,
+                &obs_space,
+                &act_space,
+                Device::Cpu,
+            )
+            .unwrap()
+        };
+        let model = build();
+        let obs = Tensor::randn([64, 3], (Kind::Float, Device::Cpu)) * 5.0 + 3.0;
+        let action = Tensor::zeros([64, 1], (Kind::Float, Device::Cpu));
+        let before = model.qs(&obs, &action);
+        model.observe(&obs);
+        let after = model.qs(&obs, &action);
+        assert!(
+            !before.allclose(&after, 1e-6, 1e-6, false),
+            "the critics read the statistics"
+        );
+        let exported = model.export().unwrap();
+        assert!(
+            exported.tensors.contains_key("obs_norm.mean"),
+            "statistics travel with the weights"
+        );
+        let mut target = build();
+        target.copy_from(&model, 0.005);
+        let mean = |m: &OffPolicyModel| m.var_store().variables()["obs_norm.mean"].copy();
+        assert!(mean(&target).equal(&mean(&model)));
+        let minatar = crate::envs::make("MinAtar/Breakout-v1")
+            .unwrap()
+            .observation_space();
+        let err = OffPolicyModel::new(
+            &config,
+            PolicyKind::QValues,
+            1,
+            &minatar,
+            &Space::Discrete { n: 3 },
+            Device::Cpu,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("model.normalize_obs"), "{err}");
     }
 
     /// DQN on a MinAtar grid: the Q network convolves the frames (the paper's 16 3x3 filters
