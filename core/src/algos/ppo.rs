@@ -431,8 +431,9 @@ impl Ppo {
         };
         let mut full = self.to_device(batch, &returns);
         let n = (batch.t * batch.b) as i64;
-        let size = n / c.minibatches as i64;
-        let per_minibatch_norm = c.normalize_advantage && c.minibatches > 1;
+        let minibatches = c.minibatch_count(n as u64);
+        let size = n / minibatches as i64;
+        let per_minibatch_norm = c.normalize_advantage && minibatches > 1;
         if c.normalize_advantage && !per_minibatch_norm {
             full.advantage = normalized(&full.advantage);
         }
@@ -441,13 +442,13 @@ impl Ppo {
         }
         // A recurrent model trains on whole columns (rlpyt shuffles only B); rows otherwise.
         let (units, cols) = if full.seq.is_some() {
-            (batch.b as i64, batch.b as i64 / c.minibatches as i64)
+            (batch.b as i64, batch.b as i64 / minibatches as i64)
         } else {
             (n, size)
         };
         let mut last = None;
         for _epoch in 0..c.epochs {
-            let order = (c.minibatches > 1).then(|| {
+            let order = (minibatches > 1).then(|| {
                 let options = (Kind::Int64, self.device);
                 if c.shuffle {
                     Tensor::randperm(units, options)
@@ -455,7 +456,7 @@ impl Ppo {
                     Tensor::arange(units, options)
                 }
             });
-            for i in 0..c.minibatches as i64 {
+            for i in 0..minibatches as i64 {
                 let mut mb = match (&order, full.seq.is_some()) {
                     (Some(perm), false) => full.select(&perm.narrow(0, i * size, size)),
                     (Some(perm), true) => {
@@ -752,6 +753,35 @@ mod tests {
         };
         assert!(same(&update(false, 1), &update(false, 2)));
         assert!(!same(&update(true, 1), &update(true, 2)));
+    }
+
+    /// `minibatch_size` 4 on the 8-step batch is `minibatches` 2: the same unshuffled update;
+    /// on a batch twice as large it makes 4 minibatches of 4 (a count would make 2 of 8).
+    #[test]
+    fn minibatch_size_fixes_the_size_not_the_count() {
+        let start = fresh_ppo(1).trained.model.named_parameters();
+        let update = |count: u32, size: Option<u64>| {
+            let mut ppo = fresh_ppo(1);
+            ppo.trained.model.load_named(&start).unwrap();
+            ppo.config.minibatches = count;
+            ppo.config.minibatch_size = size;
+            ppo.config.shuffle = false;
+            ppo.train(&tiny_batch());
+            ppo.model().named_parameters()
+        };
+        let same = |a: &[(String, Tensor)], b: &[(String, Tensor)]| {
+            a.iter().zip(b).all(|((_, x), (_, y))| x.equal(y))
+        };
+        assert!(same(&update(2, None), &update(7, Some(4))));
+        assert!(!same(&update(1, None), &update(7, Some(4))));
+        let config = PpoConfig {
+            minibatch_size: Some(4),
+            ..PpoConfig::default()
+        };
+        assert_eq!(
+            (config.minibatch_count(8), config.minibatch_count(16)),
+            (2, 4)
+        );
     }
 
     /// Linear schedules decay with the env steps trained on (SB3's progress), not with the

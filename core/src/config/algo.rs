@@ -268,6 +268,11 @@ pub struct PpoConfig {
     pub epochs: u32,
     /// Minibatches per epoch (the batch is shuffled, then split).
     pub minibatches: u32,
+    /// Steps per minibatch instead of a count (SB3's `batch_size`, pytorchrl's
+    /// `mini_batch_size`): each batch splits into `round(steps / minibatch_size)` minibatches,
+    /// so a batch that grows with the fleet keeps minibatches of about this size. Absent:
+    /// `minibatches` decides. Feed-forward models only.
+    pub minibatch_size: Option<u64>,
     /// Shuffle the batch before each epoch's split into minibatches (pytorchrl's
     /// `generate_batches(shuffle)`); false takes the minibatches in order: contiguous
     /// time-major steps, or contiguous env columns for a recurrent model.
@@ -428,6 +433,7 @@ impl Default for PpoConfig {
             clip_grad_norm: 0.5,
             epochs: 10,
             minibatches: 4,
+            minibatch_size: None,
             shuffle: true,
             normalize_advantage: true,
             adam_eps: 1e-5,
@@ -507,11 +513,26 @@ impl PpoConfig {
             "algo.clip_grad_norm",
             "must be >= 0",
         )?;
+        if let Some(size) = self.minibatch_size {
+            return check(
+                size >= 1 && size <= batch && batch.is_multiple_of(size),
+                "algo.minibatch_size",
+                &format!("must divide the batch of {batch} env steps"),
+            );
+        }
         check(
             batch.is_multiple_of(self.minibatches as u64),
             "algo.minibatches",
             &format!("must divide the batch of {batch} env steps"),
         )
+    }
+
+    /// Minibatches for a batch of `steps` env steps.
+    pub fn minibatch_count(&self, steps: u64) -> u32 {
+        match self.minibatch_size {
+            Some(size) => ((steps as f64 / size as f64).round() as u32).max(1),
+            None => self.minibatches,
+        }
     }
 }
 

@@ -678,6 +678,11 @@ impl RunConfig {
              [algo.vtrace]) with lstm_size > 0",
         )?;
         if let (true, Some(ppo)) = (self.model.lstm_size > 0, self.algo.as_ppo()) {
+            check(
+                ppo.minibatch_size.is_none(),
+                "algo.minibatch_size",
+                "a recurrent model splits whole sequences; set algo.minibatches instead",
+            )?;
             let columns = self.learner.batch_rollouts * self.actors.envs_per_actor;
             check(
                 columns.is_multiple_of(ppo.minibatches),
@@ -901,6 +906,17 @@ mod tests {
         let text = "[algo.intrinsic]\ndiscount = 1.5\n";
         let err = RunConfig::from_toml(text, "t").unwrap_err();
         assert!(err.to_string().contains("algo.intrinsic.discount"), "{err}");
+    }
+
+    #[test]
+    fn minibatch_size_must_divide_the_batch() {
+        // The default batch: 2 rollouts x 32 steps x 4 envs = 256 env steps.
+        assert!(RunConfig::from_toml("[algo]\nminibatch_size = 64\n", "t").is_ok());
+        let err = RunConfig::from_toml("[algo]\nminibatch_size = 100\n", "t").unwrap_err();
+        assert!(err.to_string().contains("algo.minibatch_size"), "{err}");
+        let text = "[algo]\nminibatch_size = 64\n[model]\nlstm_size = 8\n";
+        let err = RunConfig::from_toml(text, "t").unwrap_err();
+        assert!(err.to_string().contains("algo.minibatch_size"), "{err}");
     }
 
     #[test]
