@@ -104,6 +104,20 @@ fn dqn_with_prioritized_replay_solves_cartpole() {
     std::fs::remove_dir_all(&out).expect("cleanup");
 }
 
+/// DQN with RMSprop (`algo.optimizer = "rmsprop"`, the DQN and MinAtar papers' rule): seed 1
+/// solved at 27.6k env steps (7.3 s) here.
+#[test]
+fn dqn_with_rmsprop_solves_cartpole() {
+    let out = scratch("dqn-rmsprop");
+    let summary = train(
+        "cartpole-dqn",
+        &out,
+        &["seed=1", "algo.optimizer=\"rmsprop\""],
+    );
+    solved(&summary, 475.0);
+    std::fs::remove_dir_all(&out).expect("cleanup");
+}
+
 fn pendulum(preset: &str, sets: &[&str]) {
     let out = scratch(preset);
     let summary = train(preset, &out, &[&["seed=1"], sets].concat());

@@ -52,7 +52,8 @@ impl Dqn {
     /// DQN over `model`, with `target` (same shape) as its target network.
     pub fn new(config: &DqnConfig, model: OffPolicyModel, mut target: OffPolicyModel) -> Dqn {
         target.copy_from(&model, 1.0);
-        let optim = Adam::new(model.var_store(), 1e-8);
+        let (rule, coeff) = config.rule();
+        let optim = Adam::new(model.var_store(), config.optimizer_eps).with_rule(rule, coeff);
         Dqn {
             config: config.clone(),
             trained: Trained::new(model, "updates"),

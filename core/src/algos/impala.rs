@@ -40,7 +40,8 @@ fn floats(t: &Tensor) -> Vec<f32> {
 impl Impala {
     /// IMPALA over `model`; the linear schedule spans `total_env_steps` env steps.
     pub fn new(config: &ImpalaConfig, model: ActorCritic, total_env_steps: u64) -> Impala {
-        let optim = Adam::new(model.var_store(), config.adam_eps);
+        let (rule, coeff) = config.rule();
+        let optim = Adam::new(model.var_store(), config.adam_eps).with_rule(rule, coeff);
         let device = model.var_store().device();
         Impala {
             config: config.clone(),

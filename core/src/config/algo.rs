@@ -582,7 +582,7 @@ impl A2cConfig {
 }
 
 /// `optimizer` with the coefficient it uses (RMSprop's alpha, SGD's momentum).
-fn rule(optimizer: Rule, rmsprop_alpha: f64, sgd_momentum: f64) -> (Rule, f64) {
+pub(crate) fn rule(optimizer: Rule, rmsprop_alpha: f64, sgd_momentum: f64) -> (Rule, f64) {
     match optimizer {
         Rule::Adam => (Rule::Adam, 0.0),
         Rule::Rmsprop => (Rule::Rmsprop, rmsprop_alpha),
@@ -591,7 +591,7 @@ fn rule(optimizer: Rule, rmsprop_alpha: f64, sgd_momentum: f64) -> (Rule, f64) {
 }
 
 /// Checks `rmsprop_alpha` and `sgd_momentum`.
-fn check_rule(rmsprop_alpha: f64, sgd_momentum: f64) -> Result<(), ConfigError> {
+pub(crate) fn check_rule(rmsprop_alpha: f64, sgd_momentum: f64) -> Result<(), ConfigError> {
     check(
         (0.0..1.0).contains(&rmsprop_alpha),
         "algo.rmsprop_alpha",
@@ -895,6 +895,20 @@ pub struct ImpalaConfig {
     pub adam_eps: f64,
     /// Bootstrap with the value of the final observation when an episode is truncated.
     pub bootstrap_truncation: bool,
+    /// The update rule: "adam" (default), "rmsprop" (the IMPALA paper's) or "sgd"; `adam_eps`
+    /// is RMSprop's epsilon too.
+    pub optimizer: Rule,
+    /// RMSprop's smoothing constant (PyTorch's `alpha`).
+    pub rmsprop_alpha: f64,
+    /// SGD's momentum.
+    pub sgd_momentum: f64,
+}
+
+impl ImpalaConfig {
+    /// The optimiser's rule and its coefficient.
+    pub fn rule(&self) -> (Rule, f64) {
+        rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
+    }
 }
 
 impl Default for ImpalaConfig {
@@ -914,6 +928,9 @@ impl Default for ImpalaConfig {
             epochs: 1,
             adam_eps: 1e-5,
             bootstrap_truncation: true,
+            optimizer: Rule::Adam,
+            rmsprop_alpha: 0.99,
+            sgd_momentum: 0.0,
         }
     }
 }
@@ -933,6 +950,7 @@ impl ImpalaConfig {
         ] {
             check(ok, key, "must be > 0")?;
         }
+        check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
         check(self.epochs >= 1, "algo.epochs", "must be >= 1")
     }
 }

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{check, ConfigError};
+use crate::optim::Rule;
 
 /// The checks SAC and TD3 share: positive learning rates, at least one critic.
 fn check_actor_critic(policy_lr: f64, qf_lr: f64, num_critics: u32) -> Result<(), ConfigError> {
@@ -275,6 +276,21 @@ pub struct DqnConfig {
     pub replay: ReplayOptions,
     /// Epsilon-greedy exploration on the actors.
     pub explore: Exploration,
+    /// The update rule: "adam" (default), "rmsprop" (the DQN and MinAtar papers') or "sgd".
+    pub optimizer: Rule,
+    /// The optimiser's epsilon (Adam's, or RMSprop's).
+    pub optimizer_eps: f64,
+    /// RMSprop's smoothing constant (PyTorch's `alpha`).
+    pub rmsprop_alpha: f64,
+    /// SGD's momentum.
+    pub sgd_momentum: f64,
+}
+
+impl DqnConfig {
+    /// The optimiser's rule and its coefficient.
+    pub fn rule(&self) -> (Rule, f64) {
+        super::algo::rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
+    }
 }
 
 impl Default for DqnConfig {
@@ -293,6 +309,10 @@ impl Default for DqnConfig {
             publish_interval: 1,
             replay: ReplayOptions::default(),
             explore: Exploration::default(),
+            optimizer: Rule::Adam,
+            optimizer_eps: 1e-8,
+            rmsprop_alpha: 0.99,
+            sgd_momentum: 0.0,
         }
     }
 }
@@ -510,6 +530,12 @@ impl DqnConfig {
             "must be > 0",
         )?;
         check(self.reward_clip >= 0.0, "algo.reward_clip", "must be >= 0")?;
+        check(
+            self.optimizer_eps > 0.0,
+            "algo.optimizer_eps",
+            "must be > 0",
+        )?;
+        super::algo::check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
         self.target.validate()?;
         self.replay.validate()?;
         self.explore.validate()
