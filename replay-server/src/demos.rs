@@ -130,10 +130,14 @@ impl DemoHub {
                     "" => Vec::new(),
                     dir => demo::read_dir(Path::new(dir))?,
                 };
-                for d in &initial {
+                let agent = match next.ppod.initial_agent_demos_dir.as_str() {
+                    "" => Vec::new(),
+                    dir => demo::read_dir(Path::new(dir))?,
+                };
+                for d in initial.iter().chain(&agent) {
                     next.check(d)?;
                 }
-                DemoStore::new(store_config, initial)?
+                DemoStore::new(store_config, initial)?.with_agent_demos(agent)?
             }
         };
         info!(env = %next.env_id, stats = ?next.store.stats(), "demo buffers configured");

@@ -24,6 +24,10 @@ pub struct PpodConfig {
     pub anneal_steps: u32,
     /// Directory of initial demos (`*.demo.safetensors`) loaded at start (empty: none).
     pub demos_dir: String,
+    /// Directory of initial *agent* demos loaded at start (empty: none): reward demos that
+    /// better episodes evict, where `demos_dir`'s (human) demos are never evicted
+    /// (pytorchrl's `initial_agent_demos_dir`).
+    pub initial_agent_demos_dir: String,
     /// Directory watched while training; new demos in it join as agent demos (empty: none).
     pub supplementary_dir: String,
     /// Directory the best agent reward demos are saved to (empty: not saved).
@@ -46,6 +50,7 @@ impl Default for PpodConfig {
             capacity: 51,
             anneal_steps: 0,
             demos_dir: String::new(),
+            initial_agent_demos_dir: String::new(),
             supplementary_dir: String::new(),
             target_dir: String::new(),
             save_every: 10,
@@ -74,6 +79,7 @@ impl PpodConfig {
             capacity: self.capacity,
             anneal_steps: self.anneal_steps,
             demos_dir: self.demos_dir.clone(),
+            initial_agent_demos_dir: self.initial_agent_demos_dir.clone(),
             supplementary_dir: self.supplementary_dir.clone(),
             target_dir: self.target_dir.clone(),
             save_every: self.save_every,

@@ -156,6 +156,35 @@ impl DemoStore {
         Ok(store)
     }
 
+    /// Adds `demos` as initial *agent* demos (`ppod.initial_agent_demos_dir`, pytorchrl's
+    /// `initial_agent_demos_dir`): reward demos like the agent's own, so a better episode
+    /// evicts them, where the initial (human) demos are never evicted. Without a configured
+    /// `reward_threshold`, the threshold is the lowest return among all initial demos.
+    pub fn with_agent_demos(mut self, demos: Vec<Demo>) -> Result<DemoStore, DemoError> {
+        if self.demos.len() + demos.len() > self.config.capacity {
+            return Err(DemoError::Inconsistent(format!(
+                "{} initial and {} initial agent demos do not fit ppod.capacity {}",
+                self.demos.len(),
+                demos.len(),
+                self.config.capacity
+            )));
+        }
+        if self.config.reward_threshold.is_none() {
+            let lowest = self
+                .demos
+                .iter()
+                .map(|d| d.total_reward)
+                .chain(demos.iter().map(Demo::total_reward))
+                .min_by(f64::total_cmp);
+            self.threshold = lowest.unwrap_or(f64::INFINITY);
+        }
+        for demo in demos {
+            demo.validate()?;
+            self.push(DemoKind::Agent, demo, f32::NEG_INFINITY);
+        }
+        Ok(self)
+    }
+
     /// Every demo held, in admission order.
     pub fn demos(&self) -> &[StoredDemo] {
         &self.demos

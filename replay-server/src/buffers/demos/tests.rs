@@ -239,3 +239,33 @@ fn a_restart_restores_every_demo_buffer() {
     assert!(load(&dir.join("missing"), config(6)).unwrap().is_none());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Initial agent demos are reward demos a better episode evicts; the initial (human) demos
+/// stay. Both set the threshold: the lowest initial return.
+#[test]
+fn initial_agent_demos_are_evicted_by_a_better_episode_human_ones_never() {
+    let mut store = DemoStore::new(config(10), vec![episode(50, 3.0)])
+        .unwrap()
+        .with_agent_demos(vec![episode(70, 2.0)])
+        .unwrap();
+    assert_eq!(store.stats().reward_threshold, 2.0);
+    assert_eq!(
+        kinds(&store),
+        vec![(DemoKind::Initial, 50), (DemoKind::Agent, 70)]
+    );
+    assert_eq!(
+        store.offer(episode(30, 5.0), 0.0).unwrap(),
+        Admission::Reward
+    );
+    assert_eq!(
+        kinds(&store),
+        vec![(DemoKind::Initial, 50), (DemoKind::Agent, 30)]
+    );
+    let full = DemoStore::new(config(2), vec![episode(5, 1.0)])
+        .unwrap()
+        .with_agent_demos(vec![episode(6, 1.0), episode(7, 1.0)]);
+    assert!(
+        full.is_err(),
+        "more initial demos than the capacity are an error"
+    );
+}
