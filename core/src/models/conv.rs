@@ -252,12 +252,15 @@ impl ConvEncoder {
     /// features `[N, width]`.
     pub(crate) fn forward(&self, obs: &Tensor) -> Tensor {
         let f = self.frame;
-        let mut h = obs
+        let frames = obs
             .to_kind(tch::Kind::Float)
             .view([-1, f.channels, f.height, f.width]);
-        if self.scale != 1.0 {
-            h /= self.scale;
-        }
+        // Not in place: a float input is the caller's own tensor (to_kind does not copy it).
+        let mut h = if self.scale != 1.0 {
+            frames.divide_scalar(self.scale)
+        } else {
+            frames
+        };
         for c in &self.convs {
             h = h
                 .conv2d(
@@ -337,6 +340,12 @@ mod tests {
         assert_eq!(fc0, vec![512, 64 * 7 * 7]);
         let x = Tensor::randint(256, [3, 4 * 84 * 84], (Kind::Uint8, Device::Cpu));
         assert_eq!(enc.forward(&x).size(), vec![3, 512]);
+        // A float input is left as it was (scaling in place would rescale the caller's batch
+        // on every pass and break autograd).
+        let floats = x.to_kind(Kind::Float);
+        let before = floats.copy();
+        let _ = enc.forward(&floats);
+        assert!(floats.equal(&before));
     }
 
     /// MinAtar's network: 16 3x3 filters, stride 1, on 10x10 grids, then 128 units; values in
