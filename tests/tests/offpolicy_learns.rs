@@ -119,7 +119,8 @@ fn dqn_with_rmsprop_solves_cartpole() {
 }
 
 fn pendulum(preset: &str, sets: &[&str]) {
-    let out = scratch(preset);
+    // Its own directory per variant: the tests run in parallel.
+    let out = scratch(&[&[preset], sets].concat().join("-"));
     let summary = train(preset, &out, &[&["seed=1"], sets].concat());
     solved(&summary, -200.0);
     let steps = summary["evaluations"]
