@@ -72,18 +72,15 @@ impl A2c {
     /// One update on a batch of rollouts.
     pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = &self.config;
-        let (mut returns, importance) = targets(
+        let targets = targets(
             &self.trained.model,
+            self.intrinsic.as_ref(),
             batch,
             &batch.step_data(),
             (c.discount, c.gae_lambda, c.bootstrap_truncation),
             c.vtrace.as_ref(),
         );
-        let intrinsic = (self.intrinsic.as_ref()).map(|rnd| {
-            let stream = rnd.process(batch, c.gae_lambda as f32);
-            returns.advantage = rnd.combine(&returns.advantage, &stream);
-            stream
-        });
+        let returns = &targets.returns;
         let advantage = if c.normalize_advantage {
             normalize_advantage(&returns.advantage, None)
         } else {
@@ -113,10 +110,6 @@ impl A2c {
         self.optim.zero_grad();
         loss.backward();
         let grad_norm = self.optim.step(lr, c.clip_grad_norm);
-        let intrinsic_metrics = match (&mut self.intrinsic, &intrinsic) {
-            (Some(rnd), Some(stream)) => Some((stream.mean_reward(), rnd.train(batch, stream, lr))),
-            _ => None,
-        };
         self.trained.updates += 1;
         self.trained.env_steps += batch.env_steps();
         let mut metrics = Metrics(vec![
@@ -130,14 +123,7 @@ impl A2c {
                 explained_variance(&batch.value, &returns.returns),
             ),
         ]);
-        if let Some(ratio) = importance {
-            metrics.0.push(("importance_ratio", ratio));
-        }
-        if let Some((reward, [distill, value])) = intrinsic_metrics {
-            metrics.0.push(("intrinsic_reward", reward));
-            metrics.0.push(("rnd_loss", distill));
-            metrics.0.push(("intrinsic_value_loss", value));
-        }
+        targets.finish(self.intrinsic.as_mut(), lr, &mut metrics);
         metrics
     }
 }

@@ -13,7 +13,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::pg::{explained_variance, linear_schedule, tensor, Samples};
+use super::pg::{explained_variance, floats, linear_schedule, tensor, Samples};
 use super::returns::{normalize_advantage, StepData};
 use super::vtrace::{bootstrap_values, vtrace, VtraceParams};
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
@@ -31,10 +31,6 @@ pub struct Impala {
     optim: Adam,
     device: Device,
     total_env_steps: u64,
-}
-
-fn floats(t: &Tensor) -> Vec<f32> {
-    Vec::<f32>::try_from(&t.detach().to_device(Device::Cpu)).expect("a float vector")
 }
 
 impl Impala {

@@ -28,6 +28,7 @@
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 
+use super::pg::floats;
 use super::returns::{gae, Returns, StepData};
 use crate::checkpoint::{find, StateError};
 use crate::config::{Activation, IntrinsicConfig};
@@ -65,6 +66,8 @@ pub struct IntrinsicBatch {
     pub returns: Returns,
     /// The observations the steps led to, normalised, `[N, D]` (the predictor's inputs).
     next_obs: Tensor,
+    /// The steps' observations, normalised, `[N, D]` (the intrinsic value function's inputs).
+    obs: Tensor,
 }
 
 impl IntrinsicBatch {
@@ -80,32 +83,19 @@ impl Intrinsic {
     pub fn new(config: &IntrinsicConfig, obs_dim: i64, device: Device) -> Intrinsic {
         let vs = nn::VarStore::new(device);
         let root = vs.root();
-        let relu = Activation::Relu;
-        let out = config.features;
-        let target = Mlp::new(
-            &(&root / "fixed" / "target"),
-            obs_dim,
-            &config.hidden_sizes,
-            out,
-            relu,
-            None,
-        );
-        let predictor = Mlp::new(
-            &(&root / "train" / "predictor"),
-            obs_dim,
-            &config.hidden_sizes,
-            out,
-            relu,
-            None,
-        );
-        let value = Mlp::new(
-            &(&root / "train" / "value"),
-            obs_dim,
-            &config.hidden_sizes,
-            1,
-            relu,
-            None,
-        );
+        let mlp = |path: nn::Path, out: i64| {
+            Mlp::new(
+                &path,
+                obs_dim,
+                &config.hidden_sizes,
+                out,
+                Activation::Relu,
+                None,
+            )
+        };
+        let target = mlp(&root / "fixed" / "target", config.features);
+        let predictor = mlp(&root / "train" / "predictor", config.features);
+        let value = mlp(&root / "train" / "value", 1);
         let obs_norm = ObsNorm::new(&(&root / "fixed" / "obs_norm"), obs_dim, OBS_CLIP, 1e-8);
         let return_norm = ObsNorm::new(&(&root / "fixed" / "return_norm"), 1, f64::INFINITY, 1e-8)
             .windowed(RETURN_WINDOW);
@@ -143,7 +133,7 @@ impl Intrinsic {
         self.obs_norm.update(&next);
         let next = self.obs_norm.apply(&next);
         let raw = self.novelty(&next);
-        let raw: Vec<f32> = Vec::try_from(&raw.to_device(Device::Cpu)).expect("floats");
+        let raw = floats(&raw);
         let reward = if self.config.normalize_int_rewards {
             let returns = forward_returns(&raw, t, b, self.config.discount as f32);
             self.return_norm
@@ -154,22 +144,10 @@ impl Intrinsic {
         } else {
             raw
         };
-        let value: Vec<f32> = Vec::try_from(
-            &self
-                .value
-                .forward(&self.obs_norm.apply(&obs))
-                .view([-1])
-                .to_device(Device::Cpu),
-        )
-        .expect("floats");
-        let bootstrap: Vec<f32> = Vec::try_from(
-            &self
-                .value
-                .forward(&self.obs_norm.apply(&boot))
-                .view([-1])
-                .to_device(Device::Cpu),
-        )
-        .expect("floats");
+        let obs = self.obs_norm.apply(&obs);
+        let values = |x: &Tensor| floats(&self.value.forward(x).view([-1]));
+        let value = values(&obs);
+        let bootstrap = values(&self.obs_norm.apply(&boot));
         let never = vec![false; t * b];
         let data = StepData {
             t,
@@ -186,6 +164,7 @@ impl Intrinsic {
             reward,
             returns,
             next_obs: next,
+            obs,
         }
     }
 
@@ -207,16 +186,13 @@ impl Intrinsic {
     }
 
     /// One Adam step of the predictor (distillation loss) and the intrinsic value function
-    /// (squared error to the intrinsic returns) on `batch`; returns the two losses.
-    pub fn train(&mut self, batch: &RolloutBatch, intrinsic: &IntrinsicBatch, lr: f64) -> [f64; 2] {
+    /// (squared error to the intrinsic returns) on the batch `intrinsic` came from; returns
+    /// the two losses.
+    pub fn train(&mut self, intrinsic: &IntrinsicBatch, lr: f64) -> [f64; 2] {
         let device = self.vs.device();
-        let n = (batch.t * batch.b) as i64;
-        let obs = Tensor::from_slice(&batch.obs)
-            .to_device(device)
-            .view([n, batch.obs_dim as i64]);
         let distill = self.novelty(&intrinsic.next_obs).mean(Kind::Float);
         let returns = Tensor::from_slice(&intrinsic.returns.returns).to_device(device);
-        let value = self.value.forward(&self.obs_norm.apply(&obs)).view([-1]);
+        let value = self.value.forward(&intrinsic.obs).view([-1]);
         let vf = (value - returns).square().mean(Kind::Float);
         let loss = &distill + &vf * 0.5;
         self.optim.zero_grad();
@@ -348,7 +324,7 @@ mod tests {
         let target_before = rnd.vs.variables()["fixed.target.out.weight"].copy();
         for _ in 0..200 {
             let b = rnd.process(&batch, 0.95);
-            rnd.train(&batch, &b, 1e-3);
+            rnd.train(&b, 1e-3);
         }
         let after = rnd.process(&batch, 0.95);
         let raw_after = rnd

@@ -3,6 +3,9 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::intrinsic::{Intrinsic, IntrinsicBatch};
+use super::returns::{Returns, StepData};
+use super::Metrics;
 use crate::config::{EntropyMethod, PgOptions};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{RnnState, Sequence};
@@ -52,17 +55,29 @@ pub fn sequence(batch: &RolloutBatch, device: Device) -> Option<Sequence> {
     })
 }
 
-/// The advantages and value targets PPO and A2C train on: GAE(`discount`, `lambda`) from the
-/// behaviour values, or with `vtrace` set, V-trace from the learner's current policy and values
-/// (with the mean importance ratio, a metric).
+/// What PPO and A2C train on: advantages and value targets, GAE(`discount`, `lambda`) from the
+/// behaviour values or, with `[algo.vtrace]`, V-trace from the learner's current policy and
+/// values; with `[algo.intrinsic]`, the intrinsic stream's advantages mixed in.
+#[derive(Debug)]
+pub struct Targets {
+    /// The policy's advantages and the (extrinsic) value targets.
+    pub returns: Returns,
+    /// V-trace's mean importance ratio (a metric).
+    importance: Option<f64>,
+    /// The batch's intrinsic stream.
+    intrinsic: Option<IntrinsicBatch>,
+}
+
+/// The [`Targets`] of `batch`, whose rewards and episode ends `data` gives.
 pub fn targets(
     model: &crate::models::ActorCritic,
+    rnd: Option<&Intrinsic>,
     batch: &RolloutBatch,
-    data: &super::returns::StepData<'_>,
+    data: &StepData<'_>,
     (discount, lambda, bootstrap_truncation): (f64, f64, bool),
     vtrace: Option<&crate::config::VtraceClips>,
-) -> (super::returns::Returns, Option<f64>) {
-    match vtrace {
+) -> Targets {
+    let (mut returns, importance) = match vtrace {
         None => {
             let returns =
                 super::returns::gae(data, discount as f32, lambda as f32, bootstrap_truncation);
@@ -73,7 +88,38 @@ pub fn targets(
             let (returns, ratio) = super::vtrace::vtrace_returns(model, batch, data, &params);
             (returns, Some(ratio))
         }
+    };
+    let intrinsic = rnd.map(|rnd| {
+        let stream = rnd.process(batch, lambda as f32);
+        returns.advantage = rnd.combine(&returns.advantage, &stream);
+        stream
+    });
+    Targets {
+        returns,
+        importance,
+        intrinsic,
     }
+}
+
+impl Targets {
+    /// After the policy's update at learning rate `lr`: one step of the intrinsic networks,
+    /// then the targets' own metrics appended to `metrics`.
+    pub fn finish(&self, rnd: Option<&mut Intrinsic>, lr: f64, metrics: &mut Metrics) {
+        if let Some(ratio) = self.importance {
+            metrics.0.push(("importance_ratio", ratio));
+        }
+        if let (Some(rnd), Some(stream)) = (rnd, &self.intrinsic) {
+            let [distill, value] = rnd.train(stream, lr);
+            metrics.0.push(("intrinsic_reward", stream.mean_reward()));
+            metrics.0.push(("rnd_loss", distill));
+            metrics.0.push(("intrinsic_value_loss", value));
+        }
+    }
+}
+
+/// A float tensor's values, on the CPU.
+pub fn floats(t: &Tensor) -> Vec<f32> {
+    Vec::<f32>::try_from(&t.detach().to_device(Device::Cpu)).expect("a float vector")
 }
 
 /// `v` as a float tensor on `device`.

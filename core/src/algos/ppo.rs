@@ -410,18 +410,15 @@ impl Ppo {
             reward: reward.as_deref().unwrap_or(&batch.reward),
             ..batch.step_data()
         };
-        let (mut returns, importance) = targets(
+        let targets = targets(
             &self.trained.model,
+            self.intrinsic.as_ref(),
             batch,
             &data,
             (c.discount, c.gae_lambda, c.bootstrap_truncation),
             c.vtrace.as_ref(),
         );
-        let intrinsic = (self.intrinsic.as_ref()).map(|rnd| {
-            let stream = rnd.process(batch, c.gae_lambda as f32);
-            returns.advantage = rnd.combine(&returns.advantage, &stream);
-            stream
-        });
+        let returns = &targets.returns;
         let (lr, clip) = self.schedule();
         let spec = LossSpec {
             clip,
@@ -429,7 +426,7 @@ impl Ppo {
             value_coeff: c.value_loss_coeff,
             entropy: options,
         };
-        let mut full = self.to_device(batch, &returns);
+        let mut full = self.to_device(batch, returns);
         let n = (batch.t * batch.b) as i64;
         let minibatches = c.minibatch_count(n as u64);
         let size = n / minibatches as i64;
@@ -478,10 +475,6 @@ impl Ppo {
                 last = Some((outs, grad_norm));
             }
         }
-        let intrinsic_metrics = match (&mut self.intrinsic, &intrinsic) {
-            (Some(rnd), Some(stream)) => Some((stream.mean_reward(), rnd.train(batch, stream, lr))),
-            _ => None,
-        };
         self.trained.updates += 1;
         self.trained.env_steps += batch.env_steps();
         let (outs, grad_norm) = last.expect("epochs and minibatches are at least 1");
@@ -501,14 +494,7 @@ impl Ppo {
                 explained_variance(&batch.value, &returns.returns),
             ),
         ]);
-        if let Some(ratio) = importance {
-            metrics.0.push(("importance_ratio", ratio));
-        }
-        if let Some((reward, [distill, value])) = intrinsic_metrics {
-            metrics.0.push(("intrinsic_reward", reward));
-            metrics.0.push(("rnd_loss", distill));
-            metrics.0.push(("intrinsic_value_loss", value));
-        }
+        targets.finish(self.intrinsic.as_mut(), lr, &mut metrics);
         metrics
     }
 }

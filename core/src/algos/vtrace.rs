@@ -15,9 +15,7 @@
 //! it is V(final observation) (or 0 when `bootstrap_truncation` is off); either way the trace
 //! stops there, since `x_{t+1}` belongs to the next episode.
 
-use tch::{Device, Tensor};
-
-use super::pg::{tensor, Samples};
+use super::pg::{floats, tensor, Samples};
 use super::returns::{Returns, StepData};
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
@@ -90,10 +88,6 @@ pub fn vtrace(data: &StepData<'_>, log_rho: &[f32], p: &VtraceParams) -> Vtrace 
         }
     }
     Vtrace { vs, pg_advantage }
-}
-
-fn floats(t: &Tensor) -> Vec<f32> {
-    Vec::<f32>::try_from(&t.detach().to_device(Device::Cpu)).expect("a float vector")
 }
 
 /// V(bootstrap observations) under `model`'s current value function, `[B]`.
@@ -180,6 +174,7 @@ mod tests {
     use super::*;
     use crate::algos::returns::gae;
     use crate::algos::testing::{cartpole_model, tiny_batch};
+    use tch::Device;
 
     /// On a batch the learner's own policy and values produced (every ratio 1), the V-trace
     /// targets PPO and A2C use are GAE's, for any lambda; a lagged batch (behaviour log-probs

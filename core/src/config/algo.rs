@@ -110,6 +110,16 @@ impl AlgoConfig {
         }
     }
 
+    /// V-trace's clips when the algorithm takes V-trace targets in place of GAE (PPO and A2C
+    /// with `[algo.vtrace]`; IMPALA always uses V-trace, with its own keys).
+    pub fn vtrace(&self) -> Option<&VtraceClips> {
+        match self {
+            AlgoConfig::Ppo(c) => c.vtrace.as_ref(),
+            AlgoConfig::A2c(c) => c.vtrace.as_ref(),
+            _ => None,
+        }
+    }
+
     /// Whether the algorithm learns from a replay table of transitions (the off-policy
     /// actor and learner loops) rather than from on-policy rollouts.
     pub fn is_off_policy(&self) -> bool {

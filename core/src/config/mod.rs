@@ -666,13 +666,8 @@ impl RunConfig {
             "model.shared_trunk",
             "off-policy models give each network its own layers (no shared trunk yet)",
         )?;
-        let vtrace = match &self.algo {
-            AlgoConfig::Ppo(c) => c.vtrace.is_some(),
-            AlgoConfig::A2c(c) => c.vtrace.is_some(),
-            _ => false,
-        };
         check(
-            !(vtrace && self.model.lstm_size > 0),
+            !(self.algo.vtrace().is_some() && self.model.lstm_size > 0),
             "algo.vtrace",
             "V-trace targets score the batch with a feed-forward model only; use GAE (no \
              [algo.vtrace]) with lstm_size > 0",

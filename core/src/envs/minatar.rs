@@ -368,15 +368,21 @@ impl SpaceInvaders {
         ]
     }
 
-    /// The lowest alien in the column nearest the cannon (ties: the column to the left).
+    /// The lowest alien in the column nearest the cannon (ties: the column to the left). Walks
+    /// outwards from the cannon, allocating nothing (it runs inside the env step).
     fn nearest_alien(&self) -> Option<(usize, usize)> {
-        let mut columns: Vec<usize> = (0..GRID).collect();
-        columns.sort_by_key(|&c| c.abs_diff(self.cannon));
-        columns.into_iter().find_map(|c| {
+        let lowest = |c: usize| {
             (0..GRID)
                 .rev()
                 .find(|&row| self.aliens[row][c])
                 .map(|row| (row, c))
+        };
+        (0..GRID).find_map(|d| {
+            let left = self.cannon.checked_sub(d).and_then(lowest);
+            let right = (self.cannon + d < GRID)
+                .then(|| lowest(self.cannon + d))
+                .flatten();
+            left.or(right)
         })
     }
 }
