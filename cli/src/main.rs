@@ -114,6 +114,21 @@ enum Command {
         #[arg(long)]
         title: Option<String>,
     },
+    /// Change a hyperparameter of a running learner (pytorchrl's `update_storage_parameter`),
+    /// e.g. `fleetrl set runs/x algo.learning_rate=1e-4`: the next updates use it and the
+    /// run's checkpoints record it. Keys: algo.learning_rate, entropy_loss_coeff,
+    /// value_loss_coeff, clip_grad_norm, ratio_clip, epochs, normalize_advantage, discount,
+    /// gae_lambda, vtrace_lambda, rho_bar, pg_rho_bar, c_bar (ppo, a2c, impala).
+    Set {
+        /// The run's output directory (`fleetrl train --out`): its learner's address and token.
+        run: PathBuf,
+        /// `algo.KEY=VALUE` (a TOML value).
+        assignment: String,
+        /// The learner's `host:port` instead of the run directory's `learner.addr` (a compose or
+        /// Kubernetes run; the token then comes from FLEETRL_TOKEN_FILE or FLEETRL_TOKEN).
+        #[arg(long)]
+        learner: Option<String>,
+    },
     /// Check a role's `grpc.health.v1.Health`: exit 0 if it reports SERVING (container health checks).
     Health {
         /// The server, `host:port`.
@@ -172,6 +187,11 @@ async fn run() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Set {
+            run,
+            assignment,
+            learner,
+        } => train::set_parameter(&run, &assignment, learner.as_deref()).await,
         Command::Eval {
             checkpoint,
             episodes,

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use fleetrl_core::config::RunConfig;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
-use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus, SaveCheckpointRequest};
+use fleetrl_proto::v1::{
+    GetStatusRequest, LearnerStatus, SaveCheckpointRequest, SetParameterRequest,
+};
 use fleetrl_runtime::net;
 use fleetrl_runtime::net::Channel;
 
@@ -70,6 +72,10 @@ impl Cluster {
         let mut learner =
             Role::start("learner", "fleet-learner", &learner_args, &learner_log).await?;
         let learner_addr = learner.listening_addr(START_PATIENCE, &learner_log).await?;
+        // For `fleetrl set` and other tools that talk to the running learner.
+        let addr_file = out.join(LEARNER_ADDR_FILE);
+        std::fs::write(&addr_file, format!("{learner_addr}\n"))
+            .with_context(|| format!("writing {}", addr_file.display()))?;
         let actor_args = vec![
             s("--learner"),
             s(learner_addr),
@@ -192,7 +198,63 @@ pub(crate) async fn train(
         Err(e) => Err(e),
     };
     cluster.stop().await;
+    let _ = std::fs::remove_file(out.join(LEARNER_ADDR_FILE));
     finished
+}
+
+/// The file in a run's output directory that holds its learner's `host:port` while it runs.
+const LEARNER_ADDR_FILE: &str = "learner.addr";
+
+/// `fleetrl set RUN algo.KEY=VALUE`: asks the run's learner to change a live hyperparameter
+/// and prints the change.
+pub(crate) async fn set_parameter(
+    run: &Path,
+    assignment: &str,
+    learner: Option<&str>,
+) -> anyhow::Result<()> {
+    let (key, value) = assignment.split_once('=').with_context(|| {
+        format!("`{assignment}`: expected algo.KEY=VALUE, e.g. algo.learning_rate=1e-4")
+    })?;
+    let addr = match learner {
+        Some(addr) => addr.to_string(),
+        None => {
+            let path = run.join(LEARNER_ADDR_FILE);
+            std::fs::read_to_string(&path)
+                .with_context(|| {
+                    format!(
+                        "reading {}: is the run still going? (or pass --learner host:port)",
+                        path.display()
+                    )
+                })?
+                .trim()
+                .to_string()
+        }
+    };
+    if net::auth::token().is_none() {
+        let path = run.join("run.token");
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            let token = net::auth::Token::new(&text, &path.display().to_string())?;
+            net::auth::install(Some(token));
+        }
+    }
+    let channel = net::connect(&addr, Duration::from_secs(10)).await?;
+    let changed = LearnerServiceClient::new(channel)
+        .set_parameter(SetParameterRequest {
+            key: key.trim().to_string(),
+            value: value.trim().to_string(),
+        })
+        .await
+        .map_err(|status| anyhow::anyhow!("{}", status.message()))
+        .with_context(|| format!("setting {}", key.trim()))?
+        .into_inner();
+    println!(
+        "{}: {} -> {} (from policy version {})",
+        key.trim(),
+        changed.previous,
+        changed.value,
+        changed.policy_version
+    );
+    Ok(())
 }
 
 /// The run's token: the environment's (`FLEETRL_TOKEN_FILE`, `FLEETRL_TOKEN`), else a fresh

@@ -28,6 +28,10 @@ pub(crate) enum LearnerError {
     /// An episode report with a value no real episode has.
     #[error("episode report rejected: {0}")]
     ImplausibleReport(String),
+    /// A run-time parameter change that cannot be made (`fleetrl set`): the key cannot change,
+    /// the value is out of range, or the algorithm keeps its hyperparameters.
+    #[error("{0}")]
+    BadParameter(String),
     /// The chunked weight stream failed.
     #[error(transparent)]
     Broadcast(#[from] BroadcastError),
@@ -37,9 +41,9 @@ impl From<LearnerError> for Status {
     fn from(error: LearnerError) -> Status {
         let message = error.to_string();
         match error {
-            LearnerError::BadReport { .. } | LearnerError::ImplausibleReport(_) => {
-                Status::invalid_argument(message)
-            }
+            LearnerError::BadReport { .. }
+            | LearnerError::ImplausibleReport(_)
+            | LearnerError::BadParameter(_) => Status::invalid_argument(message),
             LearnerError::TrainerStopped => Status::unavailable(message),
             LearnerError::Export(_) | LearnerError::Checkpoint(_) | LearnerError::Broadcast(_) => {
                 Status::internal(message)

@@ -8,7 +8,7 @@ use fleetrl_proto::v1::learner_service_server::LearnerService;
 use fleetrl_proto::v1::{
     GetRunSpecRequest, GetStatusRequest, LearnerStatus, ReportEpisodesRequest,
     ReportEpisodesResponse, RunSpec, SaveCheckpointRequest, SaveCheckpointResponse,
-    SubscribeWeightsRequest, Weights,
+    SetParameterRequest, SetParameterResponse, SubscribeWeightsRequest, Weights,
 };
 use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -185,6 +185,30 @@ impl LearnerService for Learner {
             path: path.display().to_string(),
             policy_version: version,
         }))
+    }
+
+    #[tracing::instrument(skip_all, fields(key = %request.get_ref().key))]
+    async fn set_parameter(
+        &self,
+        request: Request<SetParameterRequest>,
+    ) -> Result<Response<SetParameterResponse>, Status> {
+        let SetParameterRequest { key, value } = request.into_inner();
+        // Bounded before the trainer sees it: no config key or TOML value is this long.
+        if key.len() > 128 || value.len() > 1024 {
+            return Err(LearnerError::BadParameter(format!(
+                "a key of {} bytes and a value of {} bytes: too long (128 and 1024 at most)",
+                key.len(),
+                value.len()
+            ))
+            .into());
+        }
+        let (reply, done) = oneshot::channel();
+        self.work
+            .send(Work::Set { key, value, reply })
+            .await
+            .map_err(|_| LearnerError::TrainerStopped)?;
+        let changed = done.await.map_err(|_| LearnerError::TrainerStopped)??;
+        Ok(Response::new(changed))
     }
 }
 

@@ -19,7 +19,7 @@ use fleetrl_core::items::rollout::RolloutBatch;
 use fleetrl_core::items::transition::importance_weights;
 use fleetrl_core::replay_client::ShardBatch;
 use fleetrl_proto::space::Space;
-use fleetrl_proto::v1::Weights;
+use fleetrl_proto::v1::{SetParameterResponse, Weights};
 use fleetrl_proto::TensorMap;
 use fleetrl_runtime::telemetry::EventWriter;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -44,6 +44,12 @@ pub(crate) enum Work {
     Sample(ShardBatch),
     /// Write a checkpoint now and say where.
     Checkpoint(oneshot::Sender<Saved>),
+    /// Change a live hyperparameter (`key`, a TOML `value`) for the next updates.
+    Set {
+        key: String,
+        value: String,
+        reply: oneshot::Sender<Result<SetParameterResponse, LearnerError>>,
+    },
 }
 
 /// The trainer thread's state.
@@ -150,6 +156,10 @@ impl Trainer {
                 Next::Flush => self.take_pending().is_some_and(|b| self.train_rollouts(b)),
                 Next::Work(Work::Checkpoint(reply)) => {
                     let _ = reply.send(self.checkpoint());
+                    false
+                }
+                Next::Work(Work::Set { key, value, reply }) => {
+                    let _ = reply.send(self.set_parameter(&key, &value));
                     false
                 }
             };
@@ -469,6 +479,29 @@ impl Trainer {
             metrics = ?metrics.0,
             "progress"
         );
+    }
+
+    /// Applies `fleetrl set`: the whole config validated with `key` changed, then taken by
+    /// the algorithm; checkpoints from now on record the new value.
+    fn set_parameter(
+        &mut self,
+        key: &str,
+        value: &str,
+    ) -> Result<SetParameterResponse, LearnerError> {
+        let bad = |e: String| LearnerError::BadParameter(e);
+        let (changed, previous, now) = self
+            .config
+            .with_live_change(key, value)
+            .map_err(|e| bad(e.to_string()))?;
+        self.algo.reconfigure(&changed.algo).map_err(bad)?;
+        self.config = changed;
+        let policy_version = self.stats().policy_version;
+        tracing::info!(key, %previous, value = %now, policy_version, "parameter changed");
+        Ok(SetParameterResponse {
+            previous,
+            value: now,
+            policy_version,
+        })
     }
 
     fn checkpoint(&mut self) -> Saved {

@@ -100,6 +100,17 @@ async fn every_rpc(
             ),
         ),
         (
+            "SetParameter",
+            code(
+                learner
+                    .set_parameter(SetParameterRequest {
+                        key: "algo.learning_rate".into(),
+                        value: "1.0".into(),
+                    })
+                    .await,
+            ),
+        ),
+        (
             "Insert",
             code(
                 replay
@@ -172,7 +183,7 @@ async fn every_rpc_needs_the_runs_token() -> anyhow::Result<()> {
         raw(sandbox.replay_addr).await,
     );
     let refused = every_rpc(&l, &r, Bearer::none()).await;
-    assert_eq!(refused.len(), 17);
+    assert_eq!(refused.len(), 18);
     for (rpc, code) in &refused {
         assert_eq!(*code, Code::Unauthenticated, "{rpc} without a token");
     }

@@ -1,8 +1,9 @@
 //! Ctrl-C on `fleetrl train` checkpoints, evaluates, writes the summary, exits 130, and leaves
-//! no role process behind.
+//! no role process behind; `fleetrl set` changes a running learner's hyperparameter, and the
+//! interrupted run's checkpoint records it.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Processes whose command line mentions `needle`.
@@ -19,13 +20,13 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
-#[test]
-fn ctrl_c_stops_the_run_cleanly() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-interrupt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+/// Starts `fleetrl train --config cartpole-ppo` with no end but Ctrl-C into `out` and waits
+/// until the learner reports progress.
+fn start_endless_run(out: &Path) -> anyhow::Result<Child> {
+    let _ = std::fs::remove_dir_all(out);
     let fleetrl = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut child = Command::new(fleetrl)
+    let child = Command::new(fleetrl)
         .current_dir(root)
         .args([
             "train",
@@ -41,7 +42,7 @@ fn ctrl_c_stops_the_run_cleanly() -> anyhow::Result<()> {
             "stop.max_wall_seconds=0",
         ])
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
@@ -57,11 +58,23 @@ fn ctrl_c_stops_the_run_cleanly() -> anyhow::Result<()> {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    Ok(child)
+}
+
+/// Ctrl-C on the launcher and its exit status.
+fn interrupt(mut child: Child) -> anyhow::Result<std::process::ExitStatus> {
     // SAFETY: kill(2) on the child we spawned.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
-    let status = child.wait()?;
+    Ok(child.wait()?)
+}
+
+#[test]
+fn ctrl_c_stops_the_run_cleanly() -> anyhow::Result<()> {
+    let out = std::env::temp_dir().join(format!("fleetrl-interrupt-{}", std::process::id()));
+    let child = start_endless_run(&out)?;
+    let status = interrupt(child)?;
     assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
@@ -76,6 +89,65 @@ fn ctrl_c_stops_the_run_cleanly() -> anyhow::Result<()> {
         leftovers.is_empty(),
         "role processes outlived the launcher: {leftovers:?}"
     );
+    std::fs::remove_dir_all(&out)?;
+    Ok(())
+}
+
+/// `fleetrl set RUN KEY=VALUE` against the running learner: (success, stdout + stderr).
+fn set(out: &Path, assignment: &str) -> anyhow::Result<(bool, String)> {
+    let fleetrl = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
+    let run = Command::new(fleetrl)
+        .arg("set")
+        .arg(out)
+        .arg(assignment)
+        .output()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    Ok((run.status.success(), text))
+}
+
+/// `fleetrl set` changes a live hyperparameter of the running learner (with the run's token
+/// from its directory); a key fixed at the start or a value out of range is refused with an
+/// error naming the key, and the run goes on; the final checkpoint records the new value.
+#[test]
+fn set_changes_a_running_learners_hyperparameter() -> anyhow::Result<()> {
+    let out = std::env::temp_dir().join(format!("fleetrl-set-{}", std::process::id()));
+    let child = start_endless_run(&out)?;
+    let (ok, text) = set(&out, "algo.learning_rate=2e-5")?;
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("algo.learning_rate: 0.001 -> 0.00002"),
+        "{text}"
+    );
+    let (ok, text) = set(&out, "model.hidden_sizes=[8]")?;
+    assert!(
+        !ok && text.contains("model.hidden_sizes cannot change"),
+        "{text}"
+    );
+    let (ok, text) = set(&out, "algo.ratio_clip=-1")?;
+    assert!(!ok && text.contains("algo.ratio_clip"), "{text}");
+    let (ok, text) = set(&out, "algo.rho_bar=2")?;
+    assert!(!ok && text.contains("has no such key"), "{text}");
+    // The learner is still there, and the first change stands.
+    let (ok, text) = set(&out, "algo.entropy_loss_coeff=0.01")?;
+    assert!(ok && text.contains("0.0 -> 0.01"), "{text}");
+    let status = interrupt(child)?;
+    assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
+    let checkpoint = PathBuf::from(summary["checkpoint"].as_str().expect("checkpoint"));
+    let config: toml::Table = std::fs::read_to_string(checkpoint.join("config.toml"))?.parse()?;
+    assert_eq!(config["algo"]["learning_rate"].as_float(), Some(2e-5));
+    assert_eq!(config["algo"]["entropy_loss_coeff"].as_float(), Some(0.01));
+    assert!(
+        !out.join("learner.addr").exists(),
+        "a finished run leaves no address"
+    );
+    let (ok, text) = set(&out, "algo.learning_rate=1e-3")?;
+    assert!(!ok && text.contains("still going"), "{text}");
     std::fs::remove_dir_all(&out)?;
     Ok(())
 }

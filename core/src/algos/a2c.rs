@@ -160,6 +160,14 @@ impl Algorithm for A2c {
         self.trained.load_counter(state)?;
         Ok(())
     }
+
+    fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
+        let crate::config::AlgoConfig::A2c(config) = algo else {
+            return Err(format!("this learner trains a2c, not {}", algo.name()));
+        };
+        self.config = config.clone();
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::pg::{explained_variance, floats, linear_schedule, tensor, Samples};
 use super::returns::{normalize_advantage, StepData};
-use super::vtrace::{bootstrap_values, vtrace, VtraceParams};
+use super::vtrace::{learner_scores, vtrace, VtraceParams};
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
 use crate::checkpoint::StateError;
 use crate::config::ImpalaConfig;
@@ -63,10 +63,9 @@ impl Impala {
     /// One gradient step; returns the loss terms and the mean importance ratio.
     fn step(&mut self, batch: &RolloutBatch, samples: &Samples, lr: f64) -> [f64; 6] {
         let c = self.config.clone();
-        let eval = self.trained.model.evaluate(&samples.obs, &samples.action);
+        let (eval, bootstrap) = learner_scores(&self.trained.model, batch, samples);
         let log_rho = floats(&(&eval.log_prob - &samples.behaviour_log_prob));
         let values = floats(&eval.value);
-        let bootstrap = bootstrap_values(&self.trained.model, batch);
         let data = StepData {
             value: &values,
             bootstrap_value: &bootstrap,
@@ -157,6 +156,14 @@ impl Algorithm for Impala {
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.optim.load_state(state)?;
         self.trained.load_counter(state)?;
+        Ok(())
+    }
+
+    fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
+        let crate::config::AlgoConfig::Impala(config) = algo else {
+            return Err(format!("this learner trains impala, not {}", algo.name()));
+        };
+        self.config = config.clone();
         Ok(())
     }
 }

@@ -333,4 +333,14 @@ pub trait Algorithm: Send {
     fn state(&self) -> Vec<(String, Tensor)>;
     /// Restores what [`Algorithm::state`] returned.
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError>;
+    /// Takes `algo` (this run's config with [`crate::config::LIVE_ALGO_KEYS`] changed, as
+    /// `fleetrl set` asks) for the next updates, or says why it cannot. By default an
+    /// algorithm keeps its hyperparameters for the whole run.
+    fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
+        Err(format!(
+            "algo.name = \"{}\" keeps its hyperparameters for the whole run (ppo, a2c and \
+             impala can change theirs)",
+            algo.name()
+        ))
+    }
 }

@@ -530,6 +530,23 @@ impl Algorithm for Ppo {
         }
         self.trained.load_counter(state)
     }
+
+    fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
+        let crate::config::AlgoConfig::Ppo(config) = algo else {
+            return Err(format!("this learner trains ppo, not {}", algo.name()));
+        };
+        if self.config.vf_learning_rate.is_some()
+            && config.learning_rate != self.config.learning_rate
+        {
+            return Err(
+                "algo.learning_rate: with algo.vf_learning_rate set, the value function's \
+                        rate is fixed relative to it when the run starts"
+                    .to_string(),
+            );
+        }
+        self.config = config.clone();
+        Ok(())
+    }
 }
 
 impl Minibatch {

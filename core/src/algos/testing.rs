@@ -9,19 +9,19 @@ use fleetrl_proto::space::Space;
 
 /// A fresh CartPole-shaped (4 observations, 2 actions) actor-critic, seeded.
 pub(crate) fn cartpole_model(seed: i64) -> ActorCritic {
+    cartpole_model_with(seed, &ModelConfig::default())
+}
+
+/// [`cartpole_model`] as `config` describes it (e.g. with an LSTM core).
+pub(crate) fn cartpole_model_with(seed: i64, config: &ModelConfig) -> ActorCritic {
     tch::manual_seed(seed);
     let obs = Space::Box {
         shape: vec![4],
         low: vec![-1.0; 4],
         high: vec![1.0; 4],
     };
-    ActorCritic::new(
-        &ModelConfig::default(),
-        &obs,
-        &Space::Discrete { n: 2 },
-        Device::Cpu,
-    )
-    .expect("the model builds")
+    ActorCritic::new(config, &obs, &Space::Discrete { n: 2 }, Device::Cpu)
+        .expect("the model builds")
 }
 
 /// A deterministic `[T = 4, B = 2]` batch with one terminal step.

@@ -18,7 +18,7 @@
 use super::pg::{floats, tensor, Samples};
 use super::returns::{Returns, StepData};
 use crate::items::rollout::RolloutBatch;
-use crate::models::ActorCritic;
+use crate::models::{ActorCritic, Evaluation};
 
 /// The V-trace coefficients.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -90,12 +90,37 @@ pub fn vtrace(data: &StepData<'_>, log_rho: &[f32], p: &VtraceParams) -> Vtrace 
     Vtrace { vs, pg_advantage }
 }
 
-/// V(bootstrap observations) under `model`'s current value function, `[B]`.
-pub fn bootstrap_values(model: &ActorCritic, batch: &RolloutBatch) -> Vec<f32> {
-    let _guard = tch::no_grad_guard();
+/// The learner's view of a batch: its scores of the behaviour actions (with gradients) and
+/// its values of the observations after the unroll (`bootstrap_obs`, `[B]`, without). A
+/// recurrent model unrolls over the rollouts' sequences from their stored states and values
+/// `bootstrap_obs` from the state after the last step (zero where that step ended an
+/// episode), as the actor would have.
+pub fn learner_scores(
+    model: &ActorCritic,
+    batch: &RolloutBatch,
+    samples: &Samples,
+) -> (Evaluation, Vec<f32>) {
+    let heads = model.heads();
     let device = model.var_store().device();
+    let (eval, last) = match super::pg::sequence(batch, device) {
+        None => (heads.evaluate(&samples.obs, &samples.action), None),
+        Some(seq) => heads.evaluate_sequence_with_state(&samples.obs, &samples.action, &seq),
+    };
+    let _guard = tch::no_grad_guard();
     let obs = tensor(&batch.bootstrap_obs, device).view([batch.b as i64, -1]);
-    floats(&model.heads().value(&obs))
+    let bootstrap = match last {
+        None => heads.value(&obs),
+        Some(state) => {
+            let last_row = (batch.t - 1) * batch.b;
+            let ended = batch.terminated[last_row..]
+                .iter()
+                .zip(&batch.truncated[last_row..]);
+            let keep: Vec<f32> = ended.map(|(a, c)| f32::from(!(*a || *c))).collect();
+            let state = state.masked(&tensor(&keep, device));
+            heads.step(&obs, &state).1
+        }
+    };
+    (eval, floats(&bootstrap))
 }
 
 /// V-trace in place of GAE for PPO and A2C (`algo.vtrace`, pytorchrl's `VTraceBuffer`): the
@@ -103,7 +128,7 @@ pub fn bootstrap_values(model: &ActorCritic, batch: &RolloutBatch) -> Vec<f32> {
 /// V-trace corrects for the actors' lag. The advantages are the policy-gradient advantages,
 /// the returns the value targets `v_s`; `data` supplies the rewards and episode ends. On an
 /// on-policy batch (every ratio 1, clips >= 1) this is GAE with `lambda` from the learner's
-/// values. Also returns the mean importance ratio. Feed-forward models only.
+/// values. Also returns the mean importance ratio.
 pub fn vtrace_returns(
     model: &ActorCritic,
     batch: &RolloutBatch,
@@ -112,10 +137,9 @@ pub fn vtrace_returns(
 ) -> (Returns, f64) {
     let _guard = tch::no_grad_guard();
     let samples = Samples::new(batch, model.var_store().device());
-    let eval = model.evaluate(&samples.obs, &samples.action);
+    let (eval, bootstrap) = learner_scores(model, batch, &samples);
     let log_rho = floats(&(&eval.log_prob - &samples.behaviour_log_prob));
     let values = floats(&eval.value);
-    let bootstrap = bootstrap_values(model, batch);
     let data = StepData {
         value: &values,
         bootstrap_value: &bootstrap,
@@ -174,7 +198,8 @@ mod tests {
     use super::*;
     use crate::algos::returns::gae;
     use crate::algos::testing::{cartpole_model, tiny_batch};
-    use tch::Device;
+    use crate::models::RnnState;
+    use tch::{Device, Tensor};
 
     /// On a batch the learner's own policy and values produced (every ratio 1), the V-trace
     /// targets PPO and A2C use are GAE's, for any lambda; a lagged batch (behaviour log-probs
@@ -191,14 +216,68 @@ mod tests {
         };
         batch.log_prob = floats(&own.log_prob);
         batch.value = floats(&own.value);
-        batch.bootstrap_value = bootstrap_values(&model, &batch);
+        batch.bootstrap_value = learner_scores(&model, &batch, &samples).1;
+        assert_on_policy_targets_are_gae(&model, batch);
+    }
+
+    /// A recurrent model scores a batch as the actor stepped it: from each column's stored
+    /// state, reset after the episode end, and on to the bootstrap observation. With the
+    /// behaviour values and log-probs of a step-by-step pass, V-trace is again GAE.
+    #[test]
+    fn recurrent_scores_follow_the_actor_steps() {
+        let config = crate::config::ModelConfig {
+            lstm_size: 6,
+            pre_lstm_sizes: vec![8, 5],
+            ..Default::default()
+        };
+        let model = super::super::testing::cartpole_model_with(3, &config);
+        let mut batch = tiny_batch();
+        let (t, b) = (batch.t as i64, batch.b as i64);
+        let init = RnnState {
+            h: Tensor::randn([b, 6], (tch::Kind::Float, Device::Cpu)) * 0.5,
+            c: Tensor::randn([b, 6], (tch::Kind::Float, Device::Cpu)) * 0.5,
+        };
+        batch.init_state = Some((floats(&init.h.view([-1])), floats(&init.c.view([-1]))));
+        // The last step of column 1 ends an episode: its bootstrap starts from a zero state.
+        batch.truncated[(batch.t - 1) * batch.b + 1] = true;
+        let samples = Samples::new(&batch, Device::Cpu);
+        let _guard = tch::no_grad_guard();
+        let obs = samples.obs.view([t, b, -1]);
+        let actions = samples.action.view([t, b]);
+        let (mut log_prob, mut value) = (Vec::new(), Vec::new());
+        let mut state = init;
+        for step in 0..t {
+            let (dist, v, next) = model.heads().step(&obs.get(step), &state);
+            log_prob.extend(floats(&dist.log_prob(&actions.get(step))));
+            value.extend(floats(&v));
+            let rows = (step * b) as usize..((step + 1) * b) as usize;
+            let keep: Vec<f32> = rows
+                .map(|i| f32::from(!(batch.terminated[i] || batch.truncated[i])))
+                .collect();
+            state = next.masked(&Tensor::from_slice(&keep));
+        }
+        let boot_obs = Tensor::from_slice(&batch.bootstrap_obs).view([b, -1]);
+        let bootstrap = floats(&model.heads().step(&boot_obs, &state).1);
+        let (eval, got) = learner_scores(&model, &batch, &samples);
+        for (g, w) in floats(&eval.log_prob).iter().zip(&log_prob) {
+            assert!((g - w).abs() < 1e-5, "log-prob {g} vs stepped {w}");
+        }
+        for (g, w) in got.iter().zip(&bootstrap) {
+            assert!((g - w).abs() < 1e-5, "bootstrap {g} vs stepped {w}");
+        }
+        (batch.log_prob, batch.value, batch.bootstrap_value) = (log_prob, value, bootstrap);
+        drop(_guard);
+        assert_on_policy_targets_are_gae(&model, batch);
+    }
+
+    fn assert_on_policy_targets_are_gae(model: &ActorCritic, mut batch: RolloutBatch) {
         for lambda in [0.8f32, 1.0] {
             let p = VtraceParams {
                 lambda,
                 ..VtraceParams::default()
             };
             let want = gae(&batch.step_data(), p.discount, lambda, true);
-            let (got, ratio) = vtrace_returns(&model, &batch, &batch.step_data(), &p);
+            let (got, ratio) = vtrace_returns(model, &batch, &batch.step_data(), &p);
             assert!((ratio - 1.0).abs() < 1e-5);
             for (g, w) in got.advantage.iter().zip(&want.advantage) {
                 assert!((g - w).abs() < 1e-5, "advantage {g} vs GAE {w}");
@@ -210,7 +289,7 @@ mod tests {
         let p = VtraceParams::default();
         let want = gae(&batch.step_data(), p.discount, p.lambda, true);
         batch.log_prob.iter_mut().for_each(|l| *l -= 0.3);
-        let (clipped, ratio) = vtrace_returns(&model, &batch, &batch.step_data(), &p);
+        let (clipped, ratio) = vtrace_returns(model, &batch, &batch.step_data(), &p);
         assert!((ratio - 0.3f64.exp()).abs() < 1e-4, "{ratio}");
         assert!(clipped
             .returns
@@ -223,7 +302,7 @@ mod tests {
             pg_rho_bar: 2.0,
             ..p
         };
-        let (unclipped, _) = vtrace_returns(&model, &batch, &batch.step_data(), &loose);
+        let (unclipped, _) = vtrace_returns(model, &batch, &batch.step_data(), &loose);
         assert!(unclipped
             .returns
             .iter()

@@ -566,6 +566,13 @@ impl LearnerService for WeightsOnly {
     ) -> Result<tonic::Response<v1::SaveCheckpointResponse>, Status> {
         Err(Status::unimplemented("weights only"))
     }
+
+    async fn set_parameter(
+        &self,
+        _: Request<v1::SetParameterRequest>,
+    ) -> Result<tonic::Response<v1::SetParameterResponse>, Status> {
+        Err(Status::unimplemented("weights only"))
+    }
 }
 
 #[cfg(test)]

@@ -62,10 +62,36 @@ pub enum ConfigError {
         /// What is wrong with it.
         message: String,
     },
+    /// A key that a running learner cannot change (`fleetrl set`).
+    #[error("{key} cannot change while the run goes on: {message}")]
+    Fixed {
+        /// The dotted key.
+        key: String,
+        /// Why, and what can change.
+        message: String,
+    },
     /// The file was written for another config version.
     #[error("config version {0} is not supported (this build reads version {CONFIG_VERSION})")]
     Version(u32),
 }
+
+/// The `[algo]` keys a running learner can change (`fleetrl set RUN algo.KEY=VALUE`), where
+/// the run's algorithm has them and can take the change ([`RunConfig::with_live_change`]).
+pub const LIVE_ALGO_KEYS: &[&str] = &[
+    "learning_rate",
+    "entropy_loss_coeff",
+    "value_loss_coeff",
+    "clip_grad_norm",
+    "ratio_clip",
+    "epochs",
+    "normalize_advantage",
+    "discount",
+    "gae_lambda",
+    "vtrace_lambda",
+    "rho_bar",
+    "pg_rho_bar",
+    "c_bar",
+];
 
 /// A whole run: what to learn, with what, on how many actors, until when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -137,6 +163,9 @@ pub struct EnvConfig {
     /// Episode length (time limit) in place of the env's own; 0 keeps the env's (native ids,
     /// the task families, and gym: ids through gymnasium's `max_episode_steps`).
     pub max_episode_steps: u32,
+    /// Appends the previous action (one-hot when discrete) and reward to every observation,
+    /// zero at an episode's start: rlpyt's `prev_action` / `prev_reward` recurrent inputs.
+    pub prev_action_reward: bool,
 }
 
 impl Default for EnvConfig {
@@ -149,6 +178,7 @@ impl Default for EnvConfig {
             atari: false,
             frame_stack: 0,
             max_episode_steps: 0,
+            prev_action_reward: false,
         }
     }
 }
@@ -208,6 +238,10 @@ pub struct ModelConfig {
     /// rollouts (PPO), or stored with replayed sequences (DQN, as R2D2; see
     /// `algo.replay.sequence_length`). Other algorithms are feed-forward only.
     pub lstm_size: u32,
+    /// Hidden layers between the observation and the LSTM core, each followed by
+    /// `activation` (rlpyt's `MujocoLstmModel` `hidden_sizes`; empty: the observation feeds the
+    /// core). Needs `lstm_size > 0`; on-policy models (ppo, a2c, impala) only.
+    pub pre_lstm_sizes: Vec<i64>,
     /// Normalise observations by running mean and variance (updated by the learner from
     /// every batch; the statistics travel with the weights and into checkpoints).
     pub normalize_obs: bool,
@@ -248,6 +282,7 @@ impl Default for ModelConfig {
             orthogonal_init: true,
             init_log_std: 0.0,
             lstm_size: 0,
+            pre_lstm_sizes: Vec::new(),
             normalize_obs: false,
             obs_clip: 10.0,
             norm_obs_var_clip: 1e-8,
@@ -564,6 +599,50 @@ impl RunConfig {
         toml::to_string_pretty(self).expect("RunConfig always serialises")
     }
 
+    /// This config with `key` set to `value` (a TOML value) while the run goes on (`fleetrl
+    /// set`), validated as a whole, and the key's value before and after (as TOML). Only the
+    /// [`LIVE_ALGO_KEYS`] of the run's algorithm can change: the learner reads them afresh on
+    /// every update and they reshape nothing.
+    pub fn with_live_change(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> Result<(RunConfig, String, String), ConfigError> {
+        let fixed = |message: String| ConfigError::Fixed {
+            key: key.to_string(),
+            message,
+        };
+        let live = || {
+            format!(
+                "the keys that can are algo.{}",
+                LIVE_ALGO_KEYS.join(", algo.")
+            )
+        };
+        let field = key
+            .strip_prefix("algo.")
+            .filter(|f| LIVE_ALGO_KEYS.contains(f))
+            .ok_or_else(|| fixed(format!("it is set when the run starts; {}", live())))?;
+        let mut table = toml::Table::try_from(self).expect("RunConfig always serialises");
+        let read = |table: &toml::Table| {
+            table
+                .get("algo")
+                .and_then(|algo| algo.get(field))
+                .map(ToString::to_string)
+        };
+        let previous = read(&table).ok_or_else(|| {
+            fixed(format!(
+                "algo.name = \"{}\" has no such key; {}",
+                self.algo.name(),
+                live()
+            ))
+        })?;
+        apply_override(&mut table, &format!("{key}={value}"))?;
+        let changed = RunConfig::from_table(table, &format!("set {key}"))?;
+        let table = toml::Table::try_from(&changed).expect("RunConfig always serialises");
+        let now = read(&table).unwrap_or_default();
+        Ok((changed, previous, now))
+    }
+
     /// Checks ranges that serde cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         fn check(ok: bool, key: &'static str, message: &str) -> Result<(), ConfigError> {
@@ -652,11 +731,25 @@ impl RunConfig {
             "needs at least one hidden layer",
         )?;
         check(
-            self.model.lstm_size == 0 || matches!(self.algo.name(), "ppo" | "a2c" | "dqn"),
+            self.model.lstm_size == 0
+                || matches!(self.algo.name(), "ppo" | "a2c" | "impala" | "dqn"),
             "model.lstm_size",
-            "recurrent models are trained by algo.name = \"ppo\" and \"a2c\" (on-policy) and \
-             \"dqn\" (R2D2: stored sequences with burn-in) only; vpg, trpo, impala, sac, td3, ddpg \
-             and bc are feed-forward",
+            "recurrent models are trained by algo.name = \"ppo\", \"a2c\" and \"impala\" \
+             (on-policy) and \"dqn\" (R2D2: stored sequences with burn-in) only; vpg, trpo, sac, \
+             td3, ddpg and bc are feed-forward",
+        )?;
+        check(
+            self.model.pre_lstm_sizes.is_empty()
+                || (self.model.lstm_size > 0
+                    && matches!(self.algo.name(), "ppo" | "a2c" | "impala")),
+            "model.pre_lstm_sizes",
+            "are the layers before an on-policy model's LSTM core: set model.lstm_size > 0 with \
+             algo.name = \"ppo\", \"a2c\" or \"impala\"",
+        )?;
+        check(
+            self.model.pre_lstm_sizes.iter().all(|&w| w >= 1),
+            "model.pre_lstm_sizes",
+            "every layer needs >= 1 unit",
         )?;
         if let (true, AlgoConfig::Dqn(dqn)) = (self.model.lstm_size > 0, &self.algo) {
             dqn.replay.validate_sequences()?;
@@ -665,12 +758,6 @@ impl RunConfig {
             !self.algo.is_off_policy() || !self.model.shared_trunk,
             "model.shared_trunk",
             "off-policy models give each network its own layers (no shared trunk yet)",
-        )?;
-        check(
-            !(self.algo.vtrace().is_some() && self.model.lstm_size > 0),
-            "algo.vtrace",
-            "V-trace targets score the batch with a feed-forward model only; use GAE (no \
-             [algo.vtrace]) with lstm_size > 0",
         )?;
         if let (true, Some(ppo)) = (self.model.lstm_size > 0, self.algo.as_ppo()) {
             check(
@@ -890,9 +977,16 @@ mod tests {
         assert_eq!(a2c.vtrace, Some(VtraceClips::default()));
         let err = RunConfig::from_toml("[algo.vtrace]\nc_bar = 0.0\n", "t").unwrap_err();
         assert!(err.to_string().contains("algo.vtrace.c_bar"), "{err}");
-        let text = "[algo.vtrace]\n[model]\nlstm_size = 8\n";
+        // Layers before the LSTM need one, and an on-policy algorithm.
+        let err = RunConfig::from_toml("[model]\npre_lstm_sizes = [32]\n", "t").unwrap_err();
+        assert!(err.to_string().contains("model.pre_lstm_sizes"), "{err}");
+        let text = "[model]\nlstm_size = 8\npre_lstm_sizes = [32]\n[algo]\nname = \"dqn\"\n";
         let err = RunConfig::from_toml(text, "t").unwrap_err();
-        assert!(err.to_string().contains("algo.vtrace"), "{err}");
+        assert!(err.to_string().contains("model.pre_lstm_sizes"), "{err}");
+        let text = "[model]\nlstm_size = 8\npre_lstm_sizes = [32]\n[algo]\nname = \"impala\"\n";
+        assert!(RunConfig::from_toml(text, "t").is_ok());
+        // V-trace scores a recurrent batch by unrolling over its sequences.
+        assert!(RunConfig::from_toml("[algo.vtrace]\n[model]\nlstm_size = 8\n", "t").is_ok());
         let err = RunConfig::from_toml("[algo]\nname = \"vpg\"\n[algo.vtrace]\n", "t");
         assert!(err.unwrap_err().to_string().contains("vtrace"));
         // Intrinsic rewards are for PPO and A2C; an off-policy algorithm names the key.

@@ -1,12 +1,13 @@
 //! Envs as `[env]` configures them: the id (native, or `gym:` for gymnasium) and its wrappers.
 //!
-//! Wrapper order, innermost first: Atari preprocessing, frame stack, reward scale and clip. A
+//! Wrapper order, innermost first: Atari preprocessing, previous action and reward, frame
+//! stack, reward scale and clip. A
 //! `gym:` id with no wrapper is hosted as one gymnasium vector env stepped per batch; with
 //! wrappers, as one gymnasium env per row so the Rust wrappers see each env.
 
 #[cfg(feature = "python")]
 use super::AtariPreprocessing;
-use super::{make_limited, Env, EnvError, FrameStack, RewardTransform, VecEnv};
+use super::{make_limited, Env, EnvError, FrameStack, PrevActionReward, RewardTransform, VecEnv};
 use crate::config::EnvConfig;
 
 /// Frames an Atari run stacks when `frame_stack` is not set.
@@ -18,6 +19,11 @@ pub fn make_configured(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
         make_atari(config)?
     } else {
         make_base(config)?
+    };
+    let env: Box<dyn Env> = if config.prev_action_reward {
+        Box::new(PrevActionReward::new(env)?)
+    } else {
+        env
     };
     let stack = match config.frame_stack {
         0 if config.atari => ATARI_STACK,
@@ -55,7 +61,11 @@ pub fn make_vec(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError> {
 
 #[cfg(feature = "python")]
 fn has_wrappers(config: &EnvConfig) -> bool {
-    config.atari || config.frame_stack > 1 || config.reward_scale != 1.0 || config.reward_clip > 0.0
+    config.atari
+        || config.prev_action_reward
+        || config.frame_stack > 1
+        || config.reward_scale != 1.0
+        || config.reward_clip > 0.0
 }
 
 /// The unwrapped env: a native one (no kwargs allowed) or a gymnasium one.

@@ -31,6 +31,7 @@ mod mountain_car_continuous;
 mod pendulum;
 mod point_goal;
 mod point_mass;
+mod prev_action_reward;
 #[cfg(feature = "python")]
 pub mod python;
 mod reward_transform;
@@ -56,6 +57,7 @@ pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
 pub use point_goal::PointGoal;
 pub use point_mass::PointMass;
+pub use prev_action_reward::PrevActionReward;
 pub use reward_transform::RewardTransform;
 pub use sparse_mountain_car::{mountain_car_controller, SparseMountainCar};
 pub use time_limit::TimeLimit;
@@ -104,6 +106,7 @@ pub const KNOWN_ENVS: &[&str] = &[
     "PointGoal-v0",
     "PointRobotSparse-v0",
     "Pendulum-v1",
+    "PendulumNoVel-v1",
     "Acrobot-v1",
     "MountainCar-v0",
     "MountainCarContinuous-v0",
@@ -231,6 +234,10 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
         "PointGoal-v0" => Ok(Box::new(TimeLimit::new(PointGoal::new(), limit(100)))),
         "PointRobotSparse-v0" => Ok(Box::new(TimeLimit::new(PointGoal::sparse(), limit(20)))),
         "Pendulum-v1" => Ok(Box::new(TimeLimit::new(Pendulum::new(), limit(200)))),
+        "PendulumNoVel-v1" => Ok(Box::new(TimeLimit::new(
+            MaskObservation::new(Pendulum::new(), vec![0, 1]),
+            limit(200),
+        ))),
         "Acrobot-v1" => Ok(Box::new(TimeLimit::new(Acrobot::new(), limit(500)))),
         "MountainCar-v0" => Ok(Box::new(TimeLimit::new(MountainCar::new(), limit(200)))),
         "MountainCarContinuous-v0" => Ok(Box::new(TimeLimit::new(

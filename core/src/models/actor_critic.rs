@@ -46,6 +46,9 @@ pub struct Heads {
     obs_norm: Option<ObsNorm>,
     /// An LSTM between the observation and both heads, for recurrent models.
     core: Option<LstmCore>,
+    /// Hidden layers before the LSTM (`model.pre_lstm_sizes`), each followed by the
+    /// activation; `None` feeds the observation to the core.
+    pre_core: Option<(Mlp, Activation)>,
     /// Hidden layers shared by both heads (`model.shared_trunk`), with their activation;
     /// `None` gives the policy and value separate hidden layers.
     trunk: Option<(Mlp, Activation)>,
@@ -89,16 +92,36 @@ impl Heads {
         }
     }
 
+    /// What the recurrent core reads: the input through the layers before it, if any.
+    fn core_input(&self, obs: &Tensor) -> Tensor {
+        let x = self.input(obs);
+        match &self.pre_core {
+            None => x,
+            Some((mlp, activation)) => activation.apply(&mlp.forward(&x)),
+        }
+    }
+
     /// Scores a time-major block of rows, unrolling the recurrent core over whole sequences;
     /// the same as [`Heads::evaluate`] for a feed-forward model.
     pub fn evaluate_sequence(&self, obs: &Tensor, actions: &Tensor, seq: &Sequence) -> Evaluation {
+        self.evaluate_sequence_with_state(obs, actions, seq).0
+    }
+
+    /// [`Heads::evaluate_sequence`], also returning the core's state after the last step
+    /// (`None` for a feed-forward model): where the columns go on from.
+    pub fn evaluate_sequence_with_state(
+        &self,
+        obs: &Tensor,
+        actions: &Tensor,
+        seq: &Sequence,
+    ) -> (Evaluation, Option<RnnState>) {
         let Some(core) = &self.core else {
-            return self.evaluate(obs, actions);
+            return (self.evaluate(obs, actions), None);
         };
-        let x = self.input(obs).view([seq.t, seq.b, -1]);
-        let h = core.unroll(&x, &seq.init, &seq.reset);
+        let x = self.core_input(obs).view([seq.t, seq.b, -1]);
+        let (h, last) = core.unroll_with_state(&x, &seq.init, &seq.reset);
         let features = self.shared(&h.view([seq.t * seq.b, core.size()]));
-        self.evaluate_features(&features, actions)
+        (self.evaluate_features(&features, actions), Some(last))
     }
 
     fn evaluate_features(&self, features: &Tensor, actions: &Tensor) -> Evaluation {
@@ -117,10 +140,10 @@ impl Heads {
 
     /// What the heads see: the observation, or the core's output from a zero state.
     fn features(&self, obs: &Tensor) -> Tensor {
-        let x = self.input(obs);
         let h = match &self.core {
-            None => x,
+            None => self.input(obs),
             Some(core) => {
+                let x = self.core_input(obs);
                 let zero = RnnState::zeros(x.size()[0], core.size(), x.device());
                 core.step(&x, &zero).h
             }
@@ -141,7 +164,7 @@ impl Heads {
     /// which check [`Heads::state_size`]).
     pub fn step(&self, obs: &Tensor, state: &RnnState) -> (Dist, Tensor, RnnState) {
         let core = self.core.as_ref().expect("step needs a recurrent model");
-        let next = core.step(&self.input(obs), state);
+        let next = core.step(&self.core_input(obs), state);
         let features = self.shared(&next.h);
         let dist = self.dist_of(&features);
         let value = self.vf.forward(&features).squeeze_dim(1);
@@ -214,6 +237,10 @@ impl Heads {
             encoder: self.encoder.as_ref().map(ConvEncoder::shallow_clone),
             obs_norm: self.obs_norm.as_ref().map(ObsNorm::shallow_clone),
             core: self.core.as_ref().map(LstmCore::shallow_clone),
+            pre_core: self
+                .pre_core
+                .as_ref()
+                .map(|(mlp, activation)| (mlp.shallow_clone(), *activation)),
             trunk: self
                 .trunk
                 .as_ref()
@@ -262,7 +289,26 @@ impl ActorCritic {
             .as_ref()
             .map_or(obs_space.flat_dim() as i64, ConvEncoder::width);
         let lstm = config.lstm_size as i64;
-        let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), raw_dim, lstm));
+        let ortho = config.orthogonal_init;
+        // Layers before the core: hidden ones, then the last width as the output layer.
+        let pre_core = match config.pre_lstm_sizes.split_last() {
+            Some((&last, inner)) if lstm > 0 => Some(Mlp::new(
+                &(&root / "pre_core"),
+                raw_dim,
+                inner,
+                last,
+                config.activation,
+                ortho.then_some(2f64.sqrt()),
+            )),
+            _ => None,
+        };
+        let core_in = config
+            .pre_lstm_sizes
+            .last()
+            .copied()
+            .filter(|_| pre_core.is_some())
+            .unwrap_or(raw_dim);
+        let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), core_in, lstm));
         let obs_norm = config.normalize_obs.then(|| {
             ObsNorm::new(
                 &(&root / "obs_norm"),
@@ -272,7 +318,6 @@ impl ActorCritic {
             )
         });
         let obs_dim = if lstm > 0 { lstm } else { raw_dim };
-        let ortho = config.orthogonal_init;
         let (trunk, head_in, hidden) = match config.hidden_sizes.split_last() {
             Some((&last, inner)) if config.shared_trunk => {
                 let trunk = Mlp::new(
@@ -317,6 +362,7 @@ impl ActorCritic {
                 encoder,
                 obs_norm,
                 core,
+                pre_core: pre_core.map(|mlp| (mlp, config.activation)),
                 trunk,
                 pi,
                 vf,
