@@ -156,19 +156,26 @@ impl DemoHub {
     }
 }
 
-/// Saves the top agent demos to `ppod.target_dir` and reads new supplementary demos.
+/// Saves the top agent reward demos (`top-NN`) and value demos (`value-NN`) to
+/// `ppod.target_dir`, and reads new supplementary demos.
 fn housekeeping(a: &mut Active) {
     if !a.ppod.target_dir.is_empty() {
         let dir = PathBuf::from(&a.ppod.target_dir);
+        let k = a.ppod.save_top_k as usize;
         let saved = std::fs::create_dir_all(&dir)
             .map_err(|e| e.to_string())
             .and_then(|_| {
-                let top = a.store.top_agent_demos(a.ppod.save_top_k as usize);
-                for (rank, d) in top.iter().enumerate() {
-                    let path = dir.join(format!("top-{rank:02}{}", demo::EXTENSION));
-                    demo::write(&d.demo, &path).map_err(|e| e.to_string())?;
+                let ranked = [
+                    ("top", a.store.top_agent_demos(k)),
+                    ("value", a.store.top_value_demos(k)),
+                ];
+                for (prefix, top) in ranked {
+                    for (rank, d) in top.iter().enumerate() {
+                        let path = dir.join(format!("{prefix}-{rank:02}{}", demo::EXTENSION));
+                        demo::write(&d.demo, &path).map_err(|e| e.to_string())?;
+                    }
                 }
-                Ok(top.len())
+                Ok(())
             });
         if let Err(error) = saved {
             warn!(%error, dir = %dir.display(), "saving the top demos failed");
@@ -353,8 +360,27 @@ mod tests {
         assert_eq!(state.initial_demos, 1);
         demo::write(&scripted(7, DemoSource::Human), &extra.join(name("a"))).unwrap();
         std::fs::write(extra.join(name("broken")), b"junk").unwrap();
-        let first = demos.offer(offer()).await.unwrap().into_inner();
-        assert_eq!(first.agent_demos, 0, "not due yet");
+        // An agent episode that missed the goal: a value demo, saved beside the reward demos.
+        let mut missed = scripted(9, DemoSource::Agent);
+        missed.rewards.fill(0.0);
+        missed.terminated = false;
+        let candidate = pb::CandidateDemo {
+            demo: missed.to_bytes().unwrap(),
+            max_value: 0.7,
+        };
+        let first = demos
+            .offer(Request::new(OfferDemosRequest {
+                candidates: vec![candidate],
+                refreshes: Vec::new(),
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (first.agent_demos, first.value_demos),
+            (0, 1),
+            "not due yet"
+        );
         let second = demos.offer(offer()).await.unwrap().into_inner();
         assert_eq!(second.agent_demos, 1, "{second:?}");
         assert_eq!(second.successes, 1);
@@ -363,8 +389,11 @@ mod tests {
         let fourth = demos.offer(offer()).await.unwrap().into_inner();
         assert_eq!(fourth.agent_demos, 1);
         let saved = demo::read_dir(&target).unwrap();
-        assert_eq!(saved.len(), 1);
-        assert_eq!(saved[0], scripted(7, DemoSource::Human));
+        assert_eq!(saved.len(), 2);
+        let top = demo::read(&target.join(name("top-00"))).unwrap();
+        assert_eq!(top, scripted(7, DemoSource::Human));
+        let value = demo::read(&target.join(name("value-00"))).unwrap();
+        assert_eq!(value, missed);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

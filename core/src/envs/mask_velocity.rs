@@ -1,6 +1,7 @@
 //! A partially observed wrapper: keeps only some observation components (e.g. CartPole's
 //! positions, hiding its velocities), so the task needs memory (as SB3-contrib's
-//! `CartPoleNoVel`). Registered as `CartPoleNoVel-v1`: observation `[x, theta]`.
+//! `CartPoleNoVel`). Registered as `CartPoleNoVel-v1`: observation `[x, theta]`, and
+//! `PendulumNoVel-v1`: observation `[cos theta, sin theta]`.
 
 use super::{Env, EnvError, Step};
 use fleetrl_proto::space::{Action, Space};
@@ -60,5 +61,13 @@ mod tests {
         check_env_contract(&mut MaskObservation::new(CartPole::new(), vec![0, 2]));
         let env = make("CartPoleNoVel-v1").unwrap();
         assert_eq!(env.observation_space().flat_dim(), 2);
+        let mut pendulum = make("PendulumNoVel-v1").unwrap();
+        assert_eq!(pendulum.observation_space().flat_dim(), 2);
+        let obs = pendulum.reset(Some(1));
+        assert!(
+            (obs[0] * obs[0] + obs[1] * obs[1] - 1.0).abs() < 1e-5,
+            "{obs:?}"
+        );
+        check_env_contract(pendulum.as_mut());
     }
 }

@@ -73,10 +73,18 @@ impl LstmCore {
 
     /// One step: input `[N, D]`, state `[N, H]` -> the next state (whose `h` is the output).
     pub fn step(&self, x: &Tensor, state: &RnnState) -> RnnState {
-        let gates = self.ih.forward(x) + self.hh.forward(&state.h);
-        let g = gates.chunk(4, -1);
-        let (i, f, cell, o) = (g[0].sigmoid(), g[1].sigmoid(), g[2].tanh(), g[3].sigmoid());
-        let c = f * &state.c + i * cell;
+        self.step_projected(&self.ih.forward(x), state)
+    }
+
+    /// [`LstmCore::step`] from the input already projected to the gates (`ih(x)`, `[N, 4H]`).
+    fn step_projected(&self, projected: &Tensor, state: &RnnState) -> RnnState {
+        let gates = projected + self.hh.forward(&state.h);
+        // One sigmoid over all four gates (the cell gate's share is unused): fewer kernels
+        // per step, which is what an unroll of small matrices pays for.
+        let squashed = gates.sigmoid().chunk(4, -1);
+        let cell = gates.narrow(-1, 2 * self.size, self.size).tanh();
+        let (i, f, o) = (&squashed[0], &squashed[1], &squashed[3]);
+        let c = (f * &state.c).addcmul(i, &cell);
         let h = o * c.tanh();
         RnnState { h, c }
     }
@@ -96,11 +104,20 @@ impl LstmCore {
         reset: &Tensor,
     ) -> (Tensor, RnnState) {
         let steps = x.size()[0];
+        // The input's share of the gates for every step in one product; only the recurrent
+        // share is left to the loop.
+        let projected = self.ih.forward(x);
+        let keep: Tensor = 1.0 - reset;
+        // Steps where some column resets (read once): the others skip the masking.
+        let resets = Vec::<f32>::try_from(reset.sum_dim_intlist(1, false, Kind::Float))
+            .unwrap_or_else(|_| vec![1.0; steps as usize]);
         let mut state = init.shallow_clone();
         let mut out = Vec::with_capacity(steps as usize);
         for t in 0..steps {
-            state = state.masked(&(1.0 - reset.get(t)));
-            state = self.step(&x.get(t), &state);
+            if resets[t as usize] > 0.0 {
+                state = state.masked(&keep.get(t));
+            }
+            state = self.step_projected(&projected.get(t), &state);
             out.push(state.h.shallow_clone());
         }
         (Tensor::stack(&out, 0), state)

@@ -382,6 +382,19 @@ impl DemoStore {
         self.collections.is_multiple_of(every.max(1))
     }
 
+    /// The `k` value demos with the highest values predicted along them (pytorchrl saves
+    /// them beside the reward demos).
+    pub fn top_value_demos(&self, k: usize) -> Vec<&StoredDemo> {
+        let mut value: Vec<&StoredDemo> = self
+            .demos
+            .iter()
+            .filter(|d| d.kind == DemoKind::Value)
+            .collect();
+        value.sort_by(|a, b| b.max_value.total_cmp(&a.max_value));
+        value.truncate(k);
+        value
+    }
+
     /// The `k` agent reward demos with the highest returns (ties: shorter first).
     pub fn top_agent_demos(&self, k: usize) -> Vec<&StoredDemo> {
         let mut agent: Vec<&StoredDemo> = self

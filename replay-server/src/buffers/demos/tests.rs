@@ -117,6 +117,10 @@ fn capacity_evicts_value_demos_by_max_value_then_the_longest_agent_demo() {
         .map(|d| d.max_value)
         .collect();
     assert_eq!(values, vec![0.3, 0.2, 0.25]);
+    let top: Vec<(f32, usize)> = (store.top_value_demos(2).iter())
+        .map(|d| (d.max_value, d.demo.len()))
+        .collect();
+    assert_eq!(top, vec![(0.3, 10), (0.25, 14)]);
     // Successes push out value demos first, lowest max value first ...
     for len in [70, 80, 60] {
         assert_eq!(
