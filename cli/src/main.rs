@@ -67,7 +67,7 @@ enum Command {
         task: Option<u64>,
     },
     /// Record demonstrations: play a checkpoint's policy (or a scripted controller, or the
-    /// keyboard) and write each episode as a demo file (format: fleetrl-demo v1, see the README).
+    /// keyboard) and write each episode as a demo file (format: fleetrl-demo, see the README).
     Record {
         /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN) whose policy plays.
         #[arg(

@@ -1,6 +1,6 @@
 //! Demonstrations: one recorded episode per file, the input of behaviour cloning and PPO+D.
 //!
-//! # Format `fleetrl-demo`, version 1
+//! # Format `fleetrl-demo`, version 2
 //!
 //! A demo is a [safetensors](https://github.com/huggingface/safetensors) file named
 //! `*.demo.safetensors`, readable from Python with `safetensors.numpy.load_file` (tensors) and
@@ -9,13 +9,18 @@
 //!
 //! | tensor | dtype | shape | meaning |
 //! |---|---|---|---|
-//! | `observations` | F32 | `[T+1, *obs_shape]` | row `t` is what the agent saw before action `t`; row `T` after the last step |
+//! | `observations` | F32 or U8 | `[T+1, *obs_shape]` | row `t` is what the agent saw before action `t`; row `T` after the last step |
 //! | `actions` | I64 / F32 | `[T]` (discrete) / `[T, dim]` (box) | the action taken at step `t` |
 //! | `rewards` | F32 | `[T]` | the reward of step `t` |
 //! | `values` (optional) | F32 | `[T]` | the value the playing policy predicted at step `t` |
 //! | `action_low`, `action_high` (box only) | F32 | `[dim]` | the action space's bounds |
 //!
-//! Header metadata (all strings): `format` = `fleetrl-demo`, `version` = `1`, `env_id`,
+//! Observations are written as U8 when every value is a whole number in 0..=255 (Atari frames,
+//! MinAtar grids: a quarter of the bytes, no loss) and as F32 otherwise; readers widen U8 to
+//! f32. A file with U8 observations is version 2 (version 1 readers know only F32); every other
+//! file is still written as version 1.
+//!
+//! Header metadata (all strings): `format` = `fleetrl-demo`, `version` = `1` or `2`, `env_id`,
 //! `source` (`human`, `scripted`, `checkpoint` or `agent`), `terminated` (`true` when the
 //! episode reached a terminal state, `false` when it was cut short), `action_space`
 //! (`discrete(N)` or `box(DIM)`), and for tools that only read headers `length` and
@@ -32,8 +37,8 @@ use fleetrl_proto::space::{Action, Space};
 
 /// The `format` header value of every demo file.
 pub const FORMAT: &str = "fleetrl-demo";
-/// The newest format version this build reads and the one it writes.
-pub const VERSION: u32 = 1;
+/// The newest format version this build reads (and writes, for U8 observations).
+pub const VERSION: u32 = 2;
 /// File name ending of demo files; [`list`] picks these out of a directory.
 pub const EXTENSION: &str = ".demo.safetensors";
 
@@ -294,13 +299,19 @@ impl Demo {
         let t = self.len();
         let mut shape = vec![t + 1];
         shape.extend(&self.obs_shape);
+        // Whole numbers in a byte's range are stored as bytes (version 2), exactly.
+        let bytes_suffice = self
+            .observations
+            .iter()
+            .all(|&v| (0.0..=255.0).contains(&v) && v.fract() == 0.0);
+        let (obs_dtype, obs_bytes, version) = if bytes_suffice {
+            let bytes = self.observations.iter().map(|&v| v as u8).collect();
+            (Dtype::U8, bytes, 2)
+        } else {
+            (Dtype::F32, f32_bytes(&self.observations), 1)
+        };
         let mut tensors: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> = vec![
-            (
-                "observations",
-                Dtype::F32,
-                shape,
-                f32_bytes(&self.observations),
-            ),
+            ("observations", obs_dtype, shape, obs_bytes),
             ("rewards", Dtype::F32, vec![t], f32_bytes(&self.rewards)),
         ];
         let space = match &self.actions {
@@ -322,7 +333,7 @@ impl Demo {
         }
         let header = HashMap::from([
             ("format".to_string(), FORMAT.to_string()),
-            ("version".to_string(), VERSION.to_string()),
+            ("version".to_string(), u32::to_string(&version)),
             ("env_id".to_string(), self.env_id.clone()),
             ("source".to_string(), self.source.as_str().to_string()),
             ("terminated".to_string(), self.terminated.to_string()),
@@ -383,7 +394,16 @@ impl Demo {
             }
             Ok((view.shape().to_vec(), view.data().to_vec()))
         };
-        let (obs_shape, obs) = tensor("observations", Dtype::F32)?;
+        let (obs_shape, observations) = match file.tensor("observations").map(|v| v.dtype()) {
+            Ok(Dtype::U8) if version >= 2 => {
+                let (shape, bytes) = tensor("observations", Dtype::U8)?;
+                (shape, bytes.iter().map(|&b| f32::from(b)).collect())
+            }
+            _ => {
+                let (shape, bytes) = tensor("observations", Dtype::F32)?;
+                (shape, bytes_f32(&bytes))
+            }
+        };
         let (_, rewards) = tensor("rewards", Dtype::F32)?;
         let space = field("action_space")?;
         let actions = if space.starts_with("discrete(") {
@@ -411,7 +431,7 @@ impl Demo {
             env_id: field("env_id")?,
             source,
             obs_shape: obs_shape.get(1..).unwrap_or_default().to_vec(),
-            observations: bytes_f32(&obs),
+            observations,
             actions,
             rewards: bytes_f32(&rewards),
             values,
@@ -681,7 +701,7 @@ mod tests {
         );
 
         let mut newer = demo.to_bytes().unwrap();
-        let at = find(&newer, b"\"version\":\"1\"").expect("version in header");
+        let at = find(&newer, b"\"version\":\"2\"").expect("version in header");
         newer[at + 11] = b'9';
         let err = Demo::from_bytes(&newer, Path::new("new")).unwrap_err();
         assert!(err.to_string().contains("version 9"), "{err}");
@@ -689,6 +709,49 @@ mod tests {
         let mut bad = demo.clone();
         bad.rewards.push(1.0);
         assert!(matches!(bad.to_bytes(), Err(DemoError::Inconsistent(_))));
+    }
+
+    /// Whole-number observations in a byte's range are stored as U8 (version 2, a quarter of
+    /// the bytes) and read back exactly; anything else stays F32 (version 1); a version 1 file
+    /// claiming U8 observations is refused.
+    #[test]
+    fn byte_valued_observations_are_stored_as_bytes() {
+        let grid = |k: usize| -> Vec<f32> { (0..400).map(|i| ((i + k) % 2) as f32).collect() };
+        let space = Space::Discrete { n: 3 };
+        let mut rec = Recorder::new(
+            "MinAtar/Breakout-v1",
+            DemoSource::Agent,
+            vec![4, 10, 10],
+            &space,
+            &grid(0),
+        );
+        for t in 1..=50 {
+            rec.push(&Action::Discrete(1), 0.0, &grid(t), None);
+        }
+        let demo = rec.finish(true);
+        let bytes = demo.to_bytes().unwrap();
+        assert!(find(&bytes, b"\"version\":\"2\"").is_some());
+        assert!(bytes.len() < 51 * 400 + 2_000, "{} bytes", bytes.len());
+        assert_eq!(Demo::from_bytes(&bytes, Path::new("g")).unwrap(), demo);
+
+        let mut fractional = demo.clone();
+        fractional.observations[7] = 0.5;
+        let bytes = fractional.to_bytes().unwrap();
+        assert!(find(&bytes, b"\"version\":\"1\"").is_some());
+        assert!(bytes.len() > 51 * 400 * 4);
+        assert_eq!(
+            Demo::from_bytes(&bytes, Path::new("f")).unwrap(),
+            fractional
+        );
+
+        let mut old = demo.to_bytes().unwrap();
+        let at = find(&old, b"\"version\":\"2\"").unwrap();
+        old[at + 11] = b'1';
+        let err = Demo::from_bytes(&old, Path::new("old")).unwrap_err();
+        assert!(
+            err.to_string().contains("`observations` is U8, not F32"),
+            "{err}"
+        );
     }
 
     fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
