@@ -4,7 +4,7 @@
 //! spaces fail with errors that say what is wrong.
 #![cfg(feature = "python")]
 
-use fleetrl_core::config::EnvConfig;
+use fleetrl_core::config::{EnvConfig, RunConfig, Vectorization};
 use fleetrl_core::envs::python::{GymEnv, GymVecEnv};
 use fleetrl_core::envs::{check_env_contract, make, make_configured, make_vec, Env, VecEnv};
 use fleetrl_proto::space::{Action, Space};
@@ -40,11 +40,18 @@ fn spaces_come_from_gymnasium() {
     );
 }
 
-/// The batch path (one SyncVectorEnv entered per step) and the per-row path (one env each)
-/// agree step for step, auto-resets included.
+/// The batch path (one SyncVectorEnv, or an AsyncVectorEnv with a worker process per env,
+/// entered per step) and the per-row path (one env each) agree step for step, auto-resets
+/// included.
 #[test]
 fn batched_vector_env_matches_one_env_per_row() {
-    let batch = GymVecEnv::new("CartPole-v1", 3, &toml::Table::new()).unwrap();
+    for mode in [Vectorization::Sync, Vectorization::Async] {
+        batched_matches_per_row(mode);
+    }
+}
+
+fn batched_matches_per_row(mode: Vectorization) {
+    let batch = GymVecEnv::new("CartPole-v1", 3, &toml::Table::new(), mode).unwrap();
     let mut batched = VecEnv::from_batch(Box::new(batch)).unwrap();
     let rows: Vec<Box<dyn Env>> = (0..3).map(|_| make("gym:CartPole-v1").unwrap()).collect();
     let mut per_row = VecEnv::new(rows).unwrap();
@@ -54,7 +61,7 @@ fn batched_vector_env_matches_one_env_per_row() {
         let actions = [t % 2, (t / 2) % 2, 1];
         let a = batched.step_discrete(&actions).unwrap().clone();
         let b = per_row.step_discrete(&actions).unwrap();
-        assert_eq!(&a, b, "step {t}");
+        assert_eq!(&a, b, "{mode:?} step {t}");
         ended += a.final_obs.iter().filter(|f| f.is_some()).count();
     }
     assert!(ended > 3, "episodes ended and auto-reset: {ended}");
@@ -99,6 +106,21 @@ fn bad_ids_kwargs_and_spaces_are_clear_errors() {
         err.contains("gym:"),
         "unknown native ids point at the gym: prefix: {err}"
     );
+}
+
+/// `env.vectorization = "async"` is for gym: ids hosted as one vector env; a native id or a
+/// Rust wrapper is refused by name.
+#[test]
+fn async_vectorization_is_checked() {
+    let ok = "[env]\nid = \"gym:CartPole-v1\"\nvectorization = \"async\"\n";
+    assert!(RunConfig::from_toml(ok, "t").is_ok());
+    for bad in [
+        "[env]\nvectorization = \"async\"\n",
+        "[env]\nid = \"gym:CartPole-v1\"\nvectorization = \"async\"\nframe_stack = 2\n",
+    ] {
+        let err = RunConfig::from_toml(bad, "t").unwrap_err().to_string();
+        assert!(err.contains("env.vectorization"), "{err}");
+    }
 }
 
 #[test]

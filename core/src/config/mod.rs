@@ -166,6 +166,42 @@ pub struct EnvConfig {
     /// Appends the previous action (one-hot when discrete) and reward to every observation,
     /// zero at an episode's start: rlpyt's `prev_action` / `prev_reward` recurrent inputs.
     pub prev_action_reward: bool,
+    /// How a `gym:` env without wrappers is vectorised in each actor: "sync" (one process, the
+    /// default) or "async" (gymnasium's AsyncVectorEnv, one worker process per env; pays for
+    /// itself only when an env step costs more than the inter-process round trip).
+    pub vectorization: Vectorization,
+}
+
+/// Gymnasium's vectorisation modes (`[env] vectorization`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Vectorization {
+    /// SyncVectorEnv: every env in the actor's process.
+    #[default]
+    Sync,
+    /// AsyncVectorEnv: a worker process per env.
+    Async,
+}
+
+impl Vectorization {
+    /// The name gymnasium's `make_vec` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vectorization::Sync => "sync",
+            Vectorization::Async => "async",
+        }
+    }
+}
+
+impl EnvConfig {
+    /// Whether any Rust wrapper applies: then a `gym:` env is hosted one env per row.
+    pub fn has_wrappers(&self) -> bool {
+        self.atari
+            || self.prev_action_reward
+            || self.frame_stack > 1
+            || self.reward_scale != 1.0
+            || self.reward_clip > 0.0
+    }
 }
 
 impl Default for EnvConfig {
@@ -179,6 +215,7 @@ impl Default for EnvConfig {
             frame_stack: 0,
             max_episode_steps: 0,
             prev_action_reward: false,
+            vectorization: Vectorization::Sync,
         }
     }
 }
@@ -658,6 +695,14 @@ impl RunConfig {
         if self.version != CONFIG_VERSION {
             return Err(ConfigError::Version(self.version));
         }
+        check(
+            self.env.vectorization == Vectorization::Sync
+                || (self.env.id.starts_with("gym:") && !self.env.has_wrappers()),
+            "env.vectorization",
+            "\"async\" hosts a gym: env in gymnasium's AsyncVectorEnv, which takes no Rust \
+             wrappers (atari, frame_stack, reward_scale, reward_clip, prev_action_reward) and no \
+             native id",
+        )?;
         check(
             self.actors.envs_per_actor >= 1,
             "actors.envs_per_actor",

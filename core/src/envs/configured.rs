@@ -48,8 +48,9 @@ pub fn make_configured(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
 pub fn make_vec(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError> {
     #[cfg(feature = "python")]
     if let Some(id) = super::python::gym_id(&config.id) {
-        if !has_wrappers(config) {
-            let batch = super::python::GymVecEnv::new(id, n, &gym_kwargs(config)?)?;
+        if !config.has_wrappers() {
+            let kwargs = gym_kwargs(config)?;
+            let batch = super::python::GymVecEnv::new(id, n, &kwargs, config.vectorization)?;
             return VecEnv::from_batch(Box::new(batch));
         }
     }
@@ -57,15 +58,6 @@ pub fn make_vec(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError> {
         .map(|_| make_configured(config))
         .collect::<Result<Vec<_>, _>>()?;
     VecEnv::new(envs)
-}
-
-#[cfg(feature = "python")]
-fn has_wrappers(config: &EnvConfig) -> bool {
-    config.atari
-        || config.prev_action_reward
-        || config.frame_stack > 1
-        || config.reward_scale != 1.0
-        || config.reward_clip > 0.0
 }
 
 /// The unwrapped env: a native one (no kwargs allowed) or a gymnasium one.

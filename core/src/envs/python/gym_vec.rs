@@ -1,4 +1,5 @@
-//! [`GymVecEnv`]: a gymnasium `SyncVectorEnv` behind [`BatchEnv`], entered once per batch.
+//! [`GymVecEnv`]: a gymnasium `SyncVectorEnv` (or `AsyncVectorEnv`) behind [`BatchEnv`],
+//! entered once per batch.
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
@@ -6,10 +7,11 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use super::gym_env::read_f32;
 use super::{make_host_env, py_error};
+use crate::config::Vectorization;
 use crate::envs::{BatchActions, BatchEnv, EnvError, VecStep};
 use fleetrl_proto::space::Space;
 
-/// M copies of a gymnasium env in one `SyncVectorEnv` with same-step auto-reset.
+/// M copies of a gymnasium env in one vector env with same-step auto-reset.
 pub struct GymVecEnv {
     id: String,
     env: Py<PyAny>,
@@ -23,14 +25,20 @@ pub struct GymVecEnv {
 }
 
 impl GymVecEnv {
-    /// `num_envs` copies of gymnasium env `id` (no `gym:` prefix) made with `kwargs`.
-    pub fn new(id: &str, num_envs: usize, kwargs: &toml::Table) -> Result<GymVecEnv, EnvError> {
+    /// `num_envs` copies of gymnasium env `id` (no `gym:` prefix) made with `kwargs`, in one
+    /// process or a worker process each (`mode`).
+    pub fn new(
+        id: &str,
+        num_envs: usize,
+        kwargs: &toml::Table,
+        mode: Vectorization,
+    ) -> Result<GymVecEnv, EnvError> {
         if num_envs == 0 {
             return Err(EnvError::VecMismatch("no envs given".to_string()));
         }
         Python::attach(|py| {
             let (env, observation_space, action_space) =
-                make_host_env(py, id, Some(num_envs), kwargs)?;
+                make_host_env(py, id, Some((num_envs, mode.as_str())), kwargs)?;
             Ok(GymVecEnv {
                 id: id.to_string(),
                 env,

@@ -116,21 +116,43 @@ class Single:
         self.env.close()
 
 
-class Vector:
-    """A gymnasium SyncVectorEnv with same-step auto-reset, stepped as one batch."""
+def use_venv_python_for_workers():
+    """Makes multiprocessing start workers as fresh interpreters of this venv's python.
 
-    def __init__(self, env_id, num_envs, kwargs):
+    The host runs inside a Rust process with threads of its own, which fork would copy in
+    whatever state they are in; and `sys.executable` names that Rust binary, not python.
+    """
+    import multiprocessing
+    import os
+    import sys
+
+    python = os.path.join(sys.prefix, "bin", "python")
+    if not os.path.exists(python):
+        python = os.path.join(sys.prefix, "bin", "python3")
+    multiprocessing.set_executable(python)
+
+
+class Vector:
+    """A gymnasium vector env with same-step auto-reset, stepped as one batch: a
+    SyncVectorEnv (`mode` "sync"), or an AsyncVectorEnv with one worker process per env
+    ("async")."""
+
+    def __init__(self, env_id, num_envs, kwargs, mode="sync"):
         import_namespace(env_id)
         from gymnasium.vector import AutoresetMode
 
         probe = gym.make(env_id, **kwargs)
         wrappers = wrappers_for(env_id, probe.observation_space) or None
         probe.close()
+        vector_kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        if mode == "async":
+            use_venv_python_for_workers()
+            vector_kwargs["context"] = "spawn"
         self.env = gym.make_vec(
             env_id,
             num_envs=num_envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            vectorization_mode=mode,
+            vector_kwargs=vector_kwargs,
             wrappers=wrappers,
             **kwargs,
         )

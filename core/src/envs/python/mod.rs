@@ -168,15 +168,15 @@ fn parse_space(desc: &Bound<'_, PyAny>) -> PyResult<Space> {
 fn make_host_env(
     py: Python<'_>,
     id: &str,
-    num_envs: Option<usize>,
+    vector: Option<(usize, &str)>,
     kwargs: &toml::Table,
 ) -> Result<(Py<PyAny>, Space, Space), EnvError> {
     let host = host(py)?;
     let made = (|| {
         let kwargs = kwargs_dict(py, kwargs)?;
-        let env = match num_envs {
+        let env = match vector {
             None => host.getattr("Single")?.call1((id, kwargs))?,
-            Some(n) => host.getattr("Vector")?.call1((id, n, kwargs))?,
+            Some((n, mode)) => host.getattr("Vector")?.call1((id, n, kwargs, mode))?,
         };
         let obs = parse_space(&env.getattr("obs_space")?)?;
         let act = parse_space(&env.getattr("act_space")?)?;
