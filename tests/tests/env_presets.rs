@@ -72,6 +72,28 @@ fn ppo_learns_minatar_breakout_from_the_grid() {
     );
 }
 
+/// rlpyt's AtariLstmModel (conv -> fc -> LSTM -> heads) on the same grid
+/// (`minatar-breakout-ppo-lstm`): seed 0 evaluated 4.0 at 50k env steps (about 45 s here).
+/// The run keeps the preset's budget, so its linear learning-rate schedule is the preset's (a
+/// 60k budget decays the rate within the test and scored 1.4), and stops at the first
+/// evaluation of 2.0 or more, five times a random policy.
+#[test]
+fn conv_lstm_ppo_learns_minatar_breakout() {
+    let summary = train(
+        "minatar-ppo-lstm",
+        "minatar-breakout-ppo-lstm",
+        &[
+            "seed=0",
+            "stop.target_return=2.0",
+            "eval.interval_env_steps=25000",
+        ],
+    );
+    assert_eq!(
+        summary["solved"], true,
+        "PPO-LSTM did not reach 2.0 (random {MINATAR_BREAKOUT_RANDOM}): {summary:#}"
+    );
+}
+
 /// DQN reads the grid through the same conv encoder (the off-policy models' image path): with
 /// a shorter warm-up and exploration than the preset, seed 0 evaluated 3.95 at 20k env steps
 /// (27 s); the test asks 2.0, five times a random policy.
