@@ -62,7 +62,8 @@ pub fn signature(obs_space: &Space, action_space: &Space) -> Signature {
 /// The replay table an off-policy run's actors insert into: uniform or prioritized sampling,
 /// FIFO eviction, and the samples-per-insert rate limiter.
 pub fn table_spec(config: &RunConfig, replay: &ReplayOptions) -> Result<TableSpec, EnvError> {
-    let env = envs::make(&config.env.id)?;
+    // The env as the actors make it, wrappers included: they set the observation width.
+    let env = envs::make_configured(&config.env)?;
     let sampler = if replay.prioritized {
         SelectorKind::Prioritized {
             exponent: replay.priority_exponent,
@@ -261,6 +262,24 @@ pub fn importance_weights(probabilities: &[f64], table_size: u64, beta: f64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table's observation width is the wrapped env's (a frame stack, the previous
+    /// action and reward), not the bare id's: actors insert what they observe.
+    #[test]
+    fn table_signature_follows_the_env_wrappers() {
+        let text = "[env]\nid = \"Pendulum-v1\"\nframe_stack = 3\nprev_action_reward = true\n\
+                    [algo]\nname = \"sac\"\n";
+        let config = RunConfig::from_toml(text, "t").unwrap();
+        let replay = crate::algos::registry::spec(&config.algo)
+            .replay
+            .expect("sac replays");
+        let table = table_spec(&config, replay).unwrap();
+        let obs = (table.signature.fields.iter())
+            .find(|f| f.name == field::OBS)
+            .expect("obs field");
+        // (3 observations + 1 action + 1 reward) x 3 frames.
+        assert_eq!(obs.shape, vec![15]);
+    }
 
     fn step(r: f32, terminated: bool, truncated: bool, next: f32) -> StepIn {
         StepIn {
