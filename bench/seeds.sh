@@ -13,7 +13,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh >&2
 cargo build --release --bins >&2
-presets=${PRESETS:-"cartpole-ppo cartpole-a2c cartpole-vpg cartpole-trpo cartpole-impala cartpole-dqn cartpole-dqn-per cartpolenovel-ppo-lstm cartpolenovel-r2d2 acrobot-ppo mountaincar-ppo pointmass-ppo pendulum-sac pendulum-td3 pendulum-ddpg"}
+presets=${PRESETS:-"cartpole-ppo cartpole-a2c cartpole-vpg cartpole-trpo cartpole-impala cartpole-dqn cartpole-dqn-per cartpolenovel-ppo-lstm pendulumnovel-ppo-lstm cartpolenovel-r2d2 acrobot-ppo mountaincar-ppo pointmass-ppo pendulum-sac pendulum-td3 pendulum-ddpg"}
 seeds=${SEEDS:-"100 101 102 103 104"}
 out=$(mktemp -d)
 for preset in $presets; do
