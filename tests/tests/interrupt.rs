@@ -20,32 +20,46 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
+/// A launcher with no end but Ctrl-C: interrupted when dropped, so that a failed assertion
+/// does not leave the run (and its roles) going.
+struct Endless(Option<Child>);
+
+impl Drop for Endless {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.take() {
+            let _ = interrupt(child);
+        }
+    }
+}
+
 /// Starts `fleetrl train --config cartpole-ppo` with no end but Ctrl-C into `out` and waits
 /// until the learner reports progress.
-fn start_endless_run(out: &Path) -> anyhow::Result<Child> {
+fn start_endless_run(out: &Path) -> anyhow::Result<Endless> {
     let _ = std::fs::remove_dir_all(out);
     let fleetrl = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let child = Command::new(fleetrl)
-        .current_dir(root)
-        .args([
-            "train",
-            "--config",
-            "cartpole-ppo",
-            "--set",
-            "stop.total_env_steps=100000000",
-        ])
-        .args([
-            "--set",
-            "stop.target_return=1e9",
-            "--set",
-            "stop.max_wall_seconds=0",
-        ])
-        .arg("--out")
-        .arg(out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
+    let child = Endless(Some(
+        Command::new(fleetrl)
+            .current_dir(root)
+            .args([
+                "train",
+                "--config",
+                "cartpole-ppo",
+                "--set",
+                "stop.total_env_steps=100000000",
+            ])
+            .args([
+                "--set",
+                "stop.target_return=1e9",
+                "--set",
+                "stop.max_wall_seconds=0",
+            ])
+            .arg("--out")
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    ));
     let learner_log = out.join("logs/learner.log");
     let started = Instant::now();
     while !std::fs::read_to_string(&learner_log)
@@ -62,6 +76,11 @@ fn start_endless_run(out: &Path) -> anyhow::Result<Child> {
 }
 
 /// Ctrl-C on the launcher and its exit status.
+fn stop(mut run: Endless) -> anyhow::Result<std::process::ExitStatus> {
+    interrupt(run.0.take().expect("the run is going"))
+}
+
+/// Ctrl-C on `child` and its exit status.
 fn interrupt(mut child: Child) -> anyhow::Result<std::process::ExitStatus> {
     // SAFETY: kill(2) on the child we spawned.
     unsafe {
@@ -73,8 +92,8 @@ fn interrupt(mut child: Child) -> anyhow::Result<std::process::ExitStatus> {
 #[test]
 fn ctrl_c_stops_the_run_cleanly() -> anyhow::Result<()> {
     let out = std::env::temp_dir().join(format!("fleetrl-interrupt-{}", std::process::id()));
-    let child = start_endless_run(&out)?;
-    let status = interrupt(child)?;
+    let run = start_endless_run(&out)?;
+    let status = stop(run)?;
     assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
@@ -115,7 +134,7 @@ fn set(out: &Path, assignment: &str) -> anyhow::Result<(bool, String)> {
 #[test]
 fn set_changes_a_running_learners_hyperparameter() -> anyhow::Result<()> {
     let out = std::env::temp_dir().join(format!("fleetrl-set-{}", std::process::id()));
-    let child = start_endless_run(&out)?;
+    let run = start_endless_run(&out)?;
     let (ok, text) = set(&out, "algo.learning_rate=2e-5")?;
     assert!(ok, "{text}");
     assert!(
@@ -134,7 +153,7 @@ fn set_changes_a_running_learners_hyperparameter() -> anyhow::Result<()> {
     // The learner is still there, and the first change stands.
     let (ok, text) = set(&out, "algo.entropy_loss_coeff=0.01")?;
     assert!(ok && text.contains("0.0 -> 0.01"), "{text}");
-    let status = interrupt(child)?;
+    let status = stop(run)?;
     assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
