@@ -659,6 +659,13 @@ impl RunConfig {
             .strip_prefix("algo.")
             .filter(|f| LIVE_ALGO_KEYS.contains(f))
             .ok_or_else(|| fixed(format!("it is set when the run starts; {}", live())))?;
+        if self.learner.world_size > 1 {
+            return Err(fixed(format!(
+                "this run has {} learners (learner.world_size), which would each need the change \
+                 at the same update; restart the run with it instead",
+                self.learner.world_size
+            )));
+        }
         let mut table = toml::Table::try_from(self).expect("RunConfig always serialises");
         let read = |table: &toml::Table| {
             table
@@ -1022,6 +1029,17 @@ mod tests {
         assert_eq!(a2c.vtrace, Some(VtraceClips::default()));
         let err = RunConfig::from_toml("[algo.vtrace]\nc_bar = 0.0\n", "t").unwrap_err();
         assert!(err.to_string().contains("algo.vtrace.c_bar"), "{err}");
+        // A live change is refused where learners would disagree.
+        let mut several = RunConfig::default();
+        several.learner.world_size = 2;
+        let err = several
+            .with_live_change("algo.learning_rate", "1e-4")
+            .unwrap_err();
+        assert!(err.to_string().contains("learner.world_size"), "{err}");
+        let (_, before, after) = (RunConfig::default())
+            .with_live_change("algo.learning_rate", "1e-4")
+            .unwrap();
+        assert_eq!((before.as_str(), after.as_str()), ("0.0003", "0.0001"));
         // Layers before the LSTM need one, and an on-policy algorithm.
         let err = RunConfig::from_toml("[model]\npre_lstm_sizes = [32]\n", "t").unwrap_err();
         assert!(err.to_string().contains("model.pre_lstm_sizes"), "{err}");
