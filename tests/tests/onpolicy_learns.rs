@@ -312,7 +312,7 @@ fn lstm_impala_learns_cartpole_without_velocities() -> anyhow::Result<()> {
 
 /// rlpyt's recurrent Gaussian agent (`pendulumnovel-ppo-lstm`: layers before the LSTM, the
 /// previous action and reward as inputs) swings up a pendulum whose angular velocity it
-/// cannot see. A feed-forward PPO stays at -1,201 to -1,302 over 200k steps on the same task
+/// cannot see. A feed-forward PPO stays at -1,204 to -1,302 over 200k steps on the same task
 /// (a random policy's score); this preset reached -306, -373 and -395 at 63k-74k steps with
 /// seeds 0-2 (seed 1 passed -500 at 53k, about 30 s). The run stops once an evaluation
 /// reaches -500; the budget is 200k.
