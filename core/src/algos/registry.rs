@@ -25,6 +25,16 @@ pub enum Family {
     OffPolicy,
 }
 
+/// How an algorithm trains a recurrent model (`model.lstm_size > 0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recurrence {
+    /// Unrolls the LSTM over each rollout from the state the actor stored with it (and takes
+    /// `model.pre_lstm_sizes`).
+    Rollouts,
+    /// Replays stored sequences with burn-in (R2D2).
+    Sequences,
+}
+
 /// What the rest of the system needs to know about an algorithm, without building it.
 #[derive(Debug, Clone, Copy)]
 pub struct Spec<'a> {
@@ -39,6 +49,8 @@ pub struct Spec<'a> {
     pub shape: Option<(PolicyKind, u32)>,
     /// A directory of demos the learner inserts into the table before sampling (BC).
     pub demo_dir: Option<&'a str>,
+    /// How it trains an LSTM model; `None`: feed-forward models only.
+    pub recurrence: Option<Recurrence>,
 }
 
 /// The registry entry of `algo`.
@@ -49,6 +61,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         publish_interval: 1,
         shape: None,
         demo_dir: None,
+        recurrence: None,
     };
     let off_policy = |replay, interval: u64, shape| Spec {
         family: Family::OffPolicy,
@@ -56,19 +69,22 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         publish_interval: interval.max(1),
         shape,
         demo_dir: None,
+        recurrence: None,
     };
     match algo {
-        AlgoConfig::Ppo(_)
-        | AlgoConfig::A2c(_)
-        | AlgoConfig::Vpg(_)
-        | AlgoConfig::Trpo(_)
-        | AlgoConfig::Impala(_)
-        | AlgoConfig::Maml(..) => on_policy,
-        AlgoConfig::Dqn(c) => off_policy(
-            &c.replay,
-            c.publish_interval,
-            Some((PolicyKind::QValues, 1)),
-        ),
+        AlgoConfig::Ppo(_) | AlgoConfig::A2c(_) | AlgoConfig::Impala(_) => Spec {
+            recurrence: Some(Recurrence::Rollouts),
+            ..on_policy
+        },
+        AlgoConfig::Vpg(_) | AlgoConfig::Trpo(_) | AlgoConfig::Maml(..) => on_policy,
+        AlgoConfig::Dqn(c) => Spec {
+            recurrence: Some(Recurrence::Sequences),
+            ..off_policy(
+                &c.replay,
+                c.publish_interval,
+                Some((PolicyKind::QValues, 1)),
+            )
+        },
         AlgoConfig::Sac(c) => off_policy(
             &c.replay,
             c.publish_interval,

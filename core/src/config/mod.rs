@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::tasks::TasksConfig;
 
+use crate::algos::registry::Recurrence;
+
 pub use algo::{
     A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, IntrinsicConfig, PgOptions, PpoConfig,
     TrpoConfig, VpgConfig, VtraceClips, ALGO_NAMES,
@@ -666,7 +668,7 @@ impl RunConfig {
                 self.learner.world_size
             )));
         }
-        let mut table = toml::Table::try_from(self).expect("RunConfig always serialises");
+        let mut table = toml::Table::try_from(self).map_err(|e| fixed(e.to_string()))?;
         let read = |table: &toml::Table| {
             table
                 .get("algo")
@@ -682,7 +684,7 @@ impl RunConfig {
         })?;
         apply_override(&mut table, &format!("{key}={value}"))?;
         let changed = RunConfig::from_table(table, &format!("set {key}"))?;
-        let table = toml::Table::try_from(&changed).expect("RunConfig always serialises");
+        let table = toml::Table::try_from(&changed).map_err(|e| fixed(e.to_string()))?;
         let now = read(&table).unwrap_or_default();
         Ok((changed, previous, now))
     }
@@ -782,9 +784,9 @@ impl RunConfig {
             "model.shared_trunk",
             "needs at least one hidden layer",
         )?;
+        let recurrence = crate::algos::registry::spec(&self.algo).recurrence;
         check(
-            self.model.lstm_size == 0
-                || matches!(self.algo.name(), "ppo" | "a2c" | "impala" | "dqn"),
+            self.model.lstm_size == 0 || recurrence.is_some(),
             "model.lstm_size",
             "recurrent models are trained by algo.name = \"ppo\", \"a2c\" and \"impala\" \
              (on-policy) and \"dqn\" (R2D2: stored sequences with burn-in) only; vpg, trpo, sac, \
@@ -792,8 +794,7 @@ impl RunConfig {
         )?;
         check(
             self.model.pre_lstm_sizes.is_empty()
-                || (self.model.lstm_size > 0
-                    && matches!(self.algo.name(), "ppo" | "a2c" | "impala")),
+                || (self.model.lstm_size > 0 && recurrence == Some(Recurrence::Rollouts)),
             "model.pre_lstm_sizes",
             "are the layers before an on-policy model's LSTM core: set model.lstm_size > 0 with \
              algo.name = \"ppo\", \"a2c\" or \"impala\"",

@@ -385,30 +385,31 @@ impl DemoStore {
     /// The `k` value demos with the highest values predicted along them (pytorchrl saves
     /// them beside the reward demos).
     pub fn top_value_demos(&self, k: usize) -> Vec<&StoredDemo> {
-        let mut value: Vec<&StoredDemo> = self
-            .demos
-            .iter()
-            .filter(|d| d.kind == DemoKind::Value)
-            .collect();
-        value.sort_by(|a, b| b.max_value.total_cmp(&a.max_value));
-        value.truncate(k);
-        value
+        self.top(DemoKind::Value, k, |a, b| {
+            b.max_value.total_cmp(&a.max_value)
+        })
     }
 
     /// The `k` agent reward demos with the highest returns (ties: shorter first).
     pub fn top_agent_demos(&self, k: usize) -> Vec<&StoredDemo> {
-        let mut agent: Vec<&StoredDemo> = self
-            .demos
-            .iter()
-            .filter(|d| d.kind == DemoKind::Agent)
-            .collect();
-        agent.sort_by(|a, b| {
+        self.top(DemoKind::Agent, k, |a, b| {
             b.total_reward
                 .total_cmp(&a.total_reward)
                 .then(a.demo.len().cmp(&b.demo.len()))
-        });
-        agent.truncate(k);
-        agent
+        })
+    }
+
+    /// The first `k` demos of `kind` in `order`.
+    fn top(
+        &self,
+        kind: DemoKind,
+        k: usize,
+        order: impl FnMut(&&StoredDemo, &&StoredDemo) -> std::cmp::Ordering,
+    ) -> Vec<&StoredDemo> {
+        let mut ranked: Vec<&StoredDemo> = self.demos.iter().filter(|d| d.kind == kind).collect();
+        ranked.sort_by(order);
+        ranked.truncate(k);
+        ranked
     }
 }
 
