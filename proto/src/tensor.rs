@@ -32,6 +32,9 @@ pub enum TensorError {
     /// conversions).
     #[error("tch: {0}")]
     Tch(String),
+    /// An f32 value that a byte tensor cannot hold exactly.
+    #[error("value {0} is not a whole number in 0..=255, so it cannot travel as a byte")]
+    NotAByte(String),
 }
 
 impl Dtype {
@@ -171,6 +174,28 @@ impl Tensor {
             });
         }
         Ok(self.data.chunks_exact(dtype.size()).map(T::get).collect())
+    }
+
+    /// The values as f32: an F32 tensor as it is, a U8 tensor widened (exactly).
+    pub fn to_f32_widened(&self) -> Result<Vec<f32>, TensorError> {
+        match self.validate()? {
+            Dtype::U8 => Ok(self.data.iter().map(|&b| f32::from(b)).collect()),
+            _ => self.to_vec::<f32>(),
+        }
+    }
+
+    /// An F32 tensor whose every value is a whole number in 0..=255 as a U8 tensor of the
+    /// same shape (a quarter of the bytes, no loss); other values are refused.
+    pub fn narrowed_to_bytes(&self) -> Result<Tensor, TensorError> {
+        let values = self.to_vec::<f32>()?;
+        let bytes = values
+            .iter()
+            .map(|&v| match v.fract() == 0.0 && (0.0..=255.0).contains(&v) {
+                true => Ok(v as u8),
+                false => Err(TensorError::NotAByte(v.to_string())),
+            })
+            .collect::<Result<Vec<u8>, _>>()?;
+        Ok(Tensor::from_slice(&self.shape, &bytes))
     }
 
     /// Stacks same-typed, same-shaped tensors along a new leading dimension.

@@ -84,4 +84,8 @@ impl Collector for MetaCollector {
     fn pacing(&self) -> Pacing {
         Pacing::PerBatch
     }
+
+    fn byte_observations(&self) -> bool {
+        self.acting.envs().byte_observations()
+    }
 }

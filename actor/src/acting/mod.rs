@@ -19,6 +19,7 @@ use fleetrl_core::acting::ActingError;
 use fleetrl_core::broadcast::Received;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::{EnvError, Episode};
+use fleetrl_core::items::narrow_observations;
 use fleetrl_core::models::ModelError;
 use fleetrl_core::replay_client::SequenceError;
 use fleetrl_proto::{TensorError, TensorMap};
@@ -99,6 +100,11 @@ pub(crate) trait Collector {
     fn drain_episodes(&mut self) -> Vec<Episode>;
     /// How the loop keeps pace with the learner.
     fn pacing(&self) -> Pacing;
+    /// Whether the envs' observations are bytes ([`VecEnv::byte_observations`]): the loop
+    /// then sends items' observations as U8.
+    ///
+    /// [`VecEnv::byte_observations`]: fleetrl_core::envs::VecEnv::byte_observations
+    fn byte_observations(&self) -> bool;
 }
 
 /// Builds the collector `config` calls for: rollouts (with demo replay when `demos` is
@@ -154,6 +160,7 @@ impl ActingLoop {
         let (seed, id) = (self.config.seed, self.actor_id as u64);
         tch::manual_seed((seed + 7919 * id) as i64);
         let pacing = collector.pacing();
+        let bytes = collector.byte_observations();
         // Weights received but not yet acted with (`actors.lag_versions`), oldest first.
         let mut held = VecDeque::new();
         let mut version = self.wait_for_weights(collector.as_mut())?;
@@ -170,7 +177,10 @@ impl ActingLoop {
                 self.report(collector.drain_episodes(), unreported, version);
                 unreported = 0;
             }
-            for item in collected.items {
+            for mut item in collected.items {
+                if bytes {
+                    narrow_observations(&mut item)?;
+                }
                 if self.items.blocking_send(item).is_err() {
                     return Ok(()); // the inserter is gone: the actor is stopping
                 }

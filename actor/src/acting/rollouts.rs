@@ -41,6 +41,8 @@ pub(super) struct RolloutCollector {
     tasks: Option<(TaskSet, SmallRng)>,
     /// The env id, for errors.
     env_id: String,
+    /// The envs' [`VecEnv::byte_observations`].
+    byte_observations: bool,
 }
 
 impl RolloutCollector {
@@ -56,7 +58,7 @@ impl RolloutCollector {
             config.actors.envs_per_actor as usize,
         );
         let envs = fleetrl_core::envs::make_vec(&config.env, m)?;
-        let obs_dim = envs.obs_dim();
+        let (obs_dim, byte_observations) = (envs.obs_dim(), envs.byte_observations());
         let model = model::actor_critic(config, &envs)?;
         let source = match demos {
             None => Source::Plain(Box::new(Acting::new(envs, seed))),
@@ -77,6 +79,7 @@ impl RolloutCollector {
                 )
             }),
             env_id: config.env.id.clone(),
+            byte_observations,
         })
     }
 
@@ -121,5 +124,9 @@ impl Collector for RolloutCollector {
 
     fn pacing(&self) -> Pacing {
         Pacing::PerBatch
+    }
+
+    fn byte_observations(&self) -> bool {
+        self.byte_observations
     }
 }

@@ -105,6 +105,10 @@ impl Collector for SequenceCollector {
     fn pacing(&self) -> Pacing {
         Pacing::Free
     }
+
+    fn byte_observations(&self) -> bool {
+        self.on.envs.byte_observations()
+    }
 }
 
 /// The discrete action taken (a Q-value model only builds for discrete actions).

@@ -196,6 +196,10 @@ impl Collector for TransitionCollector {
     fn pacing(&self) -> Pacing {
         Pacing::Free
     }
+
+    fn byte_observations(&self) -> bool {
+        self.on.envs.byte_observations()
+    }
 }
 
 /// `reward` clipped to +-`limit` (0: unclipped).

@@ -83,6 +83,11 @@ impl Acting {
         self.state = None;
     }
 
+    /// The envs.
+    pub fn envs(&self) -> &VecEnv {
+        &self.envs
+    }
+
     /// The envs (for spaces and finished episodes).
     pub fn envs_mut(&mut self) -> &mut VecEnv {
         &mut self.envs

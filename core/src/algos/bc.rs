@@ -2,10 +2,12 @@
 //! an expert's actions, from demo files or from an expert checkpoint the actors play.
 //!
 //! Losses: `log_prob` is the negative log-likelihood of the expert action (a categorical over
-//! the network's logits for discrete actions; for continuous actions the deterministic policy
-//! is read as a unit-variance Gaussian, whose NLL is half the squared error plus a constant);
-//! `mse` is the squared error between the policy's action probabilities and the expert's
-//! one-hot action (discrete) or between the policy's action and the expert's (continuous).
+//! the network's logits for discrete actions; for continuous actions the exact one under a
+//! squashed Gaussian policy (`policy = "gaussian"`), or, for the deterministic policy, read as
+//! a unit-variance Gaussian, whose NLL is half the squared error plus a constant); `mse` is
+//! the squared error between the policy's action probabilities and the expert's one-hot action
+//! (discrete) or between the policy's action (the Gaussian's squashed mean) and the expert's
+//! (continuous).
 
 use tch::{Kind, Tensor};
 
@@ -16,33 +18,42 @@ use crate::items::transition::TransitionBatch;
 use crate::models::{OffPolicyModel, PolicyKind};
 use crate::optim::Adam;
 
-/// The BC loss of `model` on expert `action`s at `obs`, averaged over rows.
+/// The BC loss of `model` on expert `action`s (indices, or env-scale values) at `obs`,
+/// averaged over rows.
 pub fn bc_loss(model: &OffPolicyModel, obs: &Tensor, action: &Tensor, loss: BcLoss) -> Tensor {
-    if model.kind() == PolicyKind::QValues {
-        let logits = model.q_values(obs);
-        let log_probs = logits.log_softmax(-1, Kind::Float);
-        return match loss {
-            BcLoss::LogProb => -log_probs
-                .gather(1, &action.unsqueeze(1), false)
-                .mean(Kind::Float),
-            BcLoss::Mse => {
-                let n = logits.size()[1];
-                let one_hot = action.one_hot(n).to_kind(Kind::Float);
-                (log_probs.exp() - one_hot)
-                    .square()
-                    .sum_dim_intlist(-1, false, Kind::Float)
-                    .mean(Kind::Float)
+    match (model.kind(), loss) {
+        (PolicyKind::QValues, BcLoss::LogProb) => {
+            let (log_prob, _) = model
+                .evaluate_actions(obs, action)
+                .expect("Q values define a categorical policy");
+            -log_prob.mean(Kind::Float)
+        }
+        (PolicyKind::QValues, BcLoss::Mse) => {
+            let probs = model.q_values(obs).softmax(-1, Kind::Float);
+            let one_hot = action.one_hot(probs.size()[1]).to_kind(Kind::Float);
+            (probs - one_hot)
+                .square()
+                .sum_dim_intlist(-1, false, Kind::Float)
+                .mean(Kind::Float)
+        }
+        (PolicyKind::SquashedGaussian, BcLoss::LogProb) => {
+            let unit = model.to_unit_scale(action);
+            let (log_prob, _) = model
+                .evaluate_actions(obs, &unit)
+                .expect("a squashed Gaussian has a likelihood");
+            -log_prob.mean(Kind::Float)
+        }
+        (_, loss) => {
+            let predicted = model.to_env_scale(&model.mean_action(obs));
+            let sq = (predicted - action)
+                .square()
+                .sum_dim_intlist(-1, false, Kind::Float)
+                .mean(Kind::Float);
+            match loss {
+                BcLoss::LogProb => sq * 0.5,
+                BcLoss::Mse => sq,
             }
-        };
-    }
-    let predicted = model.to_env_scale(&model.mean_action(obs));
-    let sq = (predicted - action)
-        .square()
-        .sum_dim_intlist(-1, false, Kind::Float)
-        .mean(Kind::Float);
-    match loss {
-        BcLoss::LogProb => sq * 0.5,
-        BcLoss::Mse => sq,
+        }
     }
 }
 
@@ -159,5 +170,61 @@ mod tests {
         }
         let greedy = bc.trained.model.q_values(&obs).argmax(1, false);
         assert_eq!(Vec::<i64>::try_from(&greedy).unwrap(), vec![1, 0]);
+    }
+
+    /// `policy = "gaussian"`: the loss is the exact negative log-likelihood of the expert's
+    /// (env-scale) action, and training moves the squashed mean onto it and narrows the
+    /// Gaussian.
+    #[test]
+    fn gaussian_bc_fits_the_expert_by_its_likelihood() {
+        tch::manual_seed(3);
+        let obs_space = Space::Box {
+            shape: vec![2],
+            low: vec![-1.0; 2],
+            high: vec![1.0; 2],
+        };
+        let action_space = Space::Box {
+            shape: vec![1],
+            low: vec![-2.0],
+            high: vec![2.0],
+        };
+        let model = OffPolicyModel::new(
+            &ModelConfig::default(),
+            PolicyKind::SquashedGaussian,
+            1,
+            &obs_space,
+            &action_space,
+            tch::Device::Cpu,
+        )
+        .unwrap();
+        let obs = Tensor::from_slice(&[1.0f32, 0.0, -1.0, 0.0]).view([2, 2]);
+        let expert = Tensor::from_slice(&[1.0f32, -0.5]).view([2, 1]);
+        let unit = &expert / 2.0;
+        let (log_prob, _) = model.evaluate_actions(&obs, &unit).unwrap();
+        let got = bc_loss(&model, &obs, &expert, BcLoss::LogProb).double_value(&[]);
+        assert!((got + log_prob.mean(Kind::Float).double_value(&[])).abs() < 1e-6);
+        let before = got;
+        let config = BcConfig {
+            policy: crate::config::BcPolicy::Gaussian,
+            ..BcConfig::default()
+        };
+        let mut bc = Bc::new(&config, model);
+        let batch = TransitionBatch {
+            obs: obs.shallow_clone(),
+            action: expert.shallow_clone(),
+            reward: Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)),
+            discount: Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)),
+            next_obs: obs.shallow_clone(),
+            weights: Tensor::ones([2], (Kind::Float, tch::Device::Cpu)),
+        };
+        for _ in 0..2_000 {
+            bc.train(&batch);
+        }
+        let model = &bc.trained.model;
+        let after = bc_loss(model, &obs, &expert, BcLoss::LogProb).double_value(&[]);
+        assert!(after < before - 1.0, "NLL {before} -> {after}");
+        let mean = model.to_env_scale(&model.mean_action(&obs));
+        let error = (mean - &expert).abs().max().double_value(&[]);
+        assert!(error < 0.05, "squashed mean is {error} from the expert");
     }
 }

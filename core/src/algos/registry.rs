@@ -10,7 +10,7 @@ use super::maml::Maml;
 use super::sac::Sac;
 use super::td3::Td3;
 use super::{A2c, Algorithm, Impala, Ppo, Trpo, Vpg};
-use crate::config::{AlgoConfig, ReplayOptions, RunConfig};
+use crate::config::{AlgoConfig, BcPolicy, ReplayOptions, RunConfig};
 use crate::models::{ActorCritic, ModelError, OffPolicyModel, PolicyKind};
 use fleetrl_proto::space::Space;
 
@@ -103,17 +103,30 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
 }
 
 /// The off-policy model `config` trains and acts with (BC: Q-value logits for discrete
-/// actions, a deterministic policy for continuous ones).
+/// actions; for continuous ones a deterministic policy, or a squashed Gaussian with
+/// `algo.policy = "gaussian"`).
 pub fn build_model(
     config: &RunConfig,
     obs_space: &Space,
     action_space: &Space,
     device: Device,
 ) -> Result<OffPolicyModel, ModelError> {
-    let (kind, critics) = spec(&config.algo).shape.unwrap_or(match action_space {
-        Space::Discrete { .. } => (PolicyKind::QValues, 1),
-        Space::Box { .. } => (PolicyKind::Deterministic, 1),
-    });
+    let (kind, critics) = match (spec(&config.algo).shape, action_space, &config.algo) {
+        (Some(shape), _, _) => shape,
+        (None, Space::Box { .. }, AlgoConfig::Bc(c)) if c.policy == BcPolicy::Gaussian => {
+            (PolicyKind::SquashedGaussian, 1)
+        }
+        (None, Space::Box { .. }, _) => (PolicyKind::Deterministic, 1),
+        (None, Space::Discrete { .. }, AlgoConfig::Bc(c)) if c.policy == BcPolicy::Gaussian => {
+            return Err(ModelError::Config {
+                key: "algo.policy",
+                message: "a Gaussian policy needs continuous actions; this env's are discrete \
+                          (BC fits a categorical over the logits there)"
+                    .into(),
+            });
+        }
+        (None, Space::Discrete { .. }, _) => (PolicyKind::QValues, 1),
+    };
     OffPolicyModel::new(
         &config.model,
         kind,
@@ -179,4 +192,39 @@ pub fn build(
             config.actors.envs_per_actor as usize,
         )),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// BC's `policy` picks the continuous model, and a Gaussian for discrete actions is
+    /// refused by its key.
+    #[test]
+    fn bc_policy_picks_the_model_and_refuses_discrete_gaussians() {
+        let build = |env: &str, policy: &str| {
+            let text =
+                format!("[env]\nid = \"{env}\"\n[algo]\nname = \"bc\"\npolicy = \"{policy}\"\ndemos = \"d\"\n");
+            let config = RunConfig::from_toml(&text, "t").unwrap();
+            let env = crate::envs::make(env).unwrap();
+            build_model(
+                &config,
+                &env.observation_space(),
+                &env.action_space(),
+                Device::Cpu,
+            )
+        };
+        let kind = |env: &str, policy: &str| build(env, policy).unwrap().kind();
+        assert_eq!(
+            kind("Pendulum-v1", "gaussian"),
+            PolicyKind::SquashedGaussian
+        );
+        assert_eq!(
+            kind("Pendulum-v1", "deterministic"),
+            PolicyKind::Deterministic
+        );
+        assert_eq!(kind("CartPole-v1", "deterministic"), PolicyKind::QValues);
+        let error = build("CartPole-v1", "gaussian").unwrap_err().to_string();
+        assert!(error.starts_with("algo.policy: "), "{error}");
+    }
 }

@@ -25,8 +25,8 @@ pub use algo::{
 pub use devices::{parse_device, BroadcastDtype, DeviceList, UnknownDevice};
 pub use meta::{MamlConfig, MetaOptimizer};
 pub use offpolicy::{
-    BcConfig, BcLoss, CapsOptions, DqnConfig, Exploration, NoiseKind, ReplayOptions, SacConfig,
-    TargetUpdate, Td3Config,
+    BcConfig, BcLoss, BcPolicy, CapsOptions, DqnConfig, Exploration, NoiseKind, ReplayOptions,
+    SacConfig, TargetUpdate, Td3Config,
 };
 pub use overrides::apply_override;
 pub use ppod::PpodConfig;

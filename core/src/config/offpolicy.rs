@@ -483,6 +483,19 @@ pub enum BcLoss {
     Mse,
 }
 
+/// The policy BC fits for continuous actions (garage's `BC` takes a deterministic or a
+/// stochastic policy).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BcPolicy {
+    /// A `tanh` policy; `log_prob` reads it as a unit-variance Gaussian.
+    #[default]
+    Deterministic,
+    /// A `tanh`-squashed Gaussian with a learned standard deviation (SAC's policy);
+    /// `log_prob` is the exact negative log-likelihood of the expert's action.
+    Gaussian,
+}
+
 /// Behaviour cloning (garage's `BC`): a policy fit to an expert's actions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -493,6 +506,9 @@ pub struct BcConfig {
     pub learning_rate: f64,
     /// `log_prob` or `mse`.
     pub loss: BcLoss,
+    /// `deterministic` or `gaussian` (continuous actions; discrete actions are always a
+    /// categorical over the network's logits).
+    pub policy: BcPolicy,
     /// Directory of demo files (`fleetrl record`) to learn from (empty: none).
     pub demos: Option<String>,
     /// An expert checkpoint the actors play (its actions are the labels) instead of demos
@@ -510,6 +526,7 @@ impl Default for BcConfig {
             discount: 0.99,
             learning_rate: 1e-3,
             loss: BcLoss::LogProb,
+            policy: BcPolicy::Deterministic,
             demos: None,
             expert_checkpoint: None,
             publish_interval: 1,

@@ -228,6 +228,11 @@ impl<E: Env> Env for AtariPreprocessing<E> {
     fn lives(&self) -> Option<u32> {
         self.env.lives()
     }
+
+    /// Gray levels are rounded to whole numbers in 0..=255.
+    fn byte_observations(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

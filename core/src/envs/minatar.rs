@@ -111,6 +111,11 @@ impl<G: Game> Env for MinAtar<G> {
         }
     }
 
+    /// Channels are 0/1 grids.
+    fn byte_observations(&self) -> bool {
+        true
+    }
+
     /// `Some(seed)` reseeds the generator that draws the start and the sticky actions.
     fn reset(&mut self, seed: Option<u64>) -> Vec<f32> {
         if let Some(seed) = seed {

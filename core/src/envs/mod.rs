@@ -1,7 +1,8 @@
 //! Environments: the [`Env`] trait every environment implements (native or hosted), the
 //! registry [`make`], wrappers, and [`VecEnv`], a vector of envs with auto-reset.
 
-/// Forwards [`Env::game_over`] and [`Env::lives`] to the wrapped env in field `$inner`.
+/// Forwards [`Env::game_over`], [`Env::lives`], [`Env::set_task`] and
+/// [`Env::byte_observations`] to the wrapped env in field `$inner`.
 macro_rules! forward_game_info {
     ($inner:ident) => {
         fn game_over(&self) -> bool {
@@ -14,6 +15,10 @@ macro_rules! forward_game_info {
 
         fn set_task(&mut self, task: &crate::tasks::Task) -> Result<(), EnvError> {
             self.$inner.set_task(task)
+        }
+
+        fn byte_observations(&self) -> bool {
+            self.$inner.byte_observations()
         }
     };
 }
@@ -175,6 +180,11 @@ pub trait Env: Send {
         let _ = task;
         Err(EnvError::NoTasks(String::new()))
     }
+    /// True when every observation value is a whole number in 0..=255 (pixel frames, 0/1
+    /// grids): items then carry observations as bytes, a quarter of f32's size, exactly.
+    fn byte_observations(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed env is an env, so wrappers stack on envs chosen at run time.
@@ -205,6 +215,9 @@ impl Env for Box<dyn Env> {
     }
     fn set_task(&mut self, task: &Task) -> Result<(), EnvError> {
         (**self).set_task(task)
+    }
+    fn byte_observations(&self) -> bool {
+        (**self).byte_observations()
     }
 }
 

@@ -59,6 +59,8 @@ pub struct VecEnv {
     episodes: Vec<Episode>,
     /// Reused per-row actions of [`VecEnv::step_continuous`].
     continuous: Vec<Action>,
+    /// The envs' [`Env::byte_observations`] (false for a hosted batch).
+    byte_observations: bool,
 }
 
 impl VecEnv {
@@ -77,12 +79,10 @@ impl VecEnv {
             }
         }
         let m = envs.len();
-        Ok(VecEnv::with_backend(
-            Backend::Each(envs),
-            m,
-            observation_space,
-            action_space,
-        ))
+        let byte_observations = first.byte_observations();
+        let mut vec = VecEnv::with_backend(Backend::Each(envs), m, observation_space, action_space);
+        vec.byte_observations = byte_observations;
+        Ok(vec)
     }
 
     /// Hosts a [`BatchEnv`], stepped as one unit (e.g. a gymnasium vector env).
@@ -124,6 +124,7 @@ impl VecEnv {
             lengths: vec![0; m],
             episodes: Vec::new(),
             continuous: Vec::new(),
+            byte_observations: false,
         }
     }
 
@@ -149,6 +150,11 @@ impl VecEnv {
     /// Number of envs, M.
     pub fn num_envs(&self) -> usize {
         self.num_envs
+    }
+
+    /// Whether observations are whole numbers in 0..=255 (see [`Env::byte_observations`]).
+    pub fn byte_observations(&self) -> bool {
+        self.byte_observations
     }
 
     /// Number of f32 values in one env's observation, D.

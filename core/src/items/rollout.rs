@@ -4,7 +4,7 @@
 //!
 //! | field | dtype | shape | meaning |
 //! |---|---|---|---|
-//! | `obs` | f32 | [T, M, D] | observation the action was taken from |
+//! | `obs` | f32 or u8 | [T, M, D] | observation the action was taken from |
 //! | `action` | i64 / f32 | [T, M] / [T, M, A] | discrete / continuous action |
 //! | `reward` | f32 | [T, M] | reward of the step |
 //! | `terminated` | bool | [T, M] | the step ended the episode in a terminal state |
@@ -13,9 +13,11 @@
 //! | `value` | f32 | [T, M] | behaviour value estimate V(obs) |
 //! | `final_value` | f32 | [T, M] | V(final obs) where `truncated`, else 0 |
 //! | `bootstrap_value` | f32 | [M] | V(obs after the last step) |
-//! | `bootstrap_obs` | f32 | [M, D] | the observation after the last step (V-trace re-values it) |
+//! | `bootstrap_obs` | f32 or u8 | [M, D] | the observation after the last step (V-trace re-values it) |
 //! | `policy_version` | i64 | [] | weights version that acted |
 //! | `rnn_h`, `rnn_c` | f32 | [M, H] | recurrent state before the first step (LSTM models only) |
+//!
+//! Observations are u8 for envs with byte observations (see [`super`]).
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
@@ -124,6 +126,9 @@ pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
     if config.item_tasks().is_some() {
         sig.fields
             .push(FieldSpec::new(field::TASK, Dtype::I64, &[]));
+    }
+    if env.byte_observations() {
+        super::observations_as_bytes(&mut sig);
     }
     Ok(TableSpec::queue(
         &config.replay.table,
@@ -456,7 +461,7 @@ impl RolloutBatch {
             t,
             b: k * m,
             obs_dim: d,
-            obs: time_major(&obs.to_vec::<f32>()?, k, t, m, d),
+            obs: time_major(&obs.to_f32_widened()?, k, t, m, d),
             action: stacked_actions(batch.field(field::ACTION)?, k, t, m)?,
             reward: per_step(field::REWARD)?,
             terminated: flags(field::TERMINATED)?,
@@ -465,7 +470,7 @@ impl RolloutBatch {
             value: per_step(field::VALUE)?,
             final_value: per_step(field::FINAL_VALUE)?,
             bootstrap_value: batch.field(field::BOOTSTRAP_VALUE)?.to_vec::<f32>()?,
-            bootstrap_obs: batch.field(field::BOOTSTRAP_OBS)?.to_vec::<f32>()?,
+            bootstrap_obs: batch.field(field::BOOTSTRAP_OBS)?.to_f32_widened()?,
             policy_version: batch.field(field::POLICY_VERSION)?.to_vec::<i64>()?,
             init_state: match (batch.field(field::RNN_H), batch.field(field::RNN_C)) {
                 (Ok(h), Ok(c)) => Some((h.to_vec::<f32>()?, c.to_vec::<f32>()?)),

@@ -5,12 +5,12 @@
 //!
 //! | field | dtype | shape | meaning |
 //! |---|---|---|---|
-//! | `obs` | f32 | [L, D] | observation each action was taken from |
+//! | `obs` | f32 or u8 | [L, D] | observation each action was taken from |
 //! | `action` | i64 | [L] | discrete action |
 //! | `reward` | f32 | [L] | one-step reward (already clipped, if the algorithm clips) |
 //! | `terminated` | f32 | [L] | 1 where the step reached a terminal state |
 //! | `truncated` | f32 | [L] | 1 where the step hit a time limit (not terminal) |
-//! | `final_obs` | f32 | [L, D] | the episode's final observation where it ended, else zeros |
+//! | `final_obs` | f32 or u8 | [L, D] | the episode's final observation where it ended, else zeros |
 //! | `state_h`, `state_c` | f32 | [H] | the actor's LSTM state before the first step |
 //! | `policy_version` | i64 | [L] | weights version that acted |
 //!
@@ -153,18 +153,20 @@ impl SequenceBatch {
         let time_major = |name: &str| -> Result<tch::Tensor, TensorError> {
             Ok(get(name)?.transpose(0, 1).contiguous())
         };
+        // Byte observations cross to the device as bytes and widen there.
+        let observations = |name: &str| Ok(time_major(name)?.to_kind(tch::Kind::Float));
         let state = RnnState {
             h: get(field::STATE_H)?,
             c: get(field::STATE_C)?,
         };
         Ok(SequenceBatch {
             weights: state.h.ones_like().select(1, 0),
-            obs: time_major(field::OBS)?,
+            obs: observations(field::OBS)?,
             action: time_major(field::ACTION)?,
             reward: time_major(field::REWARD)?,
             terminated: time_major(field::TERMINATED)?,
             truncated: time_major(field::TRUNCATED)?,
-            final_obs: time_major(field::FINAL_OBS)?,
+            final_obs: observations(field::FINAL_OBS)?,
             state,
         })
     }

@@ -2,11 +2,11 @@
 //!
 //! | field | dtype | shape | meaning |
 //! |---|---|---|---|
-//! | `obs` | f32 | [D] | observation the action was taken from |
+//! | `obs` | f32 or u8 | [D] | observation the action was taken from |
 //! | `action` | i64 / f32 | [] / [A] | discrete / continuous action (clipped to the box) |
 //! | `reward` | f32 | [] | n-step return: sum over k < n of gamma^k r_{t+k}, cut at the episode end |
 //! | `discount` | f32 | [] | gamma^n for the bootstrap, 0 if the episode terminated within the n steps |
-//! | `next_obs` | f32 | [D] | observation to bootstrap from (the final one at a time limit) |
+//! | `next_obs` | f32 or u8 | [D] | observation to bootstrap from (the final one at a time limit) |
 //! | `policy_version` | i64 | [] | weights version that acted |
 //!
 //! A time limit (truncation) is not terminal: the transition bootstraps from the episode's
@@ -71,6 +71,18 @@ pub fn table_spec(config: &RunConfig, replay: &ReplayOptions) -> Result<TableSpe
     } else {
         SelectorKind::Uniform
     };
+    let mut signature = match config.recurrent_dqn() {
+        // R2D2: each item is a stored sequence with the LSTM state at its first step.
+        Some(_) => crate::items::sequence::signature(
+            &env.observation_space(),
+            replay.sequence_length,
+            config.model.lstm_size as i64,
+        ),
+        None => signature(&env.observation_space(), &env.action_space()),
+    };
+    if env.byte_observations() {
+        super::observations_as_bytes(&mut signature);
+    }
     Ok(TableSpec {
         name: config.replay.table.clone(),
         max_size: replay.capacity,
@@ -83,15 +95,7 @@ pub fn table_spec(config: &RunConfig, replay: &ReplayOptions) -> Result<TableSpe
             error_buffer: replay.effective_error_buffer(),
         },
         allow_non_finite: false,
-        signature: match config.recurrent_dqn() {
-            // R2D2: each item is a stored sequence with the LSTM state at its first step.
-            Some(_) => crate::items::sequence::signature(
-                &env.observation_space(),
-                replay.sequence_length,
-                config.model.lstm_size as i64,
-            ),
-            None => signature(&env.observation_space(), &env.action_space()),
-        },
+        signature,
     })
 }
 
@@ -226,14 +230,16 @@ impl TransitionBatch {
         let get = |name: &str| -> Result<tch::Tensor, TensorError> {
             Ok(crate::models::weights::from_proto(batch.field(name)?)?.to_device(device))
         };
+        // Byte observations cross to the device as bytes and widen there.
+        let observations = |name: &str| Ok(get(name)?.to_kind(tch::Kind::Float));
         let reward = get(field::REWARD)?;
         Ok(TransitionBatch {
-            obs: get(field::OBS)?,
+            obs: observations(field::OBS)?,
             action: get(field::ACTION)?,
             weights: reward.ones_like(),
             reward,
             discount: get(field::DISCOUNT)?,
-            next_obs: get(field::NEXT_OBS)?,
+            next_obs: observations(field::NEXT_OBS)?,
         })
     }
 

@@ -86,7 +86,7 @@ impl ConvSpec {
             }
             if nh < 1 || nw < 1 {
                 return Err(ModelError::Config {
-                    key: "kernel_sizes",
+                    key: "model.kernel_sizes",
                     message: format!(
                         "convolution {i} (kernel {k}, stride {s}, padding {p}) leaves nothing of \
                          a {h}x{w} input (observations are {}x{}x{}); use smaller kernels or \
@@ -118,12 +118,12 @@ pub fn image_frame(
     };
     if frame.is_none() {
         let set = [
-            ("channels", !config.channels.is_empty()),
-            ("kernel_sizes", !config.kernel_sizes.is_empty()),
-            ("strides", !config.strides.is_empty()),
-            ("paddings", !config.paddings.is_empty()),
-            ("use_maxpool", config.use_maxpool),
-            ("fc_sizes", config.fc_sizes.is_some()),
+            ("model.channels", !config.channels.is_empty()),
+            ("model.kernel_sizes", !config.kernel_sizes.is_empty()),
+            ("model.strides", !config.strides.is_empty()),
+            ("model.paddings", !config.paddings.is_empty()),
+            ("model.use_maxpool", config.use_maxpool),
+            ("model.fc_sizes", config.fc_sizes.is_some()),
         ];
         if let Some((key, _)) = set.iter().find(|(_, on)| *on) {
             return Err(ModelError::Config {

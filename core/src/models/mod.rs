@@ -35,10 +35,10 @@ pub enum ModelError {
     /// Weights are missing a parameter or have the wrong shape.
     #[error("weights do not fit the model: {0}")]
     WeightsMismatch(String),
-    /// A model key does not fit the env (e.g. convolution keys for flat observations).
-    #[error("model.{key}: {message}")]
+    /// A config key does not fit the env (e.g. convolution keys for flat observations).
+    #[error("{key}: {message}")]
     Config {
-        /// The key under `[model]`.
+        /// The dotted key (`model.kernel_sizes`).
         key: &'static str,
         /// What is wrong, with the shapes involved.
         message: String,

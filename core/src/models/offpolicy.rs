@@ -164,7 +164,7 @@ impl OffPolicyModel {
         let frame = image_frame(config, obs_space)?;
         if config.normalize_obs && (frame.is_some() || config.lstm_size > 0) {
             return Err(ModelError::Config {
-                key: "normalize_obs",
+                key: "model.normalize_obs",
                 message: "off-policy models normalise flat observations of feed-forward \
                           networks; image observations and recurrent DQN are not normalised"
                     .into(),
@@ -186,7 +186,7 @@ impl OffPolicyModel {
         };
         if input.frame.is_some() && config.lstm_size > 0 {
             return Err(ModelError::Config {
-                key: "lstm_size",
+                key: "model.lstm_size",
                 message: "recurrent DQN reads flat observations; image observations need \
                           lstm_size = 0 with an off-policy algorithm"
                     .into(),
@@ -297,9 +297,8 @@ impl OffPolicyModel {
 
     /// Q estimate of critic `i` for env-scale actions `[N, A]`, `[N]`.
     pub fn q(&self, i: usize, obs: &Tensor, action: &Tensor) -> Tensor {
-        let normalised = (action - &self.bias) / &self.scale;
         self.critics[i]
-            .forward(obs, Some(&normalised))
+            .forward(obs, Some(&self.to_unit_scale(action)))
             .squeeze_dim(1)
     }
 
@@ -320,23 +319,58 @@ impl OffPolicyModel {
         }
     }
 
+    /// The squashed Gaussian's mean and clamped log-std before the squash, `[N, A]` each.
+    fn gaussian(&self, obs: &Tensor) -> (Tensor, Tensor) {
+        let out = self.policy_net().forward(obs, None);
+        let parts = out.chunk(2, 1);
+        let log_std = parts[1].clamp(LOG_STD_RANGE.0, LOG_STD_RANGE.1);
+        (parts[0].shallow_clone(), log_std)
+    }
+
     /// A reparameterised sample in [-1, 1] `[N, A]` and its log-likelihood `[N]`
     /// (`SquashedGaussian`).
     pub fn sample_action(&self, obs: &Tensor) -> (Tensor, Tensor) {
-        let out = self.policy_net().forward(obs, None);
-        let parts = out.chunk(2, 1);
-        let (mean, log_std) = (&parts[0], parts[1].clamp(LOG_STD_RANGE.0, LOG_STD_RANGE.1));
+        let (mean, log_std) = self.gaussian(obs);
         let std = log_std.exp();
         let noise = mean.randn_like();
-        let u = mean + &std * &noise;
-        let a = u.tanh();
-        let gaussian = (noise.square() * -0.5 - &log_std - 0.5 * (2.0 * std::f64::consts::PI).ln())
-            .sum_dim_intlist(-1, false, Kind::Float);
-        let squash =
-            (a.square().neg() + (1.0 + 1e-6))
-                .log()
-                .sum_dim_intlist(-1, false, Kind::Float);
-        (a, gaussian - squash)
+        let a = (&mean + &std * &noise).tanh();
+        let log_prob = squashed_log_prob(&noise, &log_std, &a);
+        (a, log_prob)
+    }
+
+    /// The log-likelihood `[N]` and entropy `[N]` of given actions under the policy
+    /// (pytorchrl's off-policy `evaluate_actions`). `QValues`: indices `[N]` under the
+    /// softmax over Q values (the policy BC trains). `SquashedGaussian`: values in [-1, 1]
+    /// `[N, A]` (the box mapped to [-1, 1]; values at the bounds are moved 1e-6 inside, where
+    /// the squash is invertible), with the entropy of the Gaussian before the squash (the
+    /// squashed one has no closed form). A deterministic policy has no likelihood: `None`.
+    pub fn evaluate_actions(&self, obs: &Tensor, actions: &Tensor) -> Option<(Tensor, Tensor)> {
+        match self.kind {
+            PolicyKind::QValues => {
+                let log_probs = self.q_values(obs).log_softmax(-1, Kind::Float);
+                let entropy =
+                    -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float);
+                let chosen = log_probs
+                    .gather(1, &actions.unsqueeze(1), false)
+                    .squeeze_dim(1);
+                Some((chosen, entropy))
+            }
+            PolicyKind::SquashedGaussian => {
+                let (mean, log_std) = self.gaussian(obs);
+                let a = actions.clamp(-1.0 + 1e-6, 1.0 - 1e-6);
+                let noise = (a.atanh() - mean) / log_std.exp();
+                let log_prob = squashed_log_prob(&noise, &log_std, &a);
+                let entropy = (log_std + 0.5 * (1.0 + (2.0 * std::f64::consts::PI).ln()))
+                    .sum_dim_intlist(-1, false, Kind::Float);
+                Some((log_prob, entropy))
+            }
+            PolicyKind::Deterministic => None,
+        }
+    }
+
+    /// Env-scale actions `[N, A]` mapped to the policy's [-1, 1].
+    pub fn to_unit_scale(&self, action: &Tensor) -> Tensor {
+        (action - &self.bias) / &self.scale
     }
 
     /// Maps [-1, 1] actions to the env's box.
@@ -401,6 +435,18 @@ fn greedy(q: &Tensor) -> PolicyStep {
         action,
         value,
     }
+}
+
+/// log-likelihood `[N]` of `a = tanh(mean + std * noise)` under the squashed Gaussian: the
+/// Gaussian's density of the pre-squash value (standardised as `noise`) less the squash's
+/// log-Jacobian, summed over action dimensions.
+fn squashed_log_prob(noise: &Tensor, log_std: &Tensor, a: &Tensor) -> Tensor {
+    let gaussian = (noise.square() * -0.5 - log_std - 0.5 * (2.0 * std::f64::consts::PI).ln())
+        .sum_dim_intlist(-1, false, Kind::Float);
+    let squash = (a.square().neg() + (1.0 + 1e-6))
+        .log()
+        .sum_dim_intlist(-1, false, Kind::Float);
+    gaussian - squash
 }
 
 impl Policy for OffPolicyModel {
@@ -625,5 +671,65 @@ mod tests {
         assert!(diff.double_value(&[]) < 1e-6);
         target.copy_from(&online, 1.0);
         assert!(target.vs.variables()[name].equal(&online.vs.variables()[name]));
+    }
+
+    /// `evaluate_actions` gives back the likelihood `sample_action` reported for its own
+    /// samples, the Gaussian's entropy, and for Q values the softmax's log-probabilities and
+    /// entropy; a deterministic policy has none.
+    #[test]
+    fn evaluate_actions_agrees_with_sampling_and_with_a_hand_computation() {
+        let (obs_space, act_space) = pendulum_spaces();
+        let config = ModelConfig::default();
+        let build = |kind| {
+            OffPolicyModel::new(&config, kind, 1, &obs_space, &act_space, Device::Cpu).unwrap()
+        };
+        let _guard = tch::no_grad_guard();
+        let model = build(PolicyKind::SquashedGaussian);
+        let obs = Tensor::randn([64, 3], (Kind::Float, Device::Cpu));
+        let (a, sampled) = model.sample_action(&obs);
+        let (log_prob, entropy) = model.evaluate_actions(&obs, &a).unwrap();
+        // atanh loses precision near the bounds in f32: compare the rows away from them.
+        let inside = a.abs().lt(0.99).squeeze_dim(1);
+        let diff = (log_prob - sampled).abs().masked_select(&inside).max();
+        assert!(diff.double_value(&[]) < 1e-3, "{diff}");
+        let (_, log_std) = model.gaussian(&obs);
+        let want = (log_std + 0.5 + 0.5 * (2.0 * std::f64::consts::PI).ln()).squeeze_dim(1);
+        assert!(entropy.allclose(&want, 1e-6, 1e-6, false));
+        // Actions at the box's bounds are moved just inside: a finite likelihood.
+        let bounds = Tensor::from_slice(&[-1.0f32, 1.0]).view([2, 1]);
+        let (at_bounds, _) = model
+            .evaluate_actions(&obs.narrow(0, 0, 2), &bounds)
+            .unwrap();
+        assert!(Vec::<f32>::try_from(&at_bounds)
+            .unwrap()
+            .iter()
+            .all(|v| v.is_finite()));
+        assert!(build(PolicyKind::Deterministic)
+            .evaluate_actions(&obs, &a)
+            .is_none());
+
+        let q_model = OffPolicyModel::new(
+            &config,
+            PolicyKind::QValues,
+            1,
+            &obs_space,
+            &Space::Discrete { n: 3 },
+            Device::Cpu,
+        )
+        .unwrap();
+        let actions = Tensor::from_slice(&[2i64, 0]);
+        let two = obs.narrow(0, 0, 2);
+        let (log_prob, entropy) = q_model.evaluate_actions(&two, &actions).unwrap();
+        let q =
+            Vec::<f64>::try_from(&q_model.q_values(&two).to_kind(Kind::Double).view([-1])).unwrap();
+        for (row, action) in [(0usize, 2usize), (1, 0)] {
+            let qs = &q[row * 3..row * 3 + 3];
+            let total: f64 = qs.iter().map(|v| v.exp()).sum();
+            let p: Vec<f64> = qs.iter().map(|v| v.exp() / total).collect();
+            let want_lp = p[action].ln();
+            let want_h: f64 = -p.iter().map(|v| v * v.ln()).sum::<f64>();
+            assert!((log_prob.double_value(&[row as i64]) - want_lp).abs() < 1e-5);
+            assert!((entropy.double_value(&[row as i64]) - want_h).abs() < 1e-5);
+        }
     }
 }
