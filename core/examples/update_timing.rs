@@ -33,6 +33,7 @@ fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
         bootstrap_obs: vec![0.0; b * 4],
         policy_version: vec![0],
         init_state: None,
+        valid: None,
     }
 }
 

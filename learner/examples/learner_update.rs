@@ -38,8 +38,8 @@ fn shard_backward(model: &AtariModel, s: &Shard, weight: f64) {
     let entropy = -(log_probs.exp() * &log_probs)
         .sum_dim_intlist(-1, false, Kind::Float)
         .mean(Kind::Float);
-    let (pg, _ratio) = clipped_surrogate(&log_prob, &s.old_log_prob, &s.advantage, 0.1);
-    let vf = value_loss(&out.value, &s.old_value, &s.returns, Some(0.1));
+    let (pg, _ratio) = clipped_surrogate(&log_prob, &s.old_log_prob, &s.advantage, 0.1, None);
+    let vf = value_loss(&out.value, &s.old_value, &s.returns, Some(0.1), None);
     let loss = pg + vf * 0.5 - entropy * 0.01;
     (loss * weight).backward();
 }

@@ -267,7 +267,12 @@ impl Trainer {
         }
         let parts = std::mem::take(&mut self.pending);
         match RolloutBatch::from_parts(&parts) {
-            Ok(batch) => Some(batch),
+            Ok(mut batch) => {
+                if !self.config.actors.mid_batch_reset {
+                    batch.mark_padding();
+                }
+                Some(batch)
+            }
             Err(error) => {
                 tracing::error!(%error, "dropping rollouts that do not form a batch");
                 None

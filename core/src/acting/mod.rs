@@ -101,6 +101,10 @@ impl Acting {
         builder: &mut RolloutBuilder,
     ) -> Result<Bootstrap, ActingError> {
         let (m, obs_dim) = (self.envs.num_envs(), self.envs.obs_dim());
+        // `mid_batch_reset = false`: envs that finished during the last rollout start now.
+        if let Some(obs) = self.envs.reset_held() {
+            self.obs.copy_from_slice(obs);
+        }
         if policy.state_size() > 0 {
             let state = self.state.get_or_insert_with(|| {
                 RnnState::zeros(m as i64, policy.state_size(), tch::Device::Cpu)
@@ -125,6 +129,9 @@ impl Acting {
             let action = Actions::from_tensor(&act.action)?;
             let log_prob = Vec::<f32>::try_from(&act.log_prob)?;
             let value = Vec::<f32>::try_from(&act.value)?;
+            // Rows waiting for the next rollout (`mid_batch_reset = false`) before this step.
+            let held = (next.is_some() && self.envs.held().contains(&true))
+                .then(|| self.envs.held().to_vec());
             let step = match &action {
                 Actions::Discrete(a) => self.envs.step_discrete(a)?,
                 Actions::Continuous { values, .. } => self.envs.step_continuous(values)?,
@@ -149,8 +156,16 @@ impl Acting {
             drop(obs);
             self.obs.copy_from_slice(&step.obs);
             if let Some(next) = next {
+                // Zero where an episode ended, and while a finished env waits (so it starts
+                // its next episode from zero).
                 let ended: Vec<f32> = (0..m)
-                    .map(|i| f32::from(!(step.terminated[i] || step.truncated[i])))
+                    .map(|i| {
+                        f32::from(
+                            !(step.terminated[i]
+                                || step.truncated[i]
+                                || held.as_ref().is_some_and(|h| h[i])),
+                        )
+                    })
                     .collect();
                 self.state = Some(next.masked(&Tensor::from_slice(&ended)));
             }

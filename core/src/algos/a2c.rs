@@ -6,10 +6,10 @@
 //! With actors at most a version behind, the data is nearly on-policy; `[algo.vtrace]` corrects
 //! the lag with V-trace targets in place of GAE ([`super::vtrace::vtrace_returns`]).
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use super::intrinsic::Intrinsic;
-use super::pg::{explained_variance, linear_schedule, targets, tensor, Samples};
+use super::pg::{explained_variance, linear_schedule, masked_mean, targets, tensor, Samples};
 use super::returns::normalize_advantage;
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
 use crate::checkpoint::StateError;
@@ -18,17 +18,19 @@ use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
 use crate::optim::Adam;
 
-/// The actor-critic loss terms: policy gradient, value regression, entropy.
+/// The actor-critic loss terms: policy gradient, value regression, entropy, as means over
+/// the `valid` rows (all of them when `None`).
 pub fn a2c_loss(
     log_prob: &Tensor,
     advantage: &Tensor,
     value: &Tensor,
     returns: &Tensor,
     entropy: &Tensor,
+    valid: Option<&Tensor>,
 ) -> [Tensor; 3] {
-    let pg = -(log_prob * advantage).mean(Kind::Float);
-    let vf = (value - returns).square().mean(Kind::Float);
-    [pg, vf, entropy.mean(Kind::Float)]
+    let pg = -masked_mean(&(log_prob * advantage), valid);
+    let vf = masked_mean(&(value - returns).square(), valid);
+    [pg, vf, masked_mean(entropy, valid)]
 }
 
 /// A2C's learner state.
@@ -82,10 +84,11 @@ impl A2c {
         );
         let returns = &targets.returns;
         let advantage = if c.normalize_advantage {
-            normalize_advantage(&returns.advantage, None)
+            normalize_advantage(&returns.advantage, batch.valid.as_deref())
         } else {
             returns.advantage.clone()
         };
+        let valid = batch.valid.as_ref().map(|v| tensor(v, self.device));
         let samples = Samples::new(batch, self.device);
         // A recurrent model unrolls its core over the rollout's columns from their states.
         let heads = self.trained.model.heads();
@@ -99,6 +102,7 @@ impl A2c {
             &eval.value,
             &tensor(&returns.returns, self.device),
             &eval.entropy,
+            valid.as_ref(),
         );
         let loss = &pg + &vf * c.value_loss_coeff - &entropy * c.entropy_loss_coeff;
         let lr = linear_schedule(
@@ -179,16 +183,50 @@ mod tests {
     #[test]
     fn a2c_loss_by_hand() {
         let f = |v: &[f32]| Tensor::from_slice(v);
-        let [pg, vf, h] = a2c_loss(
-            &f(&[-1.0, -2.0]),
-            &f(&[1.0, -1.0]),
-            &f(&[0.0, 1.0]),
-            &f(&[1.0, 1.0]),
-            &f(&[0.5, 0.7]),
-        );
-        assert!((pg.double_value(&[]) + 0.5).abs() < 1e-6);
-        assert!((vf.double_value(&[]) - 0.5).abs() < 1e-6);
-        assert!((h.double_value(&[]) - 0.6).abs() < 1e-6);
+        let terms = |valid: Option<&Tensor>| -> Vec<f64> {
+            let losses = a2c_loss(
+                &f(&[-1.0, -2.0]),
+                &f(&[1.0, -1.0]),
+                &f(&[0.0, 1.0]),
+                &f(&[1.0, 1.0]),
+                &f(&[0.5, 0.7]),
+                valid,
+            );
+            losses.iter().map(|t| t.double_value(&[])).collect()
+        };
+        let close =
+            |got: Vec<f64>, want: [f64; 3]| got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-6);
+        assert!(close(terms(None), [-0.5, 0.5, 0.6]));
+        // Row 2 as padding (`mid_batch_reset = false`): the means are row 1's terms.
+        assert!(close(terms(Some(&f(&[1.0, 0.0]))), [1.0, 1.0, 0.5]));
+    }
+
+    /// `mid_batch_reset = false`: what the padding rows hold changes nothing (advantages are
+    /// normalised over the counted rows too); without the mask it does.
+    #[test]
+    fn padding_rows_do_not_reach_the_update() {
+        use crate::algos::testing::{cartpole_model, padded_twins, same_parameters};
+        let (batch, twin) = padded_twins();
+        let start = cartpole_model(5).named_parameters();
+        let trained = |batch: &RolloutBatch| {
+            let mut model = cartpole_model(0);
+            model.load_named(&start).unwrap();
+            let mut a2c = A2c::new(&A2cConfig::default(), model, 1_000);
+            a2c.train(batch);
+            a2c
+        };
+        assert!(same_parameters(
+            &trained(&batch).trained.model,
+            &trained(&twin).trained.model
+        ));
+        let unmasked = |b: &RolloutBatch| RolloutBatch {
+            valid: None,
+            ..b.clone()
+        };
+        assert!(!same_parameters(
+            &trained(&unmasked(&batch)).trained.model,
+            &trained(&unmasked(&twin)).trained.model
+        ));
     }
 
     /// `[algo.intrinsic]` on A2C: the update reports RND's metrics and its networks go into the

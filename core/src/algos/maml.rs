@@ -214,7 +214,7 @@ pub fn split_stages(
 pub fn inner_loss(heads: &Heads, params: &[Tensor], stage: &Stage, options: &PgOptions) -> Tensor {
     let dist = heads.dist_with(&stage.obs, params);
     -(dist.log_prob(&stage.action) * &stage.advantage).mean(None::<Kind>)
-        - entropy_bonus(&dist.entropy(), options)
+        - entropy_bonus(&dist.entropy(), options, None)
 }
 
 /// The policy after one inner SGD step per stage of `stages`, from `theta`. With
@@ -329,7 +329,7 @@ impl Maml {
                 }
                 MetaOptimizer::Trpo => (&ratio * adv).mean(Kind::Float),
             };
-            losses.push(-objective - entropy_bonus(&dist.entropy(), &options));
+            losses.push(-objective - entropy_bonus(&dist.entropy(), &options, None));
             let detached = dist.detach();
             let reference = old.map_or(&detached, |old| &old[i]);
             kls.push(reference.kl(&dist).mean(Kind::Float));

@@ -197,11 +197,21 @@ pub fn max_entropy_rewards(reward: &[f32], entropy: &Tensor, options: &PgOptions
     reward.iter().zip(h).map(|(r, h)| r + coeff * h).collect()
 }
 
-/// The regularised-entropy objective term `coeff x mean H` (0 for the other methods).
-pub fn entropy_bonus(entropy: &Tensor, options: &PgOptions) -> Tensor {
+/// Mean of `x` over the rows where `valid` is 1, every row when `valid` is `None` (a batch
+/// padded by `actors.mid_batch_reset = false`); 0 when no row is valid.
+pub fn masked_mean(x: &Tensor, valid: Option<&Tensor>) -> Tensor {
+    match valid {
+        None => x.mean(Kind::Float),
+        Some(v) => (x * v).sum(Kind::Float) / v.sum(Kind::Float).clamp_min(1.0),
+    }
+}
+
+/// The regularised-entropy objective term `coeff x mean H` over the `valid` rows (0 for the
+/// other methods).
+pub fn entropy_bonus(entropy: &Tensor, options: &PgOptions, valid: Option<&Tensor>) -> Tensor {
     match options.entropy_method {
         EntropyMethod::Regularized => {
-            entropy_term(entropy, options).mean(Kind::Float) * options.policy_ent_coeff
+            masked_mean(&entropy_term(entropy, options), valid) * options.policy_ent_coeff
         }
         _ => Tensor::zeros([], (Kind::Float, entropy.device())),
     }
@@ -275,10 +285,10 @@ mod tests {
         o.policy_ent_coeff = 1.0;
         o.stop_entropy_gradient = true;
         let h = Tensor::from_slice(&[0.5f32]).set_requires_grad(true);
-        assert!(!entropy_bonus(&h, &o).requires_grad());
+        assert!(!entropy_bonus(&h, &o, None).requires_grad());
         o.stop_entropy_gradient = false;
         o.use_softplus_entropy = true;
-        let bonus = entropy_bonus(&h, &o);
+        let bonus = entropy_bonus(&h, &o, None);
         assert!(bonus.requires_grad());
         assert!((bonus.double_value(&[]) - (1.0 + 0.5f64.exp()).ln()).abs() < 1e-6);
     }

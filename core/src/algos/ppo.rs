@@ -13,7 +13,7 @@ use tch::{Device, Kind, Tensor};
 use super::data_parallel::{Job, ShardPool};
 use super::intrinsic::Intrinsic;
 use super::pg::{
-    entropy_bonus, explained_variance, max_entropy_rewards, sequence, targets, Samples,
+    entropy_bonus, explained_variance, masked_mean, max_entropy_rewards, sequence, targets, Samples,
 };
 use super::replicas::Replicas;
 use super::returns::Returns;
@@ -25,17 +25,19 @@ use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Heads, RnnState, Sequence};
 use crate::optim::Adam;
 
-/// The clipped surrogate objective, negated to a loss, and the probability ratio.
+/// The clipped surrogate objective over the `valid` rows (all when `None`), negated to a
+/// loss, and the probability ratio.
 pub fn clipped_surrogate(
     log_prob: &Tensor,
     old_log_prob: &Tensor,
     advantage: &Tensor,
     clip: f64,
+    valid: Option<&Tensor>,
 ) -> (Tensor, Tensor) {
     let ratio = (log_prob - old_log_prob).exp();
     let unclipped = &ratio * advantage;
     let clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantage;
-    let loss = -unclipped.minimum(&clipped).mean(Kind::Float);
+    let loss = -masked_mean(&unclipped.minimum(&clipped), valid);
     (loss, ratio)
 }
 
@@ -69,20 +71,20 @@ pub struct Ppo {
 /// The value regression loss: mean squared error against the returns (SB3's `F.mse_loss`).
 /// With `clip`, the pessimistic (larger) of the unclipped error and that of the old value
 /// moved at most `clip` towards the new one (pytorchrl, CleanRL's `clip_vloss`).
+/// Means are over the `valid` rows (all when `None`).
 pub fn value_loss(
     value: &Tensor,
     old_value: &Tensor,
     returns: &Tensor,
     clip: Option<f64>,
+    valid: Option<&Tensor>,
 ) -> Tensor {
     let unclipped = (value - returns).square();
     let Some(clip) = clip else {
-        return unclipped.mean(Kind::Float);
+        return masked_mean(&unclipped, valid);
     };
     let clipped = old_value + (value - old_value).clamp(-clip, clip);
-    unclipped
-        .maximum(&(clipped - returns).square())
-        .mean(Kind::Float)
+    masked_mean(&unclipped.maximum(&(clipped - returns).square()), valid)
 }
 
 /// The tensors of one (mini)batch on the learner's device.
@@ -94,6 +96,8 @@ struct Minibatch {
     old_value: Tensor,
     advantage: Tensor,
     returns: Tensor,
+    /// 1 for rows the losses count, 0 for padding (`actors.mid_batch_reset = false`).
+    valid: Option<Tensor>,
     /// For a recurrent model: rows are whole sequences, time-major.
     seq: Option<SeqRows>,
 }
@@ -143,6 +147,7 @@ impl Minibatch {
             old_value: self.old_value.narrow(0, start, len),
             advantage: self.advantage.narrow(0, start, len),
             returns: self.returns.narrow(0, start, len),
+            valid: self.valid.as_ref().map(|v| v.narrow(0, start, len)),
             seq: None,
         }
     }
@@ -159,6 +164,7 @@ impl Minibatch {
             old_value: self.old_value.to_device(device),
             advantage: self.advantage.to_device(device),
             returns: self.returns.to_device(device),
+            valid: self.valid.as_ref().map(|v| v.to_device(device)),
             seq: None,
         }
     }
@@ -171,18 +177,33 @@ impl Minibatch {
             old_value: self.old_value.index_select(0, index),
             advantage: self.advantage.index_select(0, index),
             returns: self.returns.index_select(0, index),
+            valid: self.valid.as_ref().map(|v| v.index_select(0, index)),
             seq: None,
         }
     }
 }
 
-fn normalized(advantage: &Tensor) -> Tensor {
-    (advantage - advantage.mean(Kind::Float)) / (advantage.std(true) + 1e-8)
+/// Advantages standardised over the `valid` rows (sample std, as SB3).
+fn normalized(advantage: &Tensor, valid: Option<&Tensor>) -> Tensor {
+    let Some(valid) = valid else {
+        return (advantage - advantage.mean(Kind::Float)) / (advantage.std(true) + 1e-8);
+    };
+    let counted = advantage.masked_select(&valid.gt(0.5));
+    if counted.numel() < 2 {
+        return advantage.zeros_like();
+    }
+    (advantage - counted.mean(Kind::Float)) / (counted.std(true) + 1e-8)
 }
 
-/// garage's `positive_adv`: advantages shifted so the smallest is just above 0.
-fn shifted_positive(advantage: &Tensor) -> Tensor {
-    advantage - advantage.min() + 1e-8
+/// garage's `positive_adv`: advantages shifted so the smallest valid one is just above 0.
+fn shifted_positive(advantage: &Tensor, valid: Option<&Tensor>) -> Tensor {
+    let least = match valid {
+        Some(v) if v.sum(Kind::Float).double_value(&[]) > 0.0 => {
+            advantage.masked_select(&v.gt(0.5)).min()
+        }
+        _ => advantage.min(),
+    };
+    advantage - least + 1e-8
 }
 
 impl Ppo {
@@ -251,6 +272,7 @@ impl Ppo {
             old_value: f(&batch.value),
             advantage: f(&returns.advantage),
             returns: f(&returns.returns),
+            valid: batch.valid.as_deref().map(f),
             seq: sequences(batch, self.device),
         }
     }
@@ -305,7 +327,19 @@ impl Ppo {
             } else {
                 mb.rows(start, len).on(devices[i as usize % devices.len()])
             };
-            let weight = len as f64 / n as f64;
+            // Each shard's loss is a mean over its counted rows; weighted by their share,
+            // the shards sum to the minibatch's mean.
+            let weight = match &mb.valid {
+                Some(valid) if mb.seq.is_none() => {
+                    let total = valid.sum(Kind::Float).double_value(&[]).max(1.0);
+                    valid
+                        .narrow(0, start, len)
+                        .sum(Kind::Float)
+                        .double_value(&[])
+                        / total
+                }
+                _ => len as f64 / n as f64,
+            };
             jobs.push(Box::new(move |heads: &Heads| {
                 shard_backward(heads, &shard, spec, weight)
             }));
@@ -358,12 +392,18 @@ fn shard_backward(heads: &Heads, mb: &Minibatch, spec: LossSpec, weight: f64) ->
             heads.evaluate_sequence(&mb.obs, &mb.action, &sequence)
         }
     };
-    let (pg_loss, ratio) =
-        clipped_surrogate(&eval.log_prob, &mb.old_log_prob, &mb.advantage, spec.clip);
+    let valid = mb.valid.as_ref();
+    let (pg_loss, ratio) = clipped_surrogate(
+        &eval.log_prob,
+        &mb.old_log_prob,
+        &mb.advantage,
+        spec.clip,
+        valid,
+    );
     let value_clip = spec.clip_value.then_some(spec.clip);
-    let value_loss = value_loss(&eval.value, &mb.old_value, &mb.returns, value_clip);
-    let entropy = eval.entropy.mean(Kind::Float);
-    let bonus = entropy_bonus(&eval.entropy, &spec.entropy);
+    let value_loss = value_loss(&eval.value, &mb.old_value, &mb.returns, value_clip, valid);
+    let entropy = masked_mean(&eval.entropy, valid);
+    let bonus = entropy_bonus(&eval.entropy, &spec.entropy, valid);
     let loss = &pg_loss + &value_loss * spec.value_coeff - bonus;
     (loss * weight).backward();
     ShardOut {
@@ -432,10 +472,10 @@ impl Ppo {
         let size = n / minibatches as i64;
         let per_minibatch_norm = c.normalize_advantage && minibatches > 1;
         if c.normalize_advantage && !per_minibatch_norm {
-            full.advantage = normalized(&full.advantage);
+            full.advantage = normalized(&full.advantage, full.valid.as_ref());
         }
         if c.positive_adv && !per_minibatch_norm {
-            full.advantage = shifted_positive(&full.advantage);
+            full.advantage = shifted_positive(&full.advantage, full.valid.as_ref());
         }
         // A recurrent model trains on whole columns (rlpyt shuffles only B); rows otherwise.
         let (units, cols) = if full.seq.is_some() {
@@ -462,9 +502,9 @@ impl Ppo {
                     (None, _) => full.select_all(),
                 };
                 if per_minibatch_norm {
-                    mb.advantage = normalized(&mb.advantage);
+                    mb.advantage = normalized(&mb.advantage, mb.valid.as_ref());
                     if c.positive_adv {
-                        mb.advantage = shifted_positive(&mb.advantage);
+                        mb.advantage = shifted_positive(&mb.advantage, mb.valid.as_ref());
                     }
                 }
                 self.optim.zero_grad();
@@ -558,6 +598,7 @@ impl Minibatch {
             old_value: self.old_value.shallow_clone(),
             advantage: self.advantage.shallow_clone(),
             returns: self.returns.shallow_clone(),
+            valid: self.valid.as_ref().map(Tensor::shallow_clone),
             seq: self.seq.as_ref().map(SeqRows::shallow_clone),
         }
     }
@@ -668,7 +709,7 @@ mod tests {
         let lp = Tensor::from_slice(&[1.5f32, 1.5, 0.5, 0.5]).log();
         let old = Tensor::zeros([4], (Kind::Float, Device::Cpu));
         let adv = Tensor::from_slice(&[1.0f32, -1.0, 1.0, -1.0]);
-        let (loss, ratio) = clipped_surrogate(&lp, &old, &adv, 0.2);
+        let (loss, ratio) = clipped_surrogate(&lp, &old, &adv, 0.2, None);
         assert!((loss.double_value(&[]) - 0.15).abs() < 1e-6);
         let (clip_fraction, kl) = ratio_stats(&ratio, 0.2);
         assert_eq!(clip_fraction, 1.0);
@@ -681,7 +722,7 @@ mod tests {
         let lp = Tensor::from_slice(&[1.5f32.ln(), 1.1f32.ln()]).set_requires_grad(true);
         let old = Tensor::zeros([2], (Kind::Float, Device::Cpu));
         let adv = Tensor::from_slice(&[1.0f32, 1.0]);
-        let (loss, _) = clipped_surrogate(&lp, &old, &adv, 0.2);
+        let (loss, _) = clipped_surrogate(&lp, &old, &adv, 0.2, None);
         loss.backward();
         let g = Vec::<f32>::try_from(&lp.grad()).unwrap();
         // d/dlp of -(r A)/2 at r = 1.1 is -0.55; the clipped one has no gradient.
@@ -711,6 +752,7 @@ mod tests {
             bootstrap_obs: vec![0.1; b * 4],
             policy_version: vec![0],
             init_state: None,
+            valid: None,
         }
     }
 
@@ -851,13 +893,46 @@ mod tests {
         }
     }
 
+    /// `mid_batch_reset = false`: what the padding rows hold changes nothing, on one thread
+    /// or split over three (each shard weighted by its counted rows); without the mask it
+    /// does.
+    #[test]
+    fn padding_rows_do_not_reach_the_update() {
+        use crate::algos::testing::{padded_twins, same_parameters};
+        let (batch, twin) = padded_twins();
+        let start = fresh_ppo(1).trained.model.named_parameters();
+        let trained = |batch: &RolloutBatch, threads: usize| {
+            let mut ppo = fresh_ppo(threads);
+            ppo.trained.model.load_named(&start).unwrap();
+            ppo.train(batch);
+            ppo
+        };
+        let reference = trained(&batch, 1);
+        assert!(same_parameters(
+            reference.model(),
+            trained(&twin, 1).model()
+        ));
+        assert!(same_parameters(
+            reference.model(),
+            trained(&twin, 3).model()
+        ));
+        let unmasked = |b: &RolloutBatch| RolloutBatch {
+            valid: None,
+            ..b.clone()
+        };
+        assert!(!same_parameters(
+            trained(&unmasked(&batch), 1).model(),
+            trained(&unmasked(&twin), 1).model()
+        ));
+    }
+
     // V_old 0, V 1, R 2, clip 0.2: unclipped (1 - 2)^2 = 1; clipped (0.2 - 2)^2 = 3.24.
     #[test]
     fn clipped_value_loss_takes_the_pessimistic_error() {
         let f = |x: f32| Tensor::from_slice(&[x]);
         let (v, old, ret) = (f(1.0), f(0.0), f(2.0));
-        assert!((value_loss(&v, &old, &ret, None).double_value(&[]) - 1.0).abs() < 1e-6);
-        let clipped = value_loss(&v, &old, &ret, Some(0.2)).double_value(&[]);
+        assert!((value_loss(&v, &old, &ret, None, None).double_value(&[]) - 1.0).abs() < 1e-6);
+        let clipped = value_loss(&v, &old, &ret, Some(0.2), None).double_value(&[]);
         assert!((clipped - 3.24).abs() < 1e-5, "{clipped}");
     }
 

@@ -51,6 +51,8 @@ pub struct Spec<'a> {
     pub demo_dir: Option<&'a str>,
     /// How it trains an LSTM model; `None`: feed-forward models only.
     pub recurrence: Option<Recurrence>,
+    /// Whether its losses leave out the padding of `actors.mid_batch_reset = false`.
+    pub masks_padding: bool,
 }
 
 /// The registry entry of `algo`.
@@ -62,6 +64,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         shape: None,
         demo_dir: None,
         recurrence: None,
+        masks_padding: false,
     };
     let off_policy = |replay, interval: u64, shape| Spec {
         family: Family::OffPolicy,
@@ -70,9 +73,15 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         shape,
         demo_dir: None,
         recurrence: None,
+        masks_padding: false,
     };
     match algo {
-        AlgoConfig::Ppo(_) | AlgoConfig::A2c(_) | AlgoConfig::Impala(_) => Spec {
+        AlgoConfig::Ppo(_) | AlgoConfig::A2c(_) => Spec {
+            recurrence: Some(Recurrence::Rollouts),
+            masks_padding: true,
+            ..on_policy
+        },
+        AlgoConfig::Impala(_) => Spec {
             recurrence: Some(Recurrence::Rollouts),
             ..on_policy
         },

@@ -48,5 +48,33 @@ pub(crate) fn tiny_batch() -> RolloutBatch {
         bootstrap_obs: vec![0.1; b * 4],
         policy_version: vec![0],
         init_state: None,
+        valid: None,
     }
+}
+
+/// [`tiny_batch`] with its padding marked (`mid_batch_reset = false`: column 1 ends at row 2,
+/// so its row 3, entry 7, is padding), and a twin whose padding row holds other data.
+pub(crate) fn padded_twins() -> (RolloutBatch, RolloutBatch) {
+    let mut batch = tiny_batch();
+    batch.mark_padding();
+    assert_eq!(
+        batch.valid.as_deref(),
+        Some(&[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0][..])
+    );
+    let mut twin = batch.clone();
+    twin.obs[7 * 4..8 * 4].copy_from_slice(&[0.9, -0.9, 0.4, 0.2]);
+    if let Actions::Discrete(a) = &mut twin.action {
+        a[7] = 1 - a[7];
+    }
+    twin.reward[7] = 40.0;
+    twin.value[7] = -3.0;
+    twin.log_prob[7] = -2.5;
+    (batch, twin)
+}
+
+/// Every parameter of `a` and `b` agrees within float rounding.
+pub(crate) fn same_parameters(a: &ActorCritic, b: &ActorCritic) -> bool {
+    (a.named_parameters().iter())
+        .zip(b.named_parameters())
+        .all(|((_, x), (_, y))| x.allclose(&y, 1e-5, 1e-6, false))
 }

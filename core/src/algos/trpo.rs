@@ -98,7 +98,7 @@ impl TrustRegion<'_> {
         let dist = self.model.heads().dist(&self.samples.obs);
         let ratio = (dist.log_prob(&self.samples.action) - &self.old_log_prob).exp();
         let surrogate = (ratio * &self.advantage).mean(Kind::Float)
-            + entropy_bonus(&dist.entropy(), self.options);
+            + entropy_bonus(&dist.entropy(), self.options, None);
         (-surrogate, self.old.kl(&dist).mean(Kind::Float))
     }
 }

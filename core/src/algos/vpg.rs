@@ -117,7 +117,7 @@ impl Vpg {
             let dist = self.trained.model.heads().dist(&samples.obs);
             let h = dist.entropy();
             let loss = reinforce_loss(&dist.log_prob(&samples.action), &advantage_t)
-                - entropy_bonus(&h, &options);
+                - entropy_bonus(&h, &options, None);
             self.policy_optim.zero_grad();
             loss.backward();
             self.policy_optim.step(c.learning_rate, c.clip_grad_norm);

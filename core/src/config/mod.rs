@@ -403,6 +403,12 @@ pub struct ActorsConfig {
     /// (0: the newest). Makes the policy lag deliberate, to exercise off-policy correction
     /// (V-trace); must not exceed `max_policy_lag`, or the learner drops every rollout.
     pub lag_versions: u32,
+    /// rlpyt's `mid_batch_reset`. True: an env whose episode ends is reset at once and the
+    /// rollout goes on in its next episode. False: it waits, unstepped, until the rollout ends
+    /// and is reset before the next one; the steps it sat out are padding that PPO and A2C
+    /// mask out of their losses (rlpyt's `valid_from_done`), so every rollout starts fresh
+    /// episodes (what rlpyt's recurrent agents are run with).
+    pub mid_batch_reset: bool,
 }
 
 impl Default for ActorsConfig {
@@ -416,6 +422,7 @@ impl Default for ActorsConfig {
             max_policy_lag: 0,
             sync_timeout_s: 1.0,
             lag_versions: 0,
+            mid_batch_reset: true,
         }
     }
 }
@@ -784,7 +791,26 @@ impl RunConfig {
             "model.shared_trunk",
             "needs at least one hidden layer",
         )?;
-        let recurrence = crate::algos::registry::spec(&self.algo).recurrence;
+        let registered = crate::algos::registry::spec(&self.algo);
+        check(
+            self.actors.mid_batch_reset || registered.masks_padding,
+            "actors.mid_batch_reset",
+            "= false pads rollouts after an episode ends, which only ppo and a2c mask out of \
+             their losses",
+        )?;
+        check(
+            self.actors.mid_batch_reset || !self.ppod.enabled,
+            "actors.mid_batch_reset",
+            "= false is not available with PPO+D, whose actors switch envs between demos and \
+             the policy mid-rollout",
+        )?;
+        check(
+            self.actors.mid_batch_reset || self.env.vectorization == Vectorization::Sync,
+            "actors.mid_batch_reset",
+            "= false holds finished envs one by one; gymnasium's AsyncVectorEnv resets them \
+             itself (use env.vectorization = \"sync\")",
+        )?;
+        let recurrence = registered.recurrence;
         check(
             self.model.lstm_size == 0 || recurrence.is_some(),
             "model.lstm_size",
@@ -1049,6 +1075,23 @@ mod tests {
         assert!(err.to_string().contains("model.pre_lstm_sizes"), "{err}");
         let text = "[model]\nlstm_size = 8\npre_lstm_sizes = [32]\n[algo]\nname = \"impala\"\n";
         assert!(RunConfig::from_toml(text, "t").is_ok());
+        // Padding after episode ends (mid_batch_reset = false) is masked by ppo and a2c only.
+        let padded = |rest: &str| {
+            RunConfig::from_toml(&format!("[actors]\nmid_batch_reset = false\n{rest}"), "t")
+        };
+        assert!(padded("[algo]\nname = \"a2c\"\n").is_ok());
+        for rest in [
+            "[algo]\nname = \"impala\"\n",
+            "[algo]\nname = \"dqn\"\n",
+            "[ppod]\nenabled = true\n",
+            "[env]\nid = \"gym:CartPole-v1\"\nvectorization = \"async\"\n",
+        ] {
+            let err = padded(rest).unwrap_err();
+            assert!(
+                err.to_string().contains("actors.mid_batch_reset"),
+                "{rest}: {err}"
+            );
+        }
         // V-trace scores a recurrent batch by unrolling over its sequences.
         assert!(RunConfig::from_toml("[algo.vtrace]\n[model]\nlstm_size = 8\n", "t").is_ok());
         let err = RunConfig::from_toml("[algo]\nname = \"vpg\"\n[algo.vtrace]\n", "t");

@@ -61,6 +61,10 @@ pub struct VecEnv {
     continuous: Vec<Action>,
     /// The envs' [`Env::byte_observations`] (false for a hosted batch).
     byte_observations: bool,
+    /// `mid_batch_reset = false`: finished envs wait for [`VecEnv::reset_held`].
+    hold: bool,
+    /// Rows whose episode ended while holding: not stepped until [`VecEnv::reset_held`].
+    held: Vec<bool>,
 }
 
 impl VecEnv {
@@ -125,7 +129,48 @@ impl VecEnv {
             episodes: Vec::new(),
             continuous: Vec::new(),
             byte_observations: false,
+            hold: false,
+            held: vec![false; m],
         }
+    }
+
+    /// rlpyt's `mid_batch_reset = false` when `hold` is true: an env whose episode ends is not
+    /// reset; its row keeps the final observation and sits out later steps (reward 0, no
+    /// episode end, `final_obs` none) until [`VecEnv::reset_held`]. Envs hosted as one batch
+    /// reset themselves and cannot hold: that is an error.
+    pub fn hold_finished(&mut self, hold: bool) -> Result<(), EnvError> {
+        if hold && matches!(self.envs, Backend::Batch(_)) {
+            return Err(EnvError::VecMismatch(
+                "envs hosted as one batch reset themselves; they cannot wait for the end of \
+                 a rollout (actors.mid_batch_reset = false needs per-row envs)"
+                    .into(),
+            ));
+        }
+        self.hold = hold;
+        Ok(())
+    }
+
+    /// Which rows sit out steps until [`VecEnv::reset_held`] (all false unless holding).
+    pub fn held(&self) -> &[bool] {
+        &self.held
+    }
+
+    /// Resets the envs that were held since their episode ended and returns every row's
+    /// observation when there were any (`None`: nothing changed).
+    pub fn reset_held(&mut self) -> Option<&[f32]> {
+        if !self.held.contains(&true) {
+            return None;
+        }
+        let Backend::Each(envs) = &mut self.envs else {
+            unreachable!("only per-row envs hold");
+        };
+        for (i, env) in envs.iter_mut().enumerate() {
+            if std::mem::take(&mut self.held[i]) {
+                let first = env.reset(None);
+                copy_row(&mut self.out.obs, self.obs_dim, i, &first);
+            }
+        }
+        Some(&self.out.obs)
     }
 
     /// Switches every env to `task` (see [`Env::set_task`]); the next reset starts it. An env
@@ -190,6 +235,7 @@ impl VecEnv {
         }
         self.returns.fill(0.0);
         self.lengths.fill(0);
+        self.held.fill(false);
         self.out.reward.fill(0.0);
         self.out.terminated.fill(false);
         self.out.truncated.fill(false);
@@ -333,10 +379,7 @@ impl VecEnv {
             if active[i] {
                 self.step_one(i, action)?;
             } else {
-                self.out.reward[i] = 0.0;
-                self.out.terminated[i] = false;
-                self.out.truncated[i] = false;
-                self.out.final_obs[i] = None;
+                self.idle(i);
             }
         }
         Ok(&self.out)
@@ -352,6 +395,10 @@ impl VecEnv {
         let Backend::Each(envs) = &mut self.envs else {
             unreachable!("step_one steps per-row envs");
         };
+        if self.held[i] {
+            self.idle(i);
+            return Ok(());
+        }
         let env = &mut envs[i];
         let row = &mut self.out.obs[i * self.obs_dim..(i + 1) * self.obs_dim];
         // Straight into the output row: no allocation unless the episode ends.
@@ -365,11 +412,23 @@ impl VecEnv {
             self.out.final_obs[i] = None;
         } else {
             self.out.final_obs[i] = Some(row.to_vec());
-            let first = env.reset(None);
-            row.copy_from_slice(&first);
+            if self.hold {
+                self.held[i] = true;
+            } else {
+                let first = env.reset(None);
+                row.copy_from_slice(&first);
+            }
         }
         self.record(i, score, game_over);
         Ok(())
+    }
+
+    /// Row `i` sits this step out: its observation stays, reward 0, no episode end.
+    fn idle(&mut self, i: usize) {
+        self.out.reward[i] = 0.0;
+        self.out.terminated[i] = false;
+        self.out.truncated[i] = false;
+        self.out.final_obs[i] = None;
     }
 
     /// Episode statistics of row `i` after a step that earned `score` (the unclipped reward);
@@ -538,5 +597,44 @@ mod tests {
             assert_eq!(&sa, b.step_discrete(&raw).unwrap(), "step {t}");
         }
         assert_eq!(a.drain_episodes(), b.drain_episodes());
+    }
+
+    /// `mid_batch_reset = false`: a finished env keeps its final observation and sits out
+    /// (reward 0, no end, no final observation, no second episode) until `reset_held`, which
+    /// starts only it; the other env steps on throughout.
+    #[test]
+    fn held_envs_wait_for_the_next_rollout() {
+        let mut venv = VecEnv::new(vec![
+            Box::new(TimeLimit::new(CartPole::new(), 2)) as Box<dyn Env>,
+            Box::new(TimeLimit::new(CartPole::new(), 100)) as Box<dyn Env>,
+        ])
+        .unwrap();
+        venv.hold_finished(true).unwrap();
+        venv.reset(0);
+        assert!(venv.reset_held().is_none(), "nothing held yet");
+        venv.step_discrete(&[0, 0]).unwrap();
+        let ended = venv.step_discrete(&[0, 0]).unwrap().clone();
+        assert!(ended.truncated[0] && !ended.truncated[1]);
+        assert_eq!(ended.final_obs[0].as_deref(), Some(&ended.obs[0..4]));
+        assert_eq!(venv.held(), &[true, false]);
+        for _ in 0..3 {
+            let step = venv.step_discrete(&[1, 1]).unwrap();
+            assert_eq!(
+                &step.obs[0..4],
+                &ended.obs[0..4],
+                "the final observation stays"
+            );
+            assert_ne!(&step.obs[4..8], &ended.obs[4..8], "env 1 moves on");
+            assert_eq!((step.reward[0], step.truncated[0]), (0.0, false));
+            assert!(step.final_obs[0].is_none());
+        }
+        assert_eq!(venv.drain_episodes().len(), 1);
+        let moving = venv.step_discrete(&[1, 1]).unwrap().obs[4..8].to_vec();
+        let obs = venv.reset_held().expect("env 0 was held").to_vec();
+        assert_ne!(&obs[0..4], &ended.obs[0..4], "env 0 starts a new episode");
+        assert_eq!(&obs[4..8], moving.as_slice(), "env 1 is not reset");
+        assert_eq!(venv.held(), &[false, false]);
+        let step = venv.step_discrete(&[0, 0]).unwrap();
+        assert_eq!(step.reward[0], 1.0, "env 0 steps again");
     }
 }

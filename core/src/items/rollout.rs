@@ -399,6 +399,9 @@ pub struct RolloutBatch {
     pub policy_version: Vec<i64>,
     /// Recurrent state `(h, c)` each column starts from, `[B, H]` each (LSTM models).
     pub init_state: Option<(Vec<f32>, Vec<f32>)>,
+    /// `[T, B]`: 1 for a step the losses count, 0 for padding (`actors.mid_batch_reset =
+    /// false`, see [`RolloutBatch::mark_padding`]); `None`: every step counts.
+    pub valid: Option<Vec<f32>>,
 }
 
 /// `[K, T, M, inner]` -> `[T, K, M, inner]`.
@@ -476,7 +479,20 @@ impl RolloutBatch {
                 (Ok(h), Ok(c)) => Some((h.to_vec::<f32>()?, c.to_vec::<f32>()?)),
                 _ => None,
             },
+            valid: None,
         })
+    }
+
+    /// Marks every step after the first episode end of its column as padding (rlpyt's
+    /// `valid_from_done`): with `actors.mid_batch_reset = false` a finished env sits the rest
+    /// of its rollout out, so those steps are not experience.
+    pub fn mark_padding(&mut self) {
+        let done: Vec<bool> = (self.terminated.iter().zip(&self.truncated))
+            .map(|(a, b)| *a || *b)
+            .collect();
+        self.valid = Some(crate::algos::returns::valid_from_done(
+            &done, self.t, self.b,
+        ));
     }
 
     /// Reads several stacked batches (e.g. single rollouts sampled one at a time) as one.
