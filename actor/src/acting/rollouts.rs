@@ -57,7 +57,11 @@ impl RolloutCollector {
             config.actors.rollout_length as usize,
             config.actors.envs_per_actor as usize,
         );
-        let mut envs = fleetrl_core::envs::make_vec(&config.env, m)?;
+        let mut envs = match config.actors.mid_batch_reset {
+            true => fleetrl_core::envs::make_vec(&config.env, m)?,
+            // Holding finished envs needs one env per row.
+            false => fleetrl_core::envs::make_vec_per_row(&config.env, m)?,
+        };
         envs.hold_finished(!config.actors.mid_batch_reset)?;
         let (obs_dim, byte_observations) = (envs.obs_dim(), envs.byte_observations());
         let model = model::actor_critic(config, &envs)?;

@@ -54,6 +54,13 @@ pub fn make_vec(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError> {
             return VecEnv::from_batch(Box::new(batch));
         }
     }
+    make_vec_per_row(config, n)
+}
+
+/// `n` envs as `config` describes them, one [`Env`] per row even for a gymnasium id (which
+/// [`make_vec`] hosts as one vector env): what holding finished envs
+/// ([`VecEnv::hold_finished`]) needs.
+pub fn make_vec_per_row(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError> {
     let envs = (0..n)
         .map(|_| make_configured(config))
         .collect::<Result<Vec<_>, _>>()?;

@@ -53,7 +53,7 @@ pub use acrobot::Acrobot;
 pub use atari::{AtariPreprocessing, ATARI_SIZE};
 pub use batch::{BatchActions, BatchEnv};
 pub use cartpole::CartPole;
-pub use configured::{make_configured, make_vec};
+pub use configured::{make_configured, make_vec, make_vec_per_row};
 pub use frame_stack::FrameStack;
 pub use mask_velocity::MaskObservation;
 pub use minatar::{Breakout, Game, MinAtar, SpaceInvaders, STICKY_ACTION_PROB};
