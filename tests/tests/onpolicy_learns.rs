@@ -373,6 +373,19 @@ fn feed_forward_ppo_cannot_solve_cartpole_without_velocities() -> anyhow::Result
     Ok(())
 }
 
+/// `actors.alternating`: each actor steps its two env groups in turn on a second thread while
+/// acting for the other; the rollouts are the plain loop's, so PPO solves CartPole as usual.
+#[test]
+fn ppo_with_alternating_actors_solves_cartpole() -> anyhow::Result<()> {
+    let summary = train(
+        "ppo-alternating",
+        "cartpole-ppo",
+        &["actors.alternating=true", "stop.total_env_steps=200000"],
+    )?;
+    assert_solved(&summary, "ppo");
+    Ok(())
+}
+
 /// Four actors on a preset tuned for two: each actor sends its share of a batch per version
 /// (`ceil(batch_rollouts / actors)`, here 1) and the learner trains on every actor's share, so a
 /// batch holds 4 rollouts and almost nothing goes stale. Before, the learner trained on the

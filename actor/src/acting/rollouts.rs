@@ -3,30 +3,44 @@
 //! the episodes start by replaying demos ([`fleetrl_core::acting::ppod`]), synced with the
 //! replay server's demo buffers before each rollout and offered to them after it.
 
+use fleetrl_core::acting::alternating::Alternating;
 use fleetrl_core::acting::ppod::DemoActing;
 use fleetrl_core::acting::Acting;
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::envs::{Episode, VecEnv};
+use fleetrl_core::envs::{EnvError, Episode};
 use fleetrl_core::items::rollout::{Bootstrap, RolloutBuilder};
 use fleetrl_core::models::{ActorCritic, ModelError};
-use fleetrl_core::tasks::TaskSet;
+use fleetrl_core::tasks::{Task, TaskSet};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use super::{model, ActError, Collected, Collector, Pacing};
 use crate::demo_replay::DemoLink;
 
-/// Plain acting, or PPO+D acting with its link to the demo buffers.
+/// Plain acting, alternating acting (`actors.alternating`), or PPO+D acting with its link to
+/// the demo buffers.
 enum Source {
     Plain(Box<Acting>),
+    Alternating(Box<Alternating>),
     Demos(Box<DemoActing>, Box<DemoLink>),
 }
 
 impl Source {
-    fn envs_mut(&mut self) -> &mut VecEnv {
+    fn drain_episodes(&mut self) -> Vec<Episode> {
         match self {
-            Source::Plain(a) => a.envs_mut(),
-            Source::Demos(a, _) => a.envs_mut(),
+            Source::Plain(a) => a.envs_mut().drain_episodes(),
+            Source::Alternating(a) => a.drain_episodes(),
+            Source::Demos(a, _) => a.envs_mut().drain_episodes(),
+        }
+    }
+
+    fn set_task(&mut self, task: &Task, env_id: &str) -> Result<(), EnvError> {
+        match self {
+            Source::Plain(a) => a.envs_mut().set_task(task, env_id),
+            Source::Alternating(a) => {
+                (a.envs_mut()?.into_iter()).try_for_each(|envs| envs.set_task(task, env_id))
+            }
+            Source::Demos(a, _) => a.envs_mut().set_task(task, env_id),
         }
     }
 }
@@ -57,6 +71,23 @@ impl RolloutCollector {
             config.actors.rollout_length as usize,
             config.actors.envs_per_actor as usize,
         );
+        if config.actors.alternating {
+            let half = m / 2;
+            let first = fleetrl_core::envs::make_vec(&config.env, half)?;
+            let second = fleetrl_core::envs::make_vec(&config.env, half)?;
+            let byte_observations = first.byte_observations();
+            let model = model::actor_critic(config, &first)?;
+            let obs_dim = first.obs_dim();
+            return Ok(RolloutCollector {
+                model,
+                source: Source::Alternating(Box::new(Alternating::new(first, second, seed)?)),
+                builder: RolloutBuilder::new(t, m, obs_dim),
+                steps: (t * m) as u64,
+                tasks: None,
+                env_id: config.env.id.clone(),
+                byte_observations,
+            });
+        }
         let mut envs = match config.actors.mid_batch_reset {
             true => fleetrl_core::envs::make_vec(&config.env, m)?,
             // Holding finished envs needs one env per row.
@@ -88,14 +119,11 @@ impl RolloutCollector {
         })
     }
 
-    fn envs_mut(&mut self) -> &mut VecEnv {
-        self.source.envs_mut()
-    }
-
     fn fill(&mut self) -> Result<Bootstrap, ActError> {
         let policy = &self.model;
         Ok(match &mut self.source {
             Source::Plain(a) => a.collect(policy, &mut self.builder)?,
+            Source::Alternating(a) => a.collect(policy, &mut self.builder)?,
             Source::Demos(a, link) => {
                 link.sync(a).map_err(Box::new)?;
                 let bootstrap = a.collect(policy, &mut self.builder)?;
@@ -114,7 +142,7 @@ impl Collector for RolloutCollector {
     fn collect(&mut self, version: i64) -> Result<Collected, ActError> {
         if let Some((set, rng)) = &mut self.tasks {
             let task = set.sample_train(rng);
-            self.source.envs_mut().set_task(&task, &self.env_id)?;
+            self.source.set_task(&task, &self.env_id)?;
         }
         let bootstrap = self.fill()?;
         Ok(Collected {
@@ -124,7 +152,7 @@ impl Collector for RolloutCollector {
     }
 
     fn drain_episodes(&mut self) -> Vec<Episode> {
-        self.envs_mut().drain_episodes()
+        self.source.drain_episodes()
     }
 
     fn pacing(&self) -> Pacing {

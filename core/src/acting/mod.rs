@@ -1,6 +1,7 @@
 //! One rollout of acting: step a [`VecEnv`] with a policy for T steps and record what the
 //! learner needs. Shared by the actor binary and the single-process (serial) mode.
 
+pub mod alternating;
 pub mod eval;
 pub mod exploration;
 pub mod meta;

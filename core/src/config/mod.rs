@@ -409,6 +409,10 @@ pub struct ActorsConfig {
     /// mask out of their losses (rlpyt's `valid_from_done`), so every rollout starts fresh
     /// episodes (what rlpyt's recurrent agents are run with).
     pub mid_batch_reset: bool,
+    /// rlpyt's alternating sampler: the actor's envs form two groups, and while one group
+    /// steps (on a second thread) the policy computes the other's actions, so env time and
+    /// inference overlap. Needs an even `envs_per_actor`; the rollouts are the same.
+    pub alternating: bool,
 }
 
 impl Default for ActorsConfig {
@@ -423,6 +427,7 @@ impl Default for ActorsConfig {
             sync_timeout_s: 1.0,
             lag_versions: 0,
             mid_batch_reset: true,
+            alternating: false,
         }
     }
 }
@@ -810,6 +815,25 @@ impl RunConfig {
             "= false holds finished envs one by one; gymnasium's AsyncVectorEnv resets them \
              itself (use env.vectorization = \"sync\")",
         )?;
+        if self.actors.alternating {
+            check(
+                self.actors.envs_per_actor >= 2 && self.actors.envs_per_actor.is_multiple_of(2),
+                "actors.alternating",
+                "splits an actor's envs into two equal groups: actors.envs_per_actor must be even",
+            )?;
+            check(
+                !self.algo.is_off_policy() && self.algo.as_maml().is_none(),
+                "actors.alternating",
+                "alternates the rollouts of plain on-policy algorithms (ppo, a2c, vpg, trpo, \
+                 impala); off-policy and meta-RL actors step otherwise",
+            )?;
+            check(
+                !self.ppod.enabled && self.actors.mid_batch_reset && !self.tasks.multi_task,
+                "actors.alternating",
+                "does not combine with PPO+D, actors.mid_batch_reset = false or \
+                 tasks.multi_task",
+            )?;
+        }
         let recurrence = registered.recurrence;
         check(
             self.model.lstm_size == 0 || recurrence.is_some(),
@@ -1089,6 +1113,23 @@ mod tests {
             let err = padded(rest).unwrap_err();
             assert!(
                 err.to_string().contains("actors.mid_batch_reset"),
+                "{rest}: {err}"
+            );
+        }
+        // Alternating acting: two equal groups, plain on-policy rollouts only.
+        let alternating = |rest: &str| {
+            RunConfig::from_toml(&format!("[actors]\nalternating = true\n{rest}"), "t")
+        };
+        assert!(alternating("").is_ok());
+        for rest in [
+            "envs_per_actor = 3\n",
+            "[algo]\nname = \"dqn\"\n",
+            "[algo]\nname = \"maml_vpg\"\n",
+            "[ppod]\nenabled = true\n",
+        ] {
+            let err = alternating(rest).unwrap_err();
+            assert!(
+                err.to_string().contains("actors.alternating"),
                 "{rest}: {err}"
             );
         }

@@ -183,7 +183,7 @@ impl Actions {
     }
 
     /// Appends `other`'s rows. Panics if the kinds or widths differ (one rollout, one space).
-    fn extend(&mut self, other: &Actions) {
+    pub(crate) fn extend(&mut self, other: &Actions) {
         match (self, other) {
             (Actions::Discrete(a), Actions::Discrete(b)) => a.extend_from_slice(b),
             (Actions::Continuous { dim: d, values: a }, Actions::Continuous { dim, values: b })
@@ -303,6 +303,12 @@ impl RolloutBuilder {
         self.terminated.extend_from_slice(step.terminated);
         self.truncated.extend_from_slice(step.truncated);
         self.final_value.extend_from_slice(step.final_value);
+    }
+
+    /// Steps still to push before the rollout is full.
+    pub fn steps_left(&self) -> usize {
+        let pushed = self.action.as_ref().map_or(0, Actions::rows) / self.m.max(1);
+        self.t.saturating_sub(pushed)
     }
 
     /// Whether T steps were pushed.
