@@ -21,7 +21,10 @@ fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
         t,
         b,
         obs_dim: 4,
-        obs: (0..n * 4).map(|i| (i % 7) as f32 / 10.0).collect(),
+        obs: (0..n * 4)
+            .map(|i| (i % 7) as f32 / 10.0)
+            .collect::<Vec<f32>>()
+            .into(),
         action: Actions::Discrete((0..n).map(|i| (i % 2) as i64).collect()),
         reward: vec![1.0; n],
         terminated: (0..n).map(|i| i % 50 == 49).collect(),

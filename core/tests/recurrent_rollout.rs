@@ -64,7 +64,10 @@ fn sequence_evaluation_reproduces_the_actors_log_probs() {
                 c: Tensor::from_slice(&c).view([m as i64, 16]),
             },
         };
-        let obs = Tensor::from_slice(&batch.obs).view([(t * m) as i64, 2]);
+        let obs = batch
+            .obs
+            .to_tensor(tch::Device::Cpu)
+            .view([(t * m) as i64, 2]);
         let eval =
             model
                 .heads()

@@ -119,9 +119,7 @@ impl Intrinsic {
         let device = self.vs.device();
         let (t, b, d) = (batch.t, batch.b, batch.obs_dim);
         let n = (t * b) as i64;
-        let obs = Tensor::from_slice(&batch.obs)
-            .to_device(device)
-            .view([n, d as i64]);
+        let obs = batch.obs.to_tensor(device).view([n, d as i64]);
         let boot = Tensor::from_slice(&batch.bootstrap_obs)
             .to_device(device)
             .view([b as i64, d as i64]);

@@ -157,7 +157,7 @@ pub fn split_stages(
     let (b, d) = (batch.b, batch.obs_dim);
     let tasks = b / m.max(1);
     let options = config.options();
-    let obs_all = Tensor::from_slice(&batch.obs).view([batch.t as i64, b as i64, d as i64]);
+    let obs_all = (batch.obs.to_tensor(Device::Cpu)).view([batch.t as i64, b as i64, d as i64]);
     let action_all = batch.action.to_tensor(Device::Cpu);
     let action_all = match action_all.dim() {
         1 => action_all.view([batch.t as i64, b as i64]),

@@ -50,7 +50,7 @@ pub use registry::build;
 /// running normalisation statistics (if it has them), then `algo` updates on the batch.
 pub fn train_on(algo: &mut dyn Algorithm, batch: &Batch) -> Result<Update, BatchError> {
     if let Batch::Rollouts(rollouts) = batch {
-        let obs = Tensor::from_slice(&rollouts.obs).view([-1, rollouts.obs_dim as i64]);
+        let obs = (rollouts.obs.to_tensor(tch::Device::Cpu)).view([-1, rollouts.obs_dim as i64]);
         algo.trained().model().observe(&obs);
     }
     algo.update(batch)

@@ -132,7 +132,7 @@ impl Samples {
     pub fn new(batch: &RolloutBatch, device: Device) -> Samples {
         let n = (batch.t * batch.b) as i64;
         Samples {
-            obs: tensor(&batch.obs, device).view([n, batch.obs_dim as i64]),
+            obs: batch.obs.to_tensor(device).view([n, batch.obs_dim as i64]),
             action: batch.action.to_tensor(device),
             behaviour_log_prob: tensor(&batch.log_prob, device),
             behaviour_value: tensor(&batch.value, device),

@@ -266,7 +266,10 @@ impl Ppo {
         let n = (batch.t * batch.b) as i64;
         let f = |v: &[f32]| Tensor::from_slice(v).to_device(self.device);
         Minibatch {
-            obs: f(&batch.obs).view([n, batch.obs_dim as i64]),
+            obs: batch
+                .obs
+                .to_tensor(self.device)
+                .view([n, batch.obs_dim as i64]),
             action: batch.action.to_tensor(self.device),
             old_log_prob: f(&batch.log_prob),
             old_value: f(&batch.value),
@@ -740,7 +743,8 @@ mod tests {
             obs_dim: 4,
             obs: (0..n * 4)
                 .map(|i| ((i * 7) % 11) as f32 / 10.0 - 0.5)
-                .collect(),
+                .collect::<Vec<f32>>()
+                .into(),
             action: Actions::Discrete((0..n).map(|i| (i % 2) as i64).collect()),
             reward: vec![1.0; n],
             terminated: (0..n).map(|i| i == 5).collect(),
@@ -847,7 +851,7 @@ mod tests {
             let copy = field.clone();
             field.extend(copy);
         }
-        double.obs.extend(double.obs.clone());
+        double.obs = double.obs.to_f32().repeat(2).into();
         double.action = crate::items::rollout::Actions::Discrete((0..16).map(|i| i % 2).collect());
         double.terminated.extend(double.terminated.clone());
         double.truncated.extend(double.truncated.clone());

@@ -160,8 +160,10 @@ mod tests {
         for (i, r) in b.reward.iter_mut().enumerate() {
             *r += ((i + k) % 5) as f32 * 0.3;
         }
-        for (i, o) in b.obs.iter_mut().enumerate() {
-            *o *= 1.0 + ((i * k) % 3) as f32 * 0.2;
+        if let crate::items::rollout::Observations::F32(obs) = &mut b.obs {
+            for (i, o) in obs.iter_mut().enumerate() {
+                *o *= 1.0 + ((i * k) % 3) as f32 * 0.2;
+            }
         }
         b
     }

@@ -3,7 +3,7 @@
 use tch::Device;
 
 use crate::config::ModelConfig;
-use crate::items::rollout::{Actions, RolloutBatch};
+use crate::items::rollout::{Actions, Observations, RolloutBatch};
 use crate::models::ActorCritic;
 use fleetrl_proto::space::Space;
 
@@ -34,7 +34,8 @@ pub(crate) fn tiny_batch() -> RolloutBatch {
         obs_dim: 4,
         obs: (0..n * 4)
             .map(|i| ((i * 7) % 11) as f32 / 10.0 - 0.5)
-            .collect(),
+            .collect::<Vec<f32>>()
+            .into(),
         action: Actions::Discrete((0..n).map(|i| (i % 2) as i64).collect()),
         reward: (0..n)
             .map(|i| if i % 3 == 0 { 1.0 } else { -0.5 })
@@ -62,7 +63,9 @@ pub(crate) fn padded_twins() -> (RolloutBatch, RolloutBatch) {
         Some(&[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0][..])
     );
     let mut twin = batch.clone();
-    twin.obs[7 * 4..8 * 4].copy_from_slice(&[0.9, -0.9, 0.4, 0.2]);
+    if let Observations::F32(obs) = &mut twin.obs {
+        obs[7 * 4..8 * 4].copy_from_slice(&[0.9, -0.9, 0.4, 0.2]);
+    }
     if let Actions::Discrete(a) = &mut twin.action {
         a[7] = 1 - a[7];
     }

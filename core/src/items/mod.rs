@@ -4,7 +4,9 @@
 //! Observations of envs with byte-valued frames ([`Env::byte_observations`]: Atari, MinAtar)
 //! travel and are stored as U8, a quarter of f32's bytes and exact: the actor narrows them
 //! ([`narrow_observations`]), the table's signature says U8 ([`observations_as_bytes`]), and
-//! the learner widens them to f32 as it reads a batch (`Tensor::to_f32_widened`).
+//! the learner keeps them as bytes until they reach the device it trains on, where they are
+//! widened to f32 just before the network ([`rollout::Observations`] for rollouts; transition
+//! and sequence batches widen after their move to the device).
 //!
 //! [`Env::byte_observations`]: crate::envs::Env::byte_observations
 
@@ -127,10 +129,19 @@ mod tests {
                 (item.tensors.iter()).map(|(k, v)| (k.clone(), Tensor::stack(&[v]).unwrap())),
             )
         };
-        assert_eq!(
-            rollout::RolloutBatch::from_stacked(&stacked(&narrow)).unwrap(),
-            rollout::RolloutBatch::from_stacked(&stacked(&wide)).unwrap()
-        );
+        let from_bytes = rollout::RolloutBatch::from_stacked(&stacked(&narrow)).unwrap();
+        let from_floats = rollout::RolloutBatch::from_stacked(&stacked(&wide)).unwrap();
+        // The learner keeps the bytes until they reach the device, and widens them there.
+        assert!(matches!(from_bytes.obs, rollout::Observations::U8(_)));
+        assert!(from_bytes
+            .obs
+            .to_tensor(tch::Device::Cpu)
+            .equal(&from_floats.obs.to_tensor(tch::Device::Cpu)));
+        let same_obs = rollout::RolloutBatch {
+            obs: from_floats.obs.clone(),
+            ..from_bytes
+        };
+        assert_eq!(same_obs, from_floats);
         let mut fractional =
             TensorMap::from_pairs([("obs", Tensor::from_slice(&[2], &[1.0f32, 0.5]))]);
         let error = narrow_observations(&mut fractional).unwrap_err();

@@ -371,6 +371,56 @@ impl RolloutBuilder {
     }
 }
 
+/// A batch's observations as they arrived: f32, or bytes for envs with byte observations
+/// (see [`super`]), which cross to the device the learner trains on as bytes and are widened
+/// to f32 there, just before the network.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observations {
+    /// f32 values.
+    F32(Vec<f32>),
+    /// Whole numbers in 0..=255.
+    U8(Vec<u8>),
+}
+
+impl Observations {
+    /// The values as a flat f32 tensor on `device` (bytes are moved there, then widened).
+    pub fn to_tensor(&self, device: tch::Device) -> tch::Tensor {
+        match self {
+            Observations::F32(v) => tch::Tensor::from_slice(v).to_device(device),
+            Observations::U8(v) => tch::Tensor::from_slice(v)
+                .to_device(device)
+                .to_kind(tch::Kind::Float),
+        }
+    }
+
+    /// The values as f32 on the host.
+    pub fn to_f32(&self) -> std::borrow::Cow<'_, [f32]> {
+        match self {
+            Observations::F32(v) => std::borrow::Cow::Borrowed(v),
+            Observations::U8(v) => v.iter().map(|&b| f32::from(b)).collect(),
+        }
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Observations::F32(v) => v.len(),
+            Observations::U8(v) => v.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Vec<f32>> for Observations {
+    fn from(values: Vec<f32>) -> Observations {
+        Observations::F32(values)
+    }
+}
+
 /// A stacked batch of K rollouts, rearranged time-major: `[T, B]` with B = K x M columns
 /// (column `k * M + m` is env m of rollout k), ready for return computation.
 #[derive(Debug, Clone, PartialEq)]
@@ -382,7 +432,7 @@ pub struct RolloutBatch {
     /// Observation size D.
     pub obs_dim: usize,
     /// [T, B, D].
-    pub obs: Vec<f32>,
+    pub obs: Observations,
     /// [T, B] indices or [T, B, A] values.
     pub action: Actions,
     /// [T, B].
@@ -470,7 +520,10 @@ impl RolloutBatch {
             t,
             b: k * m,
             obs_dim: d,
-            obs: time_major(&obs.to_f32_widened()?, k, t, m, d),
+            obs: match obs.checked_dtype()? {
+                Dtype::U8 => Observations::U8(time_major(&obs.to_vec::<u8>()?, k, t, m, d)),
+                _ => Observations::F32(time_major(&obs.to_vec::<f32>()?, k, t, m, d)),
+            },
             action: stacked_actions(batch.field(field::ACTION)?, k, t, m)?,
             reward: per_step(field::REWARD)?,
             terminated: flags(field::TERMINATED)?,
@@ -629,7 +682,7 @@ mod tests {
             panic!("discrete actions")
         };
         assert_eq!(&action[4..8], &[10, 11, 10, 11]);
-        assert_eq!(&batch.obs[8..12], &[101.0, 101.1, 101.2, 101.3]);
+        assert_eq!(&batch.obs.to_f32()[8..12], &[101.0, 101.1, 101.2, 101.3]);
         assert_eq!(batch.terminated[4..8], [true; 4]);
         assert_eq!(batch.bootstrap_value, vec![100.0, 100.0, 200.0, 200.0]);
         assert_eq!(batch.policy_version, vec![4, 5]);
