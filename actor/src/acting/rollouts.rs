@@ -71,32 +71,21 @@ impl RolloutCollector {
             config.actors.rollout_length as usize,
             config.actors.envs_per_actor as usize,
         );
-        if config.actors.alternating {
-            let half = m / 2;
-            let first = fleetrl_core::envs::make_vec(&config.env, half)?;
-            let second = fleetrl_core::envs::make_vec(&config.env, half)?;
-            let byte_observations = first.byte_observations();
-            let model = model::actor_critic(config, &first)?;
-            let obs_dim = first.obs_dim();
-            return Ok(RolloutCollector {
-                model,
-                source: Source::Alternating(Box::new(Alternating::new(first, second, seed)?)),
-                builder: RolloutBuilder::new(t, m, obs_dim),
-                steps: (t * m) as u64,
-                tasks: None,
-                env_id: config.env.id.clone(),
-                byte_observations,
-            });
-        }
-        let mut envs = match config.actors.mid_batch_reset {
-            true => fleetrl_core::envs::make_vec(&config.env, m)?,
+        // Alternating acting steps two groups of M / 2; the others one vector of M.
+        let mut envs = match (config.actors.alternating, config.actors.mid_batch_reset) {
+            (true, _) => fleetrl_core::envs::make_vec(&config.env, m / 2)?,
+            (false, true) => fleetrl_core::envs::make_vec(&config.env, m)?,
             // Holding finished envs needs one env per row.
-            false => fleetrl_core::envs::make_vec_per_row(&config.env, m)?,
+            (false, false) => fleetrl_core::envs::make_vec_per_row(&config.env, m)?,
         };
         envs.hold_finished(!config.actors.mid_batch_reset)?;
         let (obs_dim, byte_observations) = (envs.obs_dim(), envs.byte_observations());
         let model = model::actor_critic(config, &envs)?;
         let source = match demos {
+            _ if config.actors.alternating => {
+                let second = fleetrl_core::envs::make_vec(&config.env, m / 2)?;
+                Source::Alternating(Box::new(Alternating::new(envs, second, seed)?))
+            }
             None => Source::Plain(Box::new(Acting::new(envs, seed))),
             Some(link) => Source::Demos(
                 Box::new(DemoActing::new(envs, &config.env.id, seed)),

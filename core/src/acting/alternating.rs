@@ -147,7 +147,7 @@ impl Alternating {
         debug_assert_eq!(got, g, "groups step in turn");
         let group = &mut self.groups[g];
         group.envs = Some(envs);
-        let step = step?;
+        let mut step = step?;
         let final_value = truncation_values(
             policy,
             acted.next.as_ref(),
@@ -161,7 +161,8 @@ impl Alternating {
                 .collect();
             group.state = Some(next.masked(&Tensor::from_slice(&keep)));
         }
-        let before = std::mem::replace(&mut group.obs, step.obs.clone());
+        // The step's observations become the group's; the record keeps what acted.
+        let before = std::mem::replace(&mut group.obs, std::mem::take(&mut step.obs));
         Ok(Stepped {
             acted,
             obs: before,

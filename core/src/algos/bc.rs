@@ -21,39 +21,34 @@ use crate::optim::Adam;
 /// The BC loss of `model` on expert `action`s (indices, or env-scale values) at `obs`,
 /// averaged over rows.
 pub fn bc_loss(model: &OffPolicyModel, obs: &Tensor, action: &Tensor, loss: BcLoss) -> Tensor {
-    match (model.kind(), loss) {
-        (PolicyKind::QValues, BcLoss::LogProb) => {
-            let (log_prob, _) = model
-                .evaluate_actions(obs, action)
-                .expect("Q values define a categorical policy");
-            -log_prob.mean(Kind::Float)
+    if loss == BcLoss::LogProb {
+        // The policy's own likelihood where it has one (a softmax over Q values, a squashed
+        // Gaussian); a deterministic policy falls through to the unit-variance reading.
+        let taken = match model.kind() {
+            PolicyKind::QValues => Some(action.shallow_clone()),
+            PolicyKind::SquashedGaussian => Some(model.to_unit_scale(action)),
+            PolicyKind::Deterministic => None,
+        };
+        if let Some((log_prob, _)) = taken.and_then(|a| model.evaluate_actions(obs, &a)) {
+            return -log_prob.mean(Kind::Float);
         }
-        (PolicyKind::QValues, BcLoss::Mse) => {
-            let probs = model.q_values(obs).softmax(-1, Kind::Float);
-            let one_hot = action.one_hot(probs.size()[1]).to_kind(Kind::Float);
-            (probs - one_hot)
-                .square()
-                .sum_dim_intlist(-1, false, Kind::Float)
-                .mean(Kind::Float)
-        }
-        (PolicyKind::SquashedGaussian, BcLoss::LogProb) => {
-            let unit = model.to_unit_scale(action);
-            let (log_prob, _) = model
-                .evaluate_actions(obs, &unit)
-                .expect("a squashed Gaussian has a likelihood");
-            -log_prob.mean(Kind::Float)
-        }
-        (_, loss) => {
-            let predicted = model.to_env_scale(&model.mean_action(obs));
-            let sq = (predicted - action)
-                .square()
-                .sum_dim_intlist(-1, false, Kind::Float)
-                .mean(Kind::Float);
-            match loss {
-                BcLoss::LogProb => sq * 0.5,
-                BcLoss::Mse => sq,
-            }
-        }
+    }
+    if model.kind() == PolicyKind::QValues {
+        let probs = model.q_values(obs).softmax(-1, Kind::Float);
+        let one_hot = action.one_hot(probs.size()[1]).to_kind(Kind::Float);
+        return (probs - one_hot)
+            .square()
+            .sum_dim_intlist(-1, false, Kind::Float)
+            .mean(Kind::Float);
+    }
+    let predicted = model.to_env_scale(&model.mean_action(obs));
+    let sq = (predicted - action)
+        .square()
+        .sum_dim_intlist(-1, false, Kind::Float)
+        .mean(Kind::Float);
+    match loss {
+        BcLoss::LogProb => sq * 0.5,
+        BcLoss::Mse => sq,
     }
 }
 
@@ -134,6 +129,19 @@ mod tests {
     use crate::config::ModelConfig;
     use fleetrl_proto::space::Space;
 
+    /// The expert's `action`s at `obs` as a training batch (BC reads only these two).
+    fn expert_batch(obs: &Tensor, action: &Tensor) -> TransitionBatch {
+        let rows = obs.size()[0];
+        TransitionBatch {
+            obs: obs.shallow_clone(),
+            action: action.shallow_clone(),
+            reward: Tensor::zeros([rows], (Kind::Float, tch::Device::Cpu)),
+            discount: Tensor::zeros([rows], (Kind::Float, tch::Device::Cpu)),
+            next_obs: obs.shallow_clone(),
+            weights: Tensor::ones([rows], (Kind::Float, tch::Device::Cpu)),
+        }
+    }
+
     #[test]
     fn log_prob_loss_is_the_cross_entropy_and_training_fits_the_expert() {
         let obs_space = Space::Box {
@@ -157,14 +165,7 @@ mod tests {
         let got = bc_loss(&model, &obs, &action, BcLoss::LogProb).double_value(&[]);
         assert!((got - expected).abs() < 1e-6);
         let mut bc = Bc::new(&BcConfig::default(), model);
-        let batch = TransitionBatch {
-            obs: obs.shallow_clone(),
-            action: action.shallow_clone(),
-            reward: Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)),
-            discount: Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)),
-            next_obs: obs.shallow_clone(),
-            weights: Tensor::ones([2], (Kind::Float, tch::Device::Cpu)),
-        };
+        let batch = expert_batch(&obs, &action);
         for _ in 0..200 {
             bc.train(&batch);
         }
@@ -209,14 +210,7 @@ mod tests {
             ..BcConfig::default()
         };
         let mut bc = Bc::new(&config, model);
-        let batch = TransitionBatch {
-            obs: obs.shallow_clone(),
-            action: expert.shallow_clone(),
-            reward: Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)),
-            discount: Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)),
-            next_obs: obs.shallow_clone(),
-            weights: Tensor::ones([2], (Kind::Float, tch::Device::Cpu)),
-        };
+        let batch = expert_batch(&obs, &expert);
         for _ in 0..2_000 {
             bc.train(&batch);
         }

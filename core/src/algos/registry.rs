@@ -53,6 +53,9 @@ pub struct Spec<'a> {
     pub recurrence: Option<Recurrence>,
     /// Whether its losses leave out the padding of `actors.mid_batch_reset = false`.
     pub masks_padding: bool,
+    /// Whether its actors collect plain rollouts of one policy (not transitions, not meta-RL
+    /// adaptations): what `actors.alternating` and `tasks.multi_task` build on.
+    pub plain_rollouts: bool,
 }
 
 /// The registry entry of `algo`.
@@ -65,6 +68,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         demo_dir: None,
         recurrence: None,
         masks_padding: false,
+        plain_rollouts: true,
     };
     let off_policy = |replay, interval: u64, shape| Spec {
         family: Family::OffPolicy,
@@ -74,6 +78,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         demo_dir: None,
         recurrence: None,
         masks_padding: false,
+        plain_rollouts: false,
     };
     match algo {
         AlgoConfig::Ppo(_) | AlgoConfig::A2c(_) => Spec {
@@ -85,7 +90,11 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
             recurrence: Some(Recurrence::Rollouts),
             ..on_policy
         },
-        AlgoConfig::Vpg(_) | AlgoConfig::Trpo(_) | AlgoConfig::Maml(..) => on_policy,
+        AlgoConfig::Vpg(_) | AlgoConfig::Trpo(_) => on_policy,
+        AlgoConfig::Maml(..) => Spec {
+            plain_rollouts: false,
+            ..on_policy
+        },
         AlgoConfig::Dqn(c) => Spec {
             recurrence: Some(Recurrence::Sequences),
             ..off_policy(

@@ -822,7 +822,7 @@ impl RunConfig {
                 "splits an actor's envs into two equal groups: actors.envs_per_actor must be even",
             )?;
             check(
-                !self.algo.is_off_policy() && self.algo.as_maml().is_none(),
+                registered.plain_rollouts,
                 "actors.alternating",
                 "alternates the rollouts of plain on-policy algorithms (ppo, a2c, vpg, trpo, \
                  impala); off-policy and meta-RL actors step otherwise",
@@ -878,7 +878,7 @@ impl RunConfig {
         if self.tasks.multi_task {
             self.tasks.validate()?;
             check(
-                self.algo.as_maml().is_none() && !self.algo.is_off_policy(),
+                registered.plain_rollouts,
                 "tasks.multi_task",
                 "is for plain on-policy algorithms (ppo, a2c, vpg, trpo, impala); meta-RL \
                  algorithms draw their own tasks",
@@ -1099,39 +1099,40 @@ mod tests {
         assert!(err.to_string().contains("model.pre_lstm_sizes"), "{err}");
         let text = "[model]\nlstm_size = 8\npre_lstm_sizes = [32]\n[algo]\nname = \"impala\"\n";
         assert!(RunConfig::from_toml(text, "t").is_ok());
-        // Padding after episode ends (mid_batch_reset = false) is masked by ppo and a2c only.
-        let padded = |rest: &str| {
-            RunConfig::from_toml(&format!("[actors]\nmid_batch_reset = false\n{rest}"), "t")
-        };
-        assert!(padded("[algo]\nname = \"a2c\"\n").is_ok());
-        for rest in [
-            "[algo]\nname = \"impala\"\n",
-            "[algo]\nname = \"dqn\"\n",
-            "[ppod]\nenabled = true\n",
-            "[env]\nid = \"gym:CartPole-v1\"\nvectorization = \"async\"\n",
-        ] {
-            let err = padded(rest).unwrap_err();
-            assert!(
-                err.to_string().contains("actors.mid_batch_reset"),
-                "{rest}: {err}"
-            );
-        }
-        // Alternating acting: two equal groups, plain on-policy rollouts only.
-        let alternating = |rest: &str| {
-            RunConfig::from_toml(&format!("[actors]\nalternating = true\n{rest}"), "t")
-        };
-        assert!(alternating("").is_ok());
-        for rest in [
-            "envs_per_actor = 3\n",
-            "[algo]\nname = \"dqn\"\n",
-            "[algo]\nname = \"maml_vpg\"\n",
-            "[ppod]\nenabled = true\n",
-        ] {
-            let err = alternating(rest).unwrap_err();
-            assert!(
-                err.to_string().contains("actors.alternating"),
-                "{rest}: {err}"
-            );
+        // Padding after episode ends (mid_batch_reset = false) is masked by ppo and a2c only;
+        // alternating acting needs two equal groups and plain on-policy rollouts. Each key
+        // accepts its first case and refuses the others by name.
+        let cases: [(&str, &str, &[&str]); 2] = [
+            (
+                "mid_batch_reset = false",
+                "[algo]\nname = \"a2c\"\n",
+                &[
+                    "[algo]\nname = \"impala\"\n",
+                    "[algo]\nname = \"dqn\"\n",
+                    "[ppod]\nenabled = true\n",
+                    "[env]\nid = \"gym:CartPole-v1\"\nvectorization = \"async\"\n",
+                ],
+            ),
+            (
+                "alternating = true",
+                "",
+                &[
+                    "envs_per_actor = 3\n",
+                    "[algo]\nname = \"dqn\"\n",
+                    "[algo]\nname = \"maml_vpg\"\n",
+                    "[ppod]\nenabled = true\n",
+                ],
+            ),
+        ];
+        for (setting, accepted, refused) in cases {
+            let parse =
+                |rest: &str| RunConfig::from_toml(&format!("[actors]\n{setting}\n{rest}"), "t");
+            assert!(parse(accepted).is_ok(), "{setting}");
+            let key = format!("actors.{}", setting.split(' ').next().unwrap_or_default());
+            for rest in refused {
+                let err = parse(rest).unwrap_err();
+                assert!(err.to_string().contains(&key), "{rest}: {err}");
+            }
         }
         // V-trace scores a recurrent batch by unrolling over its sequences.
         assert!(RunConfig::from_toml("[algo.vtrace]\n[model]\nlstm_size = 8\n", "t").is_ok());

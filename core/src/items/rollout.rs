@@ -400,19 +400,6 @@ impl Observations {
             Observations::U8(v) => v.iter().map(|&b| f32::from(b)).collect(),
         }
     }
-
-    /// Number of values.
-    pub fn len(&self) -> usize {
-        match self {
-            Observations::F32(v) => v.len(),
-            Observations::U8(v) => v.len(),
-        }
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl From<Vec<f32>> for Observations {
