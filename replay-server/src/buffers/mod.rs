@@ -13,6 +13,7 @@
 
 pub mod demos;
 mod info;
+mod keymap;
 pub mod persist;
 mod rate_limiter;
 pub mod rows;

@@ -15,7 +15,6 @@
 //! allows; dropped midway, the items it stored stay (unacknowledged, so a client resends them:
 //! at-least-once, as the wire protocol says).
 
-use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -26,6 +25,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::sync::Notify;
 
+use super::keymap::{KeyMap, Vacant};
 use super::rows::{self, Rows};
 use super::selectors::{self, Selector};
 use super::{Counters, RateLimiter, TableInfo};
@@ -43,7 +43,7 @@ pub struct Table {
 
 #[derive(Debug)]
 struct State {
-    items: HashMap<u64, Stored>,
+    items: KeyMap<Stored>,
     rows: Rows,
     sampler: Box<dyn Selector>,
     remover: Box<dyn Selector>,
@@ -61,6 +61,18 @@ struct Stored {
     priority: f64,
     slot: u32,
     times_sampled: u32,
+}
+
+impl Vacant for Stored {
+    const VACANT: Stored = Stored {
+        priority: 0.0,
+        slot: u32::MAX,
+        times_sampled: 0,
+    };
+
+    fn is_vacant(&self) -> bool {
+        self.slot == u32::MAX
+    }
 }
 
 /// One item as a checkpoint holds it.
@@ -100,7 +112,7 @@ impl Table {
     pub fn seeded(spec: &TableSpec, seed: u64) -> Result<Table, ReplayError> {
         spec.check(u64::MAX)?;
         let state = State {
-            items: HashMap::new(),
+            items: KeyMap::default(),
             rows: Rows::new(&spec.signature),
             sampler: selectors::build(spec.sampler),
             remover: selectors::build(spec.remover),
@@ -170,8 +182,7 @@ impl Table {
     /// (a later write copies a page first), so this copies no item bytes.
     pub fn snapshot(&self) -> TableSnapshot {
         let state = self.lock();
-        let mut stored: Vec<(u64, Stored)> = state.items.iter().map(|(&k, &s)| (k, s)).collect();
-        stored.sort_unstable_by_key(|&(key, _)| key);
+        let stored: Vec<(u64, Stored)> = state.items.iter().map(|(k, &s)| (k, s)).collect();
         let rows = state.rows.shared(stored.iter().map(|(_, s)| s.slot));
         let items: Vec<SnapshotItem> = stored
             .into_iter()
@@ -342,7 +353,7 @@ impl Table {
         let mut state = self.lock();
         let mut updated = 0;
         for &(key, priority) in updates {
-            let Some(stored) = state.items.get_mut(&key) else {
+            let Some(stored) = state.items.get_mut(key) else {
                 continue;
             };
             stored.priority = priority;
@@ -534,12 +545,12 @@ impl State {
     fn take(&mut self, key: u64, max_times_sampled: u32) -> (u32, u32, bool) {
         let stored = self
             .items
-            .get_mut(&key)
+            .get_mut(key)
             .expect("invariant: a sampler only returns keys the table holds");
         stored.times_sampled += 1;
         let (slot, times) = (stored.slot, stored.times_sampled);
         if max_times_sampled != 0 && times >= max_times_sampled {
-            self.items.remove(&key);
+            self.items.remove(key);
             self.sampler.remove(key);
             self.remover.remove(key);
             self.counters.deleted += 1;
@@ -549,7 +560,7 @@ impl State {
     }
 
     fn delete(&mut self, key: u64) -> bool {
-        let Some(stored) = self.items.remove(&key) else {
+        let Some(stored) = self.items.remove(key) else {
             return false;
         };
         self.rows.release(stored.slot);

@@ -1,12 +1,11 @@
 //! Prioritized selector: key `i` is picked with probability `p_i^a / sum_j p_j^a`, from a sum
 //! tree, so insert, update, remove and each pick cost O(log n).
 
-use std::collections::HashMap;
-
 use rand::rngs::SmallRng;
 use rand::Rng;
 
 use super::Selector;
+use crate::buffers::keymap::KeyMap;
 
 /// A complete binary tree over dense slots whose every inner node holds the sum of its leaves.
 ///
@@ -139,7 +138,8 @@ pub struct PrioritizedSelector {
     exponent: f64,
     tree: SumTree,
     key_of_slot: Vec<u64>,
-    slot_of: HashMap<u64, usize>,
+    /// Each key's slot in the tree; 4 bytes per key while the held keys are dense.
+    slot_of: KeyMap<u32>,
 }
 
 impl PrioritizedSelector {
@@ -149,7 +149,7 @@ impl PrioritizedSelector {
             exponent,
             tree: SumTree::default(),
             key_of_slot: Vec::new(),
-            slot_of: HashMap::new(),
+            slot_of: KeyMap::default(),
         }
     }
 
@@ -174,13 +174,14 @@ impl Selector for PrioritizedSelector {
         }
         let slot = self.tree.push(self.weight(priority));
         self.key_of_slot.push(key);
-        self.slot_of.insert(key, slot);
+        // A table holds at most 2^31 items (`TableSpec::check`), so a slot fits a u32.
+        self.slot_of.insert(key, slot as u32);
     }
 
     fn update(&mut self, key: u64, priority: f64) -> bool {
-        match self.slot_of.get(&key) {
+        match self.slot_of.get(key) {
             Some(&slot) => {
-                self.tree.set(slot, self.weight(priority));
+                self.tree.set(slot as usize, self.weight(priority));
                 true
             }
             None => false,
@@ -188,15 +189,15 @@ impl Selector for PrioritizedSelector {
     }
 
     fn remove(&mut self, key: u64) -> bool {
-        let Some(slot) = self.slot_of.remove(&key) else {
+        let Some(slot) = self.slot_of.remove(key) else {
             return false;
         };
         // Move the last slot into the freed one, keeping the slots dense.
         let last_weight = self.tree.pop().expect("a held key has a slot");
         let last_key = self.key_of_slot.pop().expect("a held key has a slot");
         if last_key != key {
-            self.tree.set(slot, last_weight);
-            self.key_of_slot[slot] = last_key;
+            self.tree.set(slot as usize, last_weight);
+            self.key_of_slot[slot as usize] = last_key;
             self.slot_of.insert(last_key, slot);
         }
         true

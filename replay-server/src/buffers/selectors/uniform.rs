@@ -1,17 +1,17 @@
 //! Uniform selector: every held key equally likely, drawn with replacement.
 
-use std::collections::HashMap;
-
 use rand::rngs::SmallRng;
 use rand::Rng;
 
 use super::Selector;
+use crate::buffers::keymap::KeyMap;
 
-/// Keys in a dense vector (swap-remove), so insert, remove and pick are O(1).
+/// Keys in a dense vector (swap-remove), so insert, remove and pick are O(1). Each key's
+/// place is a [`KeyMap`]: 4 bytes per key while the held keys are dense.
 #[derive(Debug, Default)]
 pub struct UniformSelector {
     keys: Vec<u64>,
-    index_of: HashMap<u64, usize>,
+    index_of: KeyMap<u32>,
 }
 
 impl Selector for UniformSelector {
@@ -20,23 +20,24 @@ impl Selector for UniformSelector {
     }
 
     fn insert(&mut self, key: u64, _priority: f64) {
-        if self.index_of.contains_key(&key) {
+        if self.index_of.contains(key) {
             return;
         }
-        self.index_of.insert(key, self.keys.len());
+        // A table holds at most 2^31 items (`TableSpec::check`), so an index fits a u32.
+        self.index_of.insert(key, self.keys.len() as u32);
         self.keys.push(key);
     }
 
     fn update(&mut self, key: u64, _priority: f64) -> bool {
-        self.index_of.contains_key(&key)
+        self.index_of.contains(key)
     }
 
     fn remove(&mut self, key: u64) -> bool {
-        let Some(index) = self.index_of.remove(&key) else {
+        let Some(index) = self.index_of.remove(key) else {
             return false;
         };
-        self.keys.swap_remove(index);
-        if let Some(&moved) = self.keys.get(index) {
+        self.keys.swap_remove(index as usize);
+        if let Some(&moved) = self.keys.get(index as usize) {
             self.index_of.insert(moved, index);
         }
         true
