@@ -1,6 +1,7 @@
 """The Python side of bench/envs.sh: env steps per second of CartPole-v1, Pendulum-v1 and
 Hopper-v5 stepped from a Python loop, with gymnasium (one env, and a SyncVectorEnv of 16 or
-64 with its built-in auto-reset) and EnvPool where it is installed. Actions are the same
+64 with its built-in auto-reset) and EnvPool (its own loop, and behind fleetrl's host class with
+same-step auto-reset). Actions are the same
 fixed cycle as core/examples/env_steps.rs. Prints tab-separated lines: system, env, envs, steps/s.
 
 usage: python bench/envs_python.py [SECONDS] [gymnasium|envpool]
@@ -34,9 +35,12 @@ def single(env_id, seconds):
     return steps / (time.perf_counter() - start)
 
 
-def batched(env, m, space, seconds):
-    """Steps a vector env (its own auto-reset) with the fixed action cycle for `seconds`."""
+def batched(env, m, space, seconds, wire=None):
+    """Steps a vector env (its own auto-reset) with the fixed action cycle for `seconds`;
+    `wire` sends the actions as bytes of that dtype, as fleetrl's Rust side does."""
     actions = [cycle(space, m, k) for k in range(8)]
+    if wire is not None:
+        actions = [a.astype(wire).tobytes() for a in actions]
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for a in actions:
@@ -59,6 +63,24 @@ def envpool_rate(env_id, m, seconds):
     return batched(env, m, env.action_space, seconds)
 
 
+def envpool_same_step_rate(env_id, m, seconds):
+    """EnvPool behind fleetrl's own host class (core/src/envs/python/host.py), stepped from
+    Python: EnvPool with same-step auto-reset (a step that ends episodes resets those envs at
+    once), without fleetrl's Rust side. EnvPool's own loop above resets on the next step
+    instead, spending that step (its action is ignored) on the reset."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "core/src/envs/python/host.py"
+    spec = importlib.util.spec_from_file_location("fleetrl_host", path)
+    host = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host)
+    env = host.EnvPoolVector(env_id, m, {})
+    env.reset(0)
+    wire = np.int64 if env.act_space[0] == "discrete" else np.float32
+    return batched(env, m, env.env.single_action_space, seconds, wire)
+
+
 def main():
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
     which = sys.argv[2] if len(sys.argv) > 2 else "gymnasium"
@@ -78,6 +100,11 @@ def main():
             except Exception as e:  # an env id EnvPool does not ship
                 rate = f"({type(e).__name__}: not in EnvPool)"
             print(f"envpool\t{env_id}\t{n}\t{rate}", flush=True)
+            try:
+                rate = f"{envpool_same_step_rate(env_id, n, seconds):.0f}"
+            except Exception as e:
+                rate = f"({type(e).__name__}: not in EnvPool)"
+            print(f"envpool, same-step reset (fleetrl's host.py from Python)\t{env_id}\t{n}\t{rate}", flush=True)
 
 
 if __name__ == "__main__":

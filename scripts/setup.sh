@@ -8,6 +8,7 @@ cd "$root"
 
 TORCH_VERSION="2.11.0"
 GYMNASIUM_VERSION="1.4.0"
+ENVPOOL_VERSION="1.2.5"
 venv="$root/.venv"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -47,13 +48,13 @@ torch_dir="$("$venv/bin/python" -W ignore -c 'import os, torch; print(os.path.di
 ln -sfn "$(realpath --relative-to="$venv" "$torch_dir")" "$venv/libtorch"
 
 # gymnasium envs in the actor (`gym:` ids): gymnasium with MuJoCo and the Atari ROMs (ale-py),
-# all wheels. Skipped when already installed.
-if ! "$venv/bin/python" -c 'import gymnasium, mujoco, ale_py, imageio; assert gymnasium.__version__ == "'"$GYMNASIUM_VERSION"'"' >/dev/null 2>&1; then
-  log "installing gymnasium[mujoco]==$GYMNASIUM_VERSION and ale-py into $venv"
+# and EnvPool (`envpool:` ids), all wheels. Skipped when already installed.
+if ! "$venv/bin/python" -c 'import gymnasium, mujoco, ale_py, imageio, envpool; assert gymnasium.__version__ == "'"$GYMNASIUM_VERSION"'"; assert envpool.__version__ == "'"$ENVPOOL_VERSION"'"' >/dev/null 2>&1; then
+  log "installing gymnasium[mujoco]==$GYMNASIUM_VERSION, ale-py and envpool==$ENVPOOL_VERSION into $venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "gymnasium[mujoco]==$GYMNASIUM_VERSION" ale-py
+    "gymnasium[mujoco]==$GYMNASIUM_VERSION" ale-py "envpool==$ENVPOOL_VERSION"
 else
-  log "gymnasium $GYMNASIUM_VERSION, mujoco and ale-py already installed"
+  log "gymnasium $GYMNASIUM_VERSION, mujoco, ale-py and envpool $ENVPOOL_VERSION already installed"
 fi
 # The embedded Python (fleetrl-core's `python` feature) links libpython: the binaries' rpath
 # resolves it through .venv/libpython, a link to the venv's base Python library directory.

@@ -1,7 +1,8 @@
 //! Env steps per second through the actor's env path (`VecEnv`, as `Acting` steps it), for
 //! bench/envs.sh: native CartPole-v1 and Pendulum-v1 (one env and a vector of 64), and with the
 //! `python` feature gymnasium CartPole-v1 and Hopper-v5 hosted in-process (one env per row, and
-//! one SyncVectorEnv of 16 entered once per batch). Actions are a fixed cycle, as in the
+//! one SyncVectorEnv of 16 entered once per batch) and EnvPool's CartPole-v1, Pendulum-v1 and
+//! Hopper-v5 hosted as one pool per batch (`envpool:` ids). Actions are a fixed cycle, as in the
 //! Python side (bench/envs_python.py), so both sides step the same work.
 //!
 //! `cargo run --release -p fleetrl-core --features python --example env_steps -- [SECONDS]`
@@ -68,7 +69,7 @@ fn case(system: &str, id: &str, m: usize, budget: Duration) {
     let rate = steps_per_second(venv, budget);
     println!(
         "{system}\t{}\t{m}\t{rate:.0}",
-        id.trim_start_matches("gym:")
+        id.trim_start_matches("gym:").trim_start_matches("envpool:")
     );
 }
 
@@ -86,6 +87,16 @@ fn main() {
         for id in ["gym:CartPole-v1", "gym:Hopper-v5"] {
             case("fleetrl hosting gymnasium, per-row", id, 1, budget);
             case("fleetrl hosting gymnasium SyncVectorEnv", id, 16, budget);
+        }
+        // The sizes bench/envs_python.py steps EnvPool with from Python.
+        for (id, sizes) in [
+            ("envpool:CartPole-v1", &[16, 64][..]),
+            ("envpool:Pendulum-v1", &[16, 64][..]),
+            ("envpool:Hopper-v5", &[16][..]),
+        ] {
+            for &m in sizes {
+                case("fleetrl hosting EnvPool", id, m, budget);
+            }
         }
     }
 }

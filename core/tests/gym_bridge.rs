@@ -5,7 +5,7 @@
 #![cfg(feature = "python")]
 
 use fleetrl_core::config::{EnvConfig, RunConfig, Vectorization};
-use fleetrl_core::envs::python::{GymEnv, GymVecEnv};
+use fleetrl_core::envs::python::{GymEnv, GymVecEnv, Host};
 use fleetrl_core::envs::{check_env_contract, make, make_configured, make_vec, Env, VecEnv};
 use fleetrl_proto::space::{Action, Space};
 
@@ -198,4 +198,76 @@ fn half_cheetah_task_rewards_follow_the_goal() {
             );
         }
     }
+}
+
+/// `envpool:` ids: one EnvPool env keeps the contract (the same seed makes a new pool, so the
+/// same start), and a whole pool stepped as one batch, with EnvPool's next-step auto-reset
+/// turned into same-step auto-reset, agrees step for step with one single-env pool per row
+/// (each row reset by the `VecEnv` itself).
+#[test]
+fn envpool_envs_keep_the_contract_and_auto_reset_like_per_row_hosting() {
+    for id in ["envpool:CartPole-v1", "envpool:Pendulum-v1"] {
+        let mut env = make(id).unwrap_or_else(|e| panic!("{id}: {e}"));
+        check_env_contract(env.as_mut());
+    }
+    let none = toml::Table::new();
+    let batch = GymVecEnv::hosted(Host::EnvPool, "CartPole-v1", 3, &none, Vectorization::Sync);
+    let mut batched = VecEnv::from_batch(Box::new(batch.unwrap())).unwrap();
+    let rows: Vec<Box<dyn Env>> = (0..3)
+        .map(|_| make("envpool:CartPole-v1").unwrap())
+        .collect();
+    let mut per_row = VecEnv::new(rows).unwrap();
+    assert_eq!(batched.reset(11), per_row.reset(11));
+    let mut ended = 0;
+    for t in 0..300i64 {
+        let actions = [t % 2, (t / 3) % 2, 1];
+        let a = batched.step_discrete(&actions).unwrap().clone();
+        let b = per_row.step_discrete(&actions).unwrap();
+        assert_eq!(&a, b, "step {t}");
+        for (row, last) in a.final_obs.iter().enumerate() {
+            if let Some(last) = last {
+                ended += 1;
+                // The row's next observation is a fresh start, not the episode's last one.
+                assert!(a.obs[row * 4..row * 4 + 4].iter().all(|x| x.abs() <= 0.05));
+                assert!(last.iter().zip(&a.obs[row * 4..]).any(|(x, y)| x != y));
+            }
+        }
+    }
+    assert!(ended > 5, "episodes ended and auto-reset: {ended}");
+    assert_eq!(batched.drain_episodes(), per_row.drain_episodes());
+}
+
+#[test]
+fn envpool_errors_name_the_problem() {
+    let config = |id: &str, kwarg: Option<&str>| {
+        let mut config = EnvConfig {
+            id: id.into(),
+            ..EnvConfig::default()
+        };
+        if let Some(key) = kwarg {
+            config.kwargs.insert(key.into(), toml::Value::Integer(8));
+        }
+        config
+    };
+    let err = make_vec(&config("envpool:NoSuchTask-v9", None), 2)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("NoSuchTask-v9") && err.contains("EnvPool task id"),
+        "{err}"
+    );
+    let err = make_vec(&config("envpool:CartPole-v1", Some("num_envs")), 2)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("kwargs.num_envs"), "{err}");
+    let async_pool = "[env]\nid = \"envpool:CartPole-v1\"\nvectorization = \"async\"\n";
+    let err = RunConfig::from_toml(async_pool, "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("env.vectorization") && err.contains("envpool"),
+        "{err}"
+    );
 }

@@ -721,8 +721,8 @@ impl RunConfig {
                 || (self.env.id.starts_with("gym:") && !self.env.has_wrappers()),
             "env.vectorization",
             "\"async\" hosts a gym: env in gymnasium's AsyncVectorEnv, which takes no Rust \
-             wrappers (atari, frame_stack, reward_scale, reward_clip, prev_action_reward) and no \
-             native id",
+             wrappers (atari, frame_stack, reward_scale, reward_clip, prev_action_reward), no \
+             native id and no envpool: id (EnvPool steps on threads of its own)",
         )?;
         check(
             self.actors.envs_per_actor >= 1,

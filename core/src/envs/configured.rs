@@ -1,9 +1,10 @@
-//! Envs as `[env]` configures them: the id (native, or `gym:` for gymnasium) and its wrappers.
+//! Envs as `[env]` configures them: the id (native, `gym:` for gymnasium, `envpool:` for
+//! EnvPool) and its wrappers.
 //!
 //! Wrapper order, innermost first: Atari preprocessing, previous action and reward, frame
 //! stack, reward scale and clip. A
-//! `gym:` id with no wrapper is hosted as one gymnasium vector env stepped per batch; with
-//! wrappers, as one gymnasium env per row so the Rust wrappers see each env.
+//! `gym:` or `envpool:` id with no wrapper is hosted as one vector env (one EnvPool) stepped per
+//! batch; with wrappers, as one env per row so the Rust wrappers see each env.
 
 #[cfg(feature = "python")]
 use super::AtariPreprocessing;
@@ -47,10 +48,11 @@ pub fn make_configured(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
 /// `n` envs as `config` describes them (see the module docs for how gymnasium ids are hosted).
 pub fn make_vec(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError> {
     #[cfg(feature = "python")]
-    if let Some(id) = super::python::gym_id(&config.id) {
+    if let Some((library, id)) = super::python::hosted_id(&config.id) {
         if !config.has_wrappers() {
             let kwargs = gym_kwargs(config)?;
-            let batch = super::python::GymVecEnv::new(id, n, &kwargs, config.vectorization)?;
+            let batch =
+                super::python::GymVecEnv::hosted(library, id, n, &kwargs, config.vectorization)?;
             return VecEnv::from_batch(Box::new(batch));
         }
     }
@@ -70,8 +72,9 @@ pub fn make_vec_per_row(config: &EnvConfig, n: usize) -> Result<VecEnv, EnvError
 /// The unwrapped env: a native one (no kwargs allowed) or a gymnasium one.
 fn make_base(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
     #[cfg(feature = "python")]
-    if let Some(id) = super::python::gym_id(&config.id) {
-        return Ok(Box::new(super::python::GymEnv::new(
+    if let Some((library, id)) = super::python::hosted_id(&config.id) {
+        return Ok(Box::new(super::python::GymEnv::hosted(
+            library,
             id,
             &gym_kwargs(config)?,
         )?));
@@ -108,7 +111,7 @@ fn gym_kwargs(config: &EnvConfig) -> Result<toml::Table, EnvError> {
 /// each reset when the game's action 1 is FIRE.
 fn make_atari(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
     #[cfg(feature = "python")]
-    if let Some(id) = super::python::gym_id(&config.id) {
+    if let Some((super::python::Host::Gymnasium, id)) = super::python::hosted_id(&config.id) {
         let mut kwargs = gym_kwargs(config)?;
         if !kwargs.contains_key("frameskip") {
             // The preprocessing skips frames itself.

@@ -74,7 +74,8 @@ pub enum EnvError {
     /// No environment is registered under this id.
     #[error(
         "unknown environment `{0}` (native: {known}; gymnasium ids take the `gym:` prefix, \
-         e.g. gym:Hopper-v5, and the meta-RL task families HalfCheetahVel-v0 and \
+         e.g. gym:Hopper-v5, EnvPool task ids the `envpool:` prefix, e.g. envpool:Hopper-v5, \
+         and the meta-RL task families HalfCheetahVel-v0 and \
          HalfCheetahDir-v0 run on gymnasium's MuJoCo, in a build with the `python` feature)",
         known = KNOWN_ENVS.join(", ")
     )]
@@ -273,20 +274,30 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
         "HalfCheetahVel-v0" => Ok(Box::new(python::HalfCheetahTask::make(true, limit(200))?)),
         #[cfg(feature = "python")]
         "HalfCheetahDir-v0" => Ok(Box::new(python::HalfCheetahTask::make(false, limit(200))?)),
-        #[cfg(feature = "python")]
-        other if python::gym_id(other).is_some() => {
-            let id = python::gym_id(other).unwrap_or_default();
-            let mut kwargs = toml::Table::new();
-            if max_steps > 0 {
-                kwargs.insert(
-                    "max_episode_steps".into(),
-                    toml::Value::Integer(i64::from(max_steps)),
-                );
-            }
-            Ok(Box::new(python::GymEnv::new(id, &kwargs)?))
-        }
-        other => Err(EnvError::UnknownEnv(other.to_string())),
+        other => make_hosted(other, max_steps),
     }
+}
+
+/// A `gym:` or `envpool:` id's env, with its own time limit set to `max_steps` when not 0.
+#[cfg(feature = "python")]
+fn make_hosted(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> {
+    let Some((library, id)) = python::hosted_id(id) else {
+        return Err(EnvError::UnknownEnv(id.to_string()));
+    };
+    let mut kwargs = toml::Table::new();
+    if max_steps > 0 {
+        kwargs.insert(
+            "max_episode_steps".into(),
+            toml::Value::Integer(i64::from(max_steps)),
+        );
+    }
+    Ok(Box::new(python::GymEnv::hosted(library, id, &kwargs)?))
+}
+
+/// Without the `python` feature, every id that is not native is unknown.
+#[cfg(not(feature = "python"))]
+fn make_hosted(id: &str, _max_steps: u32) -> Result<Box<dyn Env>, EnvError> {
+    Err(EnvError::UnknownEnv(id.to_string()))
 }
 
 /// Checks that `env` keeps the [`Env`] contract, panicking with a message on the first breach;

@@ -5,12 +5,14 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::{make_host_env, py_error};
+use super::{make_host_env, py_error, Host};
 use crate::envs::{Env, EnvError, Step};
 use fleetrl_proto::space::{Action, Space};
 
-/// One gymnasium env (`gymnasium.make(id, **kwargs)`), observations as flat f32.
+/// One gymnasium env (`gymnasium.make(id, **kwargs)`), or one EnvPool env, observations as
+/// flat f32.
 pub struct GymEnv {
+    library: Host,
     id: String,
     env: Py<PyAny>,
     observation_space: Space,
@@ -20,9 +22,16 @@ pub struct GymEnv {
 impl GymEnv {
     /// Makes gymnasium env `id` (no `gym:` prefix) with `kwargs`; starts Python on first use.
     pub fn new(id: &str, kwargs: &toml::Table) -> Result<GymEnv, EnvError> {
+        GymEnv::hosted(Host::Gymnasium, id, kwargs)
+    }
+
+    /// Makes env `id` (no prefix) of `library` with `kwargs`; starts Python on first use.
+    pub fn hosted(library: Host, id: &str, kwargs: &toml::Table) -> Result<GymEnv, EnvError> {
         Python::attach(|py| {
-            let (env, observation_space, action_space) = make_host_env(py, id, None, kwargs)?;
+            let (env, observation_space, action_space) =
+                make_host_env(py, library, id, None, kwargs)?;
             Ok(GymEnv {
+                library,
                 id: id.to_string(),
                 env,
                 observation_space,
@@ -38,7 +47,7 @@ impl GymEnv {
                 .bind(py)
                 .call_method0("action_meanings")
                 .and_then(|m| m.extract())
-                .map_err(|e| py_error(py, &self.id, e))
+                .map_err(|e| py_error(py, self.library, &self.id, e))
         })
     }
 
@@ -65,14 +74,14 @@ impl Env for GymEnv {
         self.action_space.clone()
     }
 
-    /// Panics if gymnasium's `reset` raises (the [`Env`] trait's reset cannot fail).
+    /// Panics if the library's `reset` raises (the [`Env`] trait's reset cannot fail).
     fn reset(&mut self, seed: Option<u64>) -> Vec<f32> {
         let mut obs = vec![0.0; self.observation_space.flat_dim()];
         Python::attach(|py| {
             let array = self.env.bind(py).call_method1("reset", (seed,))?;
             read_f32(py, &array, &mut obs)
         })
-        .unwrap_or_else(|e| panic!("gymnasium `{}` reset: {e}", self.id));
+        .unwrap_or_else(|e| panic!("{} `{}` reset: {e}", self.library.library(), self.id));
         obs
     }
 
@@ -106,7 +115,7 @@ impl Env for GymEnv {
                     truncated: result.get_item(3)?.extract()?,
                 })
             };
-            read().map_err(|e| py_error(py, &self.id, e))
+            read().map_err(|e| py_error(py, self.library, &self.id, e))
         })
     }
 

@@ -1,18 +1,19 @@
-//! [`GymVecEnv`]: a gymnasium `SyncVectorEnv` (or `AsyncVectorEnv`) behind [`BatchEnv`],
-//! entered once per batch.
+//! [`GymVecEnv`]: a gymnasium `SyncVectorEnv` (or `AsyncVectorEnv`), or an EnvPool, behind
+//! [`BatchEnv`], entered once per batch.
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use super::gym_env::read_f32;
-use super::{make_host_env, py_error};
+use super::{make_host_env, py_error, Host};
 use crate::config::Vectorization;
 use crate::envs::{BatchActions, BatchEnv, EnvError, VecStep};
 use fleetrl_proto::space::Space;
 
-/// M copies of a gymnasium env in one vector env with same-step auto-reset.
+/// M copies of a gymnasium env in one vector env (or one EnvPool) with same-step auto-reset.
 pub struct GymVecEnv {
+    library: Host,
     id: String,
     env: Py<PyAny>,
     num_envs: usize,
@@ -33,13 +34,26 @@ impl GymVecEnv {
         kwargs: &toml::Table,
         mode: Vectorization,
     ) -> Result<GymVecEnv, EnvError> {
+        GymVecEnv::hosted(Host::Gymnasium, id, num_envs, kwargs, mode)
+    }
+
+    /// `num_envs` copies of env `id` (no prefix) of `library` in one batch; `mode` picks
+    /// gymnasium's vector env (EnvPool has its own threads).
+    pub fn hosted(
+        library: Host,
+        id: &str,
+        num_envs: usize,
+        kwargs: &toml::Table,
+        mode: Vectorization,
+    ) -> Result<GymVecEnv, EnvError> {
         if num_envs == 0 {
             return Err(EnvError::VecMismatch("no envs given".to_string()));
         }
         Python::attach(|py| {
             let (env, observation_space, action_space) =
-                make_host_env(py, id, Some((num_envs, mode.as_str())), kwargs)?;
+                make_host_env(py, library, id, Some((num_envs, mode.as_str())), kwargs)?;
             Ok(GymVecEnv {
+                library,
                 id: id.to_string(),
                 env,
                 num_envs,
@@ -85,7 +99,13 @@ impl BatchEnv for GymVecEnv {
             let array = self.env.bind(py).call_method1("reset", (seed,))?;
             read_f32(py, &array, obs)
         })
-        .map_err(|e| EnvError::Python(format!("gymnasium `{}` reset: {e}", self.id)))
+        .map_err(|e| {
+            EnvError::Python(format!(
+                "{} `{}` reset: {e}",
+                self.library.library(),
+                self.id
+            ))
+        })
     }
 
     fn step(&mut self, actions: BatchActions<'_>, out: &mut VecStep) -> Result<(), EnvError> {
@@ -134,7 +154,7 @@ impl BatchEnv for GymVecEnv {
             }
             Ok(())
         })
-        .map_err(|e| Python::attach(|py| py_error(py, &self.id, e)))
+        .map_err(|e| Python::attach(|py| py_error(py, self.library, &self.id, e)))
     }
 }
 

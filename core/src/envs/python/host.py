@@ -191,3 +191,125 @@ class Vector:
 
     def close(self):
         self.env.close()
+
+
+# EnvPool (`envpool:` ids): its C++ thread pool steps the envs; these classes give it the
+# interfaces of `Single` and `Vector` above, so the same Rust types host it.
+
+ENVPOOL_SEED_RANGE = 2**31 - 2**20  # EnvPool seeds are int32; env i gets seed + i.
+
+
+def make_envpool(env_id, num_envs, seed, kwargs):
+    try:
+        import envpool
+    except ImportError as e:
+        raise ImportError(
+            f"`envpool:{env_id}` needs the envpool package: run `.venv/bin/pip install "
+            f"envpool==1.2.5`, or scripts/setup.sh ({e})"
+        ) from e
+    for key in ("num_envs", "batch_size", "seed"):
+        if key in kwargs:
+            raise ValueError(
+                f"[env] kwargs.{key} is fleetrl's to set for envpool ids (num_envs is "
+                "actors.envs_per_actor, seeds come from the run's seed, and the pool is "
+                "stepped whole); remove it"
+            )
+    if env_id not in envpool.list_all_envs():
+        raise ValueError(f"`{env_id}` is not an EnvPool task id (envpool.list_all_envs())")
+    import warnings
+
+    with warnings.catch_warnings():
+        # EnvPool's float64 box bounds, cast to float32 by gymnasium, warn on every pool.
+        warnings.filterwarnings("ignore", message=".*precision lowered.*")
+        env = envpool.make_gymnasium(
+            env_id, num_envs=num_envs, seed=int(seed) % ENVPOOL_SEED_RANGE, **kwargs
+        )
+        env.single_observation_space, env.single_action_space  # made (and cached) here
+    return env
+
+
+class EnvPoolVector:
+    """An EnvPool of `num_envs` stepped whole, with same-step auto-reset: EnvPool resets a
+    finished env on the step after it ends, so a step that ends episodes resets those envs at
+    once (`reset(env_id=...)`) and hands their last observations back as `final`."""
+
+    def __init__(self, env_id, num_envs, kwargs):
+        self.env_id, self.n, self.kwargs = env_id, num_envs, dict(kwargs)
+        self.seed = 0
+        self.env = make_envpool(env_id, num_envs, self.seed, self.kwargs)
+        # Until the first step, a reset with the seed it was made with needs no new pool.
+        self.fresh = True
+        self.obs_space = describe(self.env.single_observation_space, "observation")
+        self.act_space = describe(self.env.single_action_space, "action")
+        self.act_dtype = getattr(self.env.single_action_space, "dtype", np.float32)
+        self.dim = int(np.prod(self.obs_space[1])) if self.obs_space[0] == "box" else 1
+
+    def reset(self, seed):
+        # EnvPool seeds its envs when the pool is made: same seed, same starts takes a new pool.
+        if seed is not None and not (self.fresh and seed == self.seed):
+            self.env.close()
+            self.seed = seed
+            self.env = make_envpool(self.env_id, self.n, seed, self.kwargs)
+        self.fresh = False
+        obs, _ = self.env.reset()
+        return flat(obs)
+
+    def actions(self, actions):
+        if self.act_space[0] == "discrete":
+            return np.frombuffer(actions, dtype=np.int64).astype(self.act_dtype, copy=False)
+        a = np.frombuffer(actions, dtype=np.float32).reshape(self.n, -1)
+        return a.astype(self.act_dtype, copy=False)
+
+    def step(self, actions):
+        """actions: bytes of int64 (discrete) or float32 (box) values, row-major."""
+        self.fresh = False
+        obs, reward, terminated, truncated, _ = self.env.step(self.actions(actions))
+        obs = flat(obs)
+        ended = np.flatnonzero(terminated | truncated)
+        final = None
+        if ended.size:
+            final = np.zeros((self.n, self.dim), dtype=np.float32)
+            final[ended] = obs[ended].reshape(ended.size, -1)
+            starts, info = self.env.reset(env_id=ended.astype(np.int32))
+            obs = np.array(obs, copy=True)
+            obs[np.asarray(info["env_id"])] = flat(starts)
+        return (
+            obs,
+            np.asarray(reward, dtype=np.float64),
+            np.asarray(terminated, dtype=np.bool_).view(np.uint8),
+            np.asarray(truncated, dtype=np.bool_).view(np.uint8),
+            final,
+        )
+
+    def close(self):
+        self.env.close()
+
+
+class EnvPoolSingle:
+    """One EnvPool env behind `Single`'s interface (for Rust wrappers and evaluation)."""
+
+    def __init__(self, env_id, kwargs):
+        self.pool = EnvPoolVector(env_id, 1, kwargs)
+        self.obs_space, self.act_space = self.pool.obs_space, self.pool.act_space
+        self.lives = None
+
+    def reset(self, seed):
+        return self.pool.reset(seed)[0]
+
+    def action_meanings(self):
+        return []
+
+    def step_discrete(self, action):
+        return self.step_one(np.array([action], dtype=self.pool.act_dtype))
+
+    def step_continuous(self, action):
+        return self.step_one(np.asarray([action], dtype=self.pool.act_dtype))
+
+    def step_one(self, action):
+        # No auto-reset here: after an episode ends the Rust side calls reset.
+        self.pool.fresh = False
+        obs, reward, terminated, truncated, _ = self.pool.env.step(action)
+        return flat(obs)[0], float(reward[0]), bool(terminated[0]), bool(truncated[0])
+
+    def close(self):
+        self.pool.close()

@@ -31,6 +31,36 @@ use super::{EnvError, Space};
 /// Prefix that routes an env id to gymnasium.
 pub const GYM_PREFIX: &str = "gym:";
 
+/// Prefix that routes an env id to EnvPool (`envpool.make_gymnasium`), e.g.
+/// `envpool:CartPole-v1`, `envpool:Hopper-v5`, `envpool:Pong-v5`.
+pub const ENVPOOL_PREFIX: &str = "envpool:";
+
+/// Which Python library hosts an env.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    /// `gymnasium.make` (one env) or `gymnasium.make_vec` (a vector env): `gym:` ids.
+    Gymnasium,
+    /// An EnvPool of one env or of a whole batch, with same-step auto-reset: `envpool:` ids.
+    EnvPool,
+}
+
+impl Host {
+    /// host.py's classes for one env and for a batch.
+    fn classes(self) -> (&'static str, &'static str) {
+        match self {
+            Host::Gymnasium => ("Single", "Vector"),
+            Host::EnvPool => ("EnvPoolSingle", "EnvPoolVector"),
+        }
+    }
+
+    fn library(self) -> &'static str {
+        match self {
+            Host::Gymnasium => "gymnasium",
+            Host::EnvPool => "EnvPool",
+        }
+    }
+}
+
 /// The host module (host.py), made once per process; `Err` holds why Python or gymnasium
 /// could not be loaded, with what to install. A `PyOnceLock` releases the interpreter while
 /// waiting for another thread's initialisation (a `std` lock would deadlock on the GIL).
@@ -102,7 +132,7 @@ fn site_packages(py: Python<'_>, venv: &Path) -> Option<PathBuf> {
 }
 
 /// A Python error as an [`EnvError`], with the hint that fits its kind.
-fn py_error(py: Python<'_>, id: &str, err: PyErr) -> EnvError {
+fn py_error(py: Python<'_>, library: Host, id: &str, err: PyErr) -> EnvError {
     let kind = err
         .get_type(py)
         .name()
@@ -114,9 +144,10 @@ fn py_error(py: Python<'_>, id: &str, err: PyErr) -> EnvError {
         }
         "DependencyNotInstalled" | "ModuleNotFoundError" | "ImportError" => format!(
             "`{id}` needs a Python package that is not installed in .venv \
-             (MuJoCo envs: `.venv/bin/pip install mujoco`, ALE/ envs: `ale-py`)"
+             (MuJoCo envs: `.venv/bin/pip install mujoco`, ALE/ envs: `ale-py`, envpool: ids: \
+             `envpool`)"
         ),
-        _ => format!("gymnasium env `{id}`"),
+        _ => format!("{} env `{id}`", library.library()),
     };
     EnvError::Python(format!("{hint}: {err}"))
 }
@@ -164,28 +195,39 @@ fn parse_space(desc: &Bound<'_, PyAny>) -> PyResult<Space> {
     })
 }
 
-/// Makes host.py's `Single` env, or its `Vector` of `num_envs`, and reads its spaces.
+/// Makes host.py's one-env class for `library`, or its batch of `num_envs`, and reads its
+/// spaces.
 fn make_host_env(
     py: Python<'_>,
+    library: Host,
     id: &str,
     vector: Option<(usize, &str)>,
     kwargs: &toml::Table,
 ) -> Result<(Py<PyAny>, Space, Space), EnvError> {
     let host = host(py)?;
+    let (single, batch) = library.classes();
     let made = (|| {
         let kwargs = kwargs_dict(py, kwargs)?;
-        let env = match vector {
-            None => host.getattr("Single")?.call1((id, kwargs))?,
-            Some((n, mode)) => host.getattr("Vector")?.call1((id, n, kwargs, mode))?,
+        let env = match (vector, library) {
+            (None, _) => host.getattr(single)?.call1((id, kwargs))?,
+            (Some((n, mode)), Host::Gymnasium) => {
+                host.getattr(batch)?.call1((id, n, kwargs, mode))?
+            }
+            // EnvPool steps its envs on its own threads: there is no mode to pick.
+            (Some((n, _)), Host::EnvPool) => host.getattr(batch)?.call1((id, n, kwargs))?,
         };
         let obs = parse_space(&env.getattr("obs_space")?)?;
         let act = parse_space(&env.getattr("act_space")?)?;
         Ok::<_, PyErr>((env.unbind(), obs, act))
     })();
-    made.map_err(|e| py_error(py, id, e))
+    made.map_err(|e| py_error(py, library, id, e))
 }
 
-/// Strips [`GYM_PREFIX`] from `id`, if it has it.
-pub fn gym_id(id: &str) -> Option<&str> {
-    id.strip_prefix(GYM_PREFIX)
+/// The library that hosts `id` and the id it knows, for a `gym:` or `envpool:` id.
+pub fn hosted_id(id: &str) -> Option<(Host, &str)> {
+    if let Some(rest) = id.strip_prefix(GYM_PREFIX) {
+        return Some((Host::Gymnasium, rest));
+    }
+    id.strip_prefix(ENVPOOL_PREFIX)
+        .map(|rest| (Host::EnvPool, rest))
 }
