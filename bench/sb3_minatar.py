@@ -12,21 +12,16 @@ stable-baselines3==2.9.2 and minatar==1.0.15. Torch uses 2 threads unless SB3_TO
 says otherwise.
 """
 
-import json
-import os
 import sys
 import time
 
 T0 = time.time()
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from minatar.gym import register_envs  # noqa: E402
+from sb3_runs import train_and_report  # noqa: E402
 from stable_baselines3 import DQN, PPO  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor  # noqa: E402
 
 EVAL_EVERY, EVAL_EPISODES = 50_000, 20
@@ -47,24 +42,6 @@ class MinAtarCnn(BaseFeaturesExtractor):
         return self.fc(self.conv(obs.float().permute(0, 3, 1, 2)))
 
 
-class Evaluate(BaseCallback):
-    def __init__(self, eval_env):
-        super().__init__()
-        self.eval_env, self.next_eval, self.evals, self.eval_seconds = eval_env, EVAL_EVERY, [], 0.0
-
-    def evaluate(self):
-        t = time.time()
-        mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
-        self.eval_seconds += time.time() - t
-        self.evals.append((self.num_timesteps, float(mean), time.time() - T0))
-
-    def _on_step(self):
-        if self.num_timesteps >= self.next_eval:
-            self.next_eval += EVAL_EVERY
-            self.evaluate()
-        return True
-
-
 def build(algo, env, seed, budget):
     extractor = dict(features_extractor_class=MinAtarCnn, net_arch=[])
     if algo == "ppo":
@@ -78,23 +55,10 @@ def build(algo, env, seed, budget):
 
 
 def main(algo, game, seed, budget):
-    torch.set_num_threads(int(os.environ.get("SB3_TORCH_THREADS", "2")))
     # fleetrl's presets: PPO 8 envs (2 actors x 4); DQN 2 actors x 1 env, one update per env step.
     env = make_vec_env(game, n_envs=8 if algo == "ppo" else 1, seed=seed)
-    eval_env = make_vec_env(game, n_envs=1, seed=seed + 1_000_000)
     model = build(algo, env, seed, budget)
-    callback = Evaluate(eval_env)
-    t = time.time()
-    model.learn(total_timesteps=budget, callback=callback)
-    if not callback.evals or callback.evals[-1][0] < model.num_timesteps:
-        callback.evaluate()
-    train_seconds = time.time() - t - callback.eval_seconds
-    print(json.dumps({
-        "system": "sb3-2.9.2", "label": f"sb3 {algo} seed {seed}", "algo": algo, "env": game, "seed": seed,
-        "env_steps": model.num_timesteps, "wall_seconds": time.time() - T0,
-        "env_steps_per_second": model.num_timesteps / train_seconds, "evaluations": callback.evals,
-        "final_eval_return": callback.evals[-1][1] if callback.evals else float(np.nan),
-    }))
+    train_and_report(model, game, algo, seed, budget, EVAL_EVERY, EVAL_EPISODES, T0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# MuJoCo presets vs Stable-Baselines3 2.9.2 with RL-Zoo's hyperparameters on the same
+# gymnasium env (bench/sb3_mujoco.py), taking turns on the same seed and budget in one run.
+# Both evaluate 10 deterministic episodes every 10,000 env steps and at the end; the table
+# gives the return at the budget, the best evaluation, wall time (process start to exit:
+# fleetrl's includes starting its processes, SB3's its imports) and training env steps/s;
+# then it draws each env's curves, fleetrl and SB3 on the same axes.
+#   bash bench/mujoco.sh                          # hopper-td3, seed 0, 100k steps (~35 min here)
+#   PRESETS="hopper-td3" SEEDS="0 1" BUDGET=200000 bash bench/mujoco.sh
+#   SB3=0 bash bench/mujoco.sh                    # fleetrl only
+# Installs stable-baselines3 into the project venv the first time (unless SB3=0). Writes
+# bench/results/mujoco_<env>.png (PLOT_DIR= to change).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/setup.sh >&2
+py=.venv/bin/python
+sb3=${SB3:-1}
+budget=${BUDGET:-100000}
+if [ "$sb3" != 0 ]; then
+  "$py" -c 'import stable_baselines3' 2>/dev/null ||
+    "$py" -m pip install --quiet --disable-pip-version-check "stable-baselines3==2.9.2"
+fi
+out=$(mktemp -d)
+plot_dir=${PLOT_DIR:-bench/results}
+mkdir -p "$plot_dir"
+load() { cut -d' ' -f1 /proc/loadavg; }
+now() { date +%s.%N; }
+
+row() { # SYSTEM PRESET SEED JSON PROCESS_SECONDS
+  "$py" - "$@" <<'PY'
+import json, sys
+system, preset, seed, path, process_s = sys.argv[1:6]
+s = json.load(open(path))
+evals = s["evaluations"]
+ret = lambda e: e["mean_return"] if isinstance(e, dict) else e[1]
+best = max((ret(e) for e in evals), default=float("nan"))
+steps = s.get("total_env_steps", s.get("env_steps"))
+print(f"| {preset} | {system} | {seed} | {steps:,} | {s['final_eval_return']:.1f} | {best:.1f} "
+      f"| {float(process_s):.0f} | {s['env_steps_per_second']:.0f} |")
+PY
+}
+
+table="$out/table.md"
+echo "| preset | system | seed | env steps | return at budget | best eval | wall s | env steps/s |" >"$table"
+echo "|---|---|---|---|---|---|---|---|" >>"$table"
+for preset in ${PRESETS:-hopper-td3}; do
+  algo=${preset##*-}
+  env_id=$(sed -n 's/^id = "gym:\(.*\)"/\1/p' "configs/$preset.toml")
+  for seed in ${SEEDS:-0}; do
+    dir="$out/fleetrl-$preset-$seed"
+    echo "[bench] fleetrl $preset seed $seed, $budget steps (load $(load))" >&2
+    t=$(now)
+    target/release/fleetrl train --config "$preset" --set seed="$seed" \
+      --set stop.total_env_steps="$budget" --out "$dir" >/dev/null 2>"$dir.log"
+    row fleetrl "$preset" "$seed" "$dir/summary.json" "$(python3 -c "print($(now) - $t)")" | tee -a "$table"
+    if [ "$sb3" != 0 ]; then
+      echo "[bench] sb3 $algo $env_id seed $seed, $budget steps (load $(load))" >&2
+      t=$(now)
+      "$py" -W ignore bench/sb3_mujoco.py "$algo" "$env_id" "$seed" "$budget" >"$out/sb3-$preset-$seed.json"
+      row "sb3 2.9.2" "$preset" "$seed" "$out/sb3-$preset-$seed.json" "$(python3 -c "print($(now) - $t)")" | tee -a "$table"
+    fi
+  done
+  png="$plot_dir/mujoco_$preset.png"
+  target/release/fleetrl plot "$out"/fleetrl-"$preset"-*/ $(ls "$out"/sb3-"$preset"-*.json 2>/dev/null) \
+    --title "$env_id: fleetrl $preset vs SB3 $algo (RL-Zoo)" --out "$png" >&2
+  echo "[bench] curves: $png" >&2
+done
+echo
+cat "$table"
+echo
+echo "raw outputs: $out"
