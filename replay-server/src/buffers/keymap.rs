@@ -127,12 +127,8 @@ impl<V: Vacant> KeyMap<V> {
                 }
                 return Some(old);
             }
-            self.make_sparse();
         }
-        let Repr::Sparse(map) = &mut self.repr else {
-            unreachable!("the dense case returned above");
-        };
-        let old = map.insert(key, value);
+        let old = self.sparse().insert(key, value);
         if old.is_none() {
             self.len += 1;
         }
@@ -163,7 +159,7 @@ impl<V: Vacant> KeyMap<V> {
         self.len -= 1;
         if let Repr::Dense { window, .. } = &self.repr {
             if window.len() > 2 * self.len + SLACK {
-                self.make_sparse();
+                self.sparse();
             }
         }
         Some(old)
@@ -188,7 +184,8 @@ impl<V: Vacant> KeyMap<V> {
         }
     }
 
-    fn make_sparse(&mut self) {
+    /// The sparse form, moving the window's held keys into it first if the map is dense.
+    fn sparse(&mut self) -> &mut BTreeMap<u64, V> {
         if let Repr::Dense { base, window } = &mut self.repr {
             let map = std::mem::take(window)
                 .into_iter()
@@ -197,6 +194,10 @@ impl<V: Vacant> KeyMap<V> {
                 .map(|(at, value)| (*base + at as u64, value))
                 .collect();
             self.repr = Repr::Sparse(map);
+        }
+        match &mut self.repr {
+            Repr::Sparse(map) => map,
+            Repr::Dense { .. } => unreachable!("made sparse just above"),
         }
     }
 }
