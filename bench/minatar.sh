@@ -29,17 +29,7 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 now() { date +%s.%N; }
 
 row() { # SYSTEM ALGO GAME SEED JSON PROCESS_SECONDS
-  "$py" - "$@" <<'PY'
-import json, sys
-system, algo, game, seed, path, process_s = sys.argv[1:7]
-s = json.load(open(path))
-evals = s["evaluations"]
-ret = lambda e: e["mean_return"] if isinstance(e, dict) else e[1]
-best = max((ret(e) for e in evals), default=float("nan"))
-steps = s.get("total_env_steps", s.get("env_steps"))
-print(f"| {game} | {algo} | {system} | {seed} | {steps:,} | {s['final_eval_return']:.1f} | {best:.1f} "
-      f"| {float(process_s):.0f} | {s['env_steps_per_second']:.0f} |")
-PY
+  "$py" bench/budget_row.py "$5" "$6" "$3" "$2" "$1" "$4"
 }
 
 table="$out/table.md"

@@ -28,17 +28,7 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 now() { date +%s.%N; }
 
 row() { # SYSTEM PRESET SEED JSON PROCESS_SECONDS
-  "$py" - "$@" <<'PY'
-import json, sys
-system, preset, seed, path, process_s = sys.argv[1:6]
-s = json.load(open(path))
-evals = s["evaluations"]
-ret = lambda e: e["mean_return"] if isinstance(e, dict) else e[1]
-best = max((ret(e) for e in evals), default=float("nan"))
-steps = s.get("total_env_steps", s.get("env_steps"))
-print(f"| {preset} | {system} | {seed} | {steps:,} | {s['final_eval_return']:.1f} | {best:.1f} "
-      f"| {float(process_s):.0f} | {s['env_steps_per_second']:.0f} |")
-PY
+  "$py" bench/budget_row.py "$4" "$5" "$2" "$1" "$3"
 }
 
 table="$out/table.md"

@@ -49,7 +49,7 @@ impl Vacant for Held {
     }
 }
 
-/// Sort position of a key: a primary number (0, or a priority), then a tie-break.
+/// Sort position of a key in a heap: its priority (negated for the max-heap), then the key.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Rank {
     primary: f64,
