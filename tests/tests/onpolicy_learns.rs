@@ -64,8 +64,10 @@ fn a2c_solves_cartpole() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A2C with RMSprop (rlpyt's A2C optimiser, its 7e-4 rate) instead of Adam: seeds 0-2 solved
-/// at 24k-47k steps; the budget is 300k.
+/// A2C with RMSprop (rlpyt's A2C optimiser, its 7e-4 rate) instead of Adam. Actor timing makes
+/// every run different: 52 runs of seed 1 (42 beside a busy loop) solved at a median of 42k steps,
+/// but 4 needed 146k-227k and one CI run stalled near 430 until its 300k budget ran out; the
+/// budget is 600k (about 15 s).
 #[test]
 fn a2c_with_rmsprop_solves_cartpole() -> anyhow::Result<()> {
     let summary = train(
@@ -73,7 +75,7 @@ fn a2c_with_rmsprop_solves_cartpole() -> anyhow::Result<()> {
         "cartpole-a2c",
         &[
             "seed=1",
-            "stop.total_env_steps=300000",
+            "stop.total_env_steps=600000",
             "algo.optimizer=\"rmsprop\"",
             "algo.learning_rate=7e-4",
         ],
