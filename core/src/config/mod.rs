@@ -857,6 +857,23 @@ impl RunConfig {
         if let (true, AlgoConfig::Dqn(dqn)) = (self.model.lstm_size > 0, &self.algo) {
             dqn.replay.validate_sequences()?;
         }
+        if let (Some(replay), false, 0) = (
+            registered.replay,
+            matches!(self.algo, AlgoConfig::Bc(_)),
+            self.model.lstm_size,
+        ) {
+            // One transition per env step: a budget the table never fills past `min_size`
+            // would run every step without a single update.
+            check(
+                self.stop.total_env_steps > replay.min_size,
+                "stop.total_env_steps",
+                &format!(
+                    "must exceed algo.replay.min_size ({}): the learner samples nothing until \
+                     the table holds that many transitions",
+                    replay.min_size
+                ),
+            )?;
+        }
         check(
             !self.algo.is_off_policy() || !self.model.shared_trunk,
             "model.shared_trunk",
@@ -1033,6 +1050,38 @@ mod tests {
         assert!(err.to_string().contains("ratio_clip"), "{err}");
         let err = RunConfig::from_toml("[algo]\nname = \"dqn2\"\n", "test").unwrap_err();
         assert!(err.to_string().contains("dqn2"), "{err}");
+    }
+
+    /// Every preset shipped in `configs/` parses and passes validation as it stands.
+    #[test]
+    fn every_preset_is_a_valid_config() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let origin = path.display().to_string();
+                if let Err(err) = RunConfig::from_toml(&text, &origin) {
+                    panic!("{origin}: {err}");
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "only {checked} presets in {}", dir.display());
+    }
+
+    #[test]
+    fn an_off_policy_budget_that_never_fills_the_table_is_refused() {
+        let text = "[algo]\nname = \"sac\"\n[algo.replay]\nmin_size = 10000\n\
+                    [stop]\ntotal_env_steps = 5000\n";
+        let err = RunConfig::from_toml(text, "test").unwrap_err().to_string();
+        assert!(
+            err.contains("stop.total_env_steps") && err.contains("10000"),
+            "{err}"
+        );
+        let text = text.replace("5000", "20000");
+        assert!(RunConfig::from_toml(&text, "test").is_ok());
     }
 
     #[test]
