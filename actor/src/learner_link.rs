@@ -102,8 +102,13 @@ pub(crate) async fn follow_weights(
     }
 }
 
-/// Sends the episodes finished since the last report every `interval`; never ends (a failed
-/// report is kept for the next one).
+/// Longest quiet spell between reports: an actor with nothing finished (a 1,000-step rollout
+/// of a slow off-policy run takes 10-20 s) still reports, empty, so that the learner's status
+/// (`fleetrl train`'s "actors N") counts it as alive.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// Sends the episodes finished since the last report every `interval`, and an empty report
+/// after [`HEARTBEAT`] without one; never ends (a failed report is kept for the next one).
 pub(crate) async fn report_episodes(
     channel: Channel,
     actor_id: u32,
@@ -112,6 +117,7 @@ pub(crate) async fn report_episodes(
 ) -> Result<(), std::convert::Infallible> {
     let mut client = client(channel);
     let mut ticker = tokio::time::interval(interval);
+    let mut last_sent = Instant::now();
     loop {
         ticker.tick().await;
         let (episodes, env_steps) = {
@@ -121,9 +127,10 @@ pub(crate) async fn report_episodes(
                 std::mem::take(&mut progress.env_steps),
             )
         };
-        if episodes.is_empty() && env_steps == 0 {
+        if episodes.is_empty() && env_steps == 0 && last_sent.elapsed() < HEARTBEAT {
             continue;
         }
+        last_sent = Instant::now();
         let request = ReportEpisodesRequest {
             actor_id,
             returns: episodes.iter().map(|e| e.return_).collect(),
