@@ -7,6 +7,7 @@
 # then it draws each env's curves, fleetrl and SB3 on the same axes.
 #   bash bench/mujoco.sh                          # hopper-td3, seed 0, 100k steps (~35 min here)
 #   PRESETS="hopper-td3" SEEDS="0 1" BUDGET=200000 bash bench/mujoco.sh
+#   PRESETS="hopper-sac halfcheetah-td3 halfcheetah-sac" bash bench/mujoco.sh
 #   SB3=0 bash bench/mujoco.sh                    # fleetrl only
 # Installs stable-baselines3 into the project venv the first time (unless SB3=0). Writes
 # bench/results/mujoco_<env>.png (PLOT_DIR= to change).
