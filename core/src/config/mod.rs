@@ -857,13 +857,11 @@ impl RunConfig {
         if let (true, AlgoConfig::Dqn(dqn)) = (self.model.lstm_size > 0, &self.algo) {
             dqn.replay.validate_sequences()?;
         }
-        if let (Some(replay), false, 0) = (
-            registered.replay,
-            matches!(self.algo, AlgoConfig::Bc(_)),
-            self.model.lstm_size,
-        ) {
-            // One transition per env step: a budget the table never fills past `min_size`
-            // would run every step without a single update.
+        if let (Some(replay), None, 0) =
+            (registered.replay, registered.demo_dir, self.model.lstm_size)
+        {
+            // One transition per env step (a table the learner fills from demos is exempt): a
+            // budget the table never fills past `min_size` would run without a single update.
             check(
                 self.stop.total_env_steps > replay.min_size,
                 "stop.total_env_steps",
