@@ -5,16 +5,22 @@
 #   bash bench/learner_update.sh                      # CPU: 1 and 2 CPU replicas vs PyTorch CPU
 #   DEVICE=cuda bash bench/learner_update.sh          # GPU machine: cuda:0, and cuda:0+cuda:1 if present
 #   ITERS=5 BATCH=2048 ROUNDS=3 bash bench/learner_update.sh
+#   FLEETRL_BIN_DIR=DIR PYTHON=python3 ...    # prebuilt (scripts/gpu-check.sh --pack DIR), no setup
 # The systems take turns for ROUNDS rounds (a shared machine's load then hits all of them);
 # prints a markdown table of the median and best seconds per update and updates/s.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-[ -x .venv/bin/python ] || bash scripts/setup.sh >&2
-cargo build --release -p fleet-learner --example learner_update >&2
+if [ -n "${FLEETRL_BIN_DIR:-}" ]; then
+  bin="$FLEETRL_BIN_DIR/learner_update"
+  py="${PYTHON:-python3}"
+else
+  [ -x .venv/bin/python ] || bash scripts/setup.sh >&2
+  cargo build --release -p fleet-learner --example learner_update >&2
+  bin=target/release/examples/learner_update
+  py=.venv/bin/python
+fi
 iters="${ITERS:-3}"; batch="${BATCH:-2048}"; device="${DEVICE:-cpu}"; rounds="${ROUNDS:-3}"
-bin=target/release/examples/learner_update
-py=.venv/bin/python
 out=$(mktemp -d)
 if [ "$device" = cuda ]; then
   configs=("cuda:0")

@@ -3,10 +3,20 @@
 #   1. the driver sees a GPU (nvidia-smi), and PyTorch and fleetrl's libtorch both report CUDA;
 #   2. the learner update bench on CUDA against PyTorch eager (bench/learner_update.sh);
 #   3. `fleetrl train --config cartpole-ppo` with learner.device=cuda, and the same run on CPU.
+#   4. `minatar-breakout-ppo` (the MinAtar paper's conv policy) at a fixed budget, learner on
+#      the device and on the CPU: what the GPU buys a whole run where the network is not tiny;
+#   5. `minatar-breakout-dqn` the same way: replay batches to the device, an update per env step.
 # Prints one markdown table and exits non-zero if any check failed.
 #   bash scripts/gpu-check.sh
 #   DEVICE=cpu bash scripts/gpu-check.sh    # rehearsal without a GPU: every step on the CPU
 # Without a GPU (and without DEVICE=cpu) it says so after step 1 and exits 2.
+#
+# A GPU machine without Rust, network or this project's venv (a cluster node with its own
+# PyTorch): build the binaries here, without the embedded Python, and carry the folder there:
+#   bash scripts/gpu-check.sh --pack DIR                             # here: cargo build, strip, copy
+#   FLEETRL_BIN_DIR=DIR PYTHON=python3 bash scripts/gpu-check.sh     # there: no setup, no build
+# PYTHON must hold torch 2.11.0 (the libtorch tch 0.24 is built against); its torch/lib is what
+# the binaries load.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -16,8 +26,33 @@ rows=()
 failed=0
 row() { rows+=("| $1 | $2 | $3 |"); [ "$2" = ok ] || [ "$2" = "-" ] || failed=1; }
 
-bash scripts/setup.sh >&2 || { log "setup failed"; exit 1; }
-py=.venv/bin/python
+if [ "${1:-}" = --pack ]; then
+  dir="${2:?usage: scripts/gpu-check.sh --pack DIR}"
+  bash scripts/setup.sh >&2 || { log "setup failed"; exit 1; }
+  # No `python` feature: the binaries then need libtorch alone, not this machine's libpython.
+  cargo build --release --no-default-features -p fleetrl -p fleet-learner -p fleet-actor \
+    -p fleet-replay-server --bins --example learner_update >&2 || { log "build failed"; exit 1; }
+  mkdir -p "$dir"
+  for b in fleetrl fleet-learner fleet-actor fleet-replay-server examples/learner_update; do
+    cp "target/release/$b" "$dir/" && strip "$dir/$(basename "$b")" || exit 1
+  done
+  log "packed into $dir ($(du -sh "$dir" | cut -f1)); run there:" \
+    "FLEETRL_BIN_DIR=$dir PYTHON=python3 bash scripts/gpu-check.sh"
+  exit 0
+fi
+
+if [ -n "${FLEETRL_BIN_DIR:-}" ]; then
+  bin="$FLEETRL_BIN_DIR"
+  py="${PYTHON:-python3}"
+  torch_lib=$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') \
+    || { log "$py cannot import torch"; exit 1; }
+  export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  bash scripts/setup.sh >&2 || { log "setup failed"; exit 1; }
+  bin=target/release
+  py=.venv/bin/python
+fi
+export PYTHON="$py"
 
 # 1. What sees a GPU.
 if command -v nvidia-smi >/dev/null 2>&1 && gpus=$(nvidia-smi -L 2>&1); then
@@ -38,7 +73,9 @@ if [ "$device" != cpu ] && [ "$available" != True ]; then
   log "no usable GPU here; DEVICE=cpu bash scripts/gpu-check.sh rehearses the steps on the CPU"
   exit 2
 fi
-cargo build --release --bins >&2 || { log "build failed"; exit 1; }
+if [ -z "${FLEETRL_BIN_DIR:-}" ]; then
+  cargo build --release --bins >&2 || { log "build failed"; exit 1; }
+fi
 
 # 2. The learner update, fleetrl vs PyTorch eager, on the device.
 log "learner update bench on $device..."
@@ -57,12 +94,13 @@ fi
 
 # 3. A whole run with the learner on the device, then on the CPU for comparison.
 train() {
-  local on=$1 out
+  local preset=$1 on=$2 out
+  shift 2
   out=$(mktemp -d)
-  log "fleetrl train --config cartpole-ppo --set learner.device=$on..."
-  if target/release/fleetrl train --config cartpole-ppo --set "learner.device=$on" --out "$out" \
+  log "fleetrl train --config $preset --set learner.device=$on $*..."
+  if "$bin/fleetrl" train --config "$preset" --set "learner.device=$on" "$@" --out "$out" \
     >"$out.log" 2>&1; then
-    row "cartpole-ppo, learner on $on" ok "$("$py" - "$out" <<'PY'
+    row "$preset, learner on $on" ok "$("$py" - "$out" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1] + "/summary.json"))
 print("solved {} at {:,} env steps, eval {:.1f}, {:,.0f} env steps/s, {:.1f} s".format(
@@ -71,11 +109,21 @@ print("solved {} at {:,} env steps, eval {:.1f}, {:,.0f} env steps/s, {:.1f} s".
 PY
 )"
   else
-    row "cartpole-ppo, learner on $on" FAIL "exit $?; log $out.log: $(grep -m1 'error' "$out.log")"
+    row "$preset, learner on $on" FAIL "exit $?; log $out.log: $(grep -m1 'error' "$out.log")"
   fi
 }
-train "$([ "$device" = cpu ] && echo cpu || echo cuda)"
-[ "$device" = cpu ] || train cpu
+on="$([ "$device" = cpu ] && echo cpu || echo cuda)"
+train cartpole-ppo "$on"
+[ "$device" = cpu ] || train cartpole-ppo cpu
+# 4. A conv policy, where the learner's device matters; a fixed budget, no early stop.
+minatar=(--set "stop.total_env_steps=${MINATAR_STEPS:-300000}")
+train minatar-breakout-ppo "$on" "${minatar[@]}"
+[ "$device" = cpu ] || train minatar-breakout-ppo cpu "${minatar[@]}"
+# 5. Off-policy: replay batches sampled over gRPC and moved to the device, an update per env step.
+dqn=(--set "stop.total_env_steps=${DQN_STEPS:-20000}" --set algo.replay.min_size=1000
+  --set algo.explore.epsilon_decay_steps=10000 --set eval.interval_env_steps=10000)
+train minatar-breakout-dqn "$on" "${dqn[@]}"
+[ "$device" = cpu ] || train minatar-breakout-dqn cpu "${dqn[@]}"
 
 printf '| check | result | detail |\n|---|---|---|\n'
 printf '%s\n' "${rows[@]}"
