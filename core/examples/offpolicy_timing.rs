@@ -5,8 +5,11 @@
 //! `fleetrl_learner_update_seconds` histogram (`_sum` / `_count`) in a real run to see the pipeline's share.
 //!
 //! `cargo run --release -p fleetrl-core --example offpolicy_timing -- <preset> [key=value]...`
+//! (presets on gymnasium envs, `gym:` ids, need the embedded Python: add `--features python`)
 
 use std::time::Instant;
+
+use anyhow::Context;
 
 use fleetrl_core::algos::registry::{build, build_model, spec};
 use fleetrl_core::algos::Batch;
@@ -69,15 +72,16 @@ fn time(n: usize, mut f: impl FnMut()) -> f64 {
     start.elapsed().as_secs_f64() / n as f64
 }
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (preset, overrides) = args
         .split_first()
-        .expect("usage: offpolicy_timing <preset> [key=value]...");
-    let config = RunConfig::load(preset, overrides).expect("the preset loads");
+        .context("usage: offpolicy_timing <preset> [key=value]...")?;
+    let config = RunConfig::load(preset, overrides)?;
     tch::set_num_threads(config.learner.torch_threads as i32);
     tch::set_num_interop_threads(1);
-    let env = make_configured(&config.env).expect("env");
+    // An error here (a `gym:` id in this example, which has no embedded Python) says what to do.
+    let env = make_configured(&config.env)?;
     let (obs, action) = (env.observation_space(), env.action_space());
     let cpu = tch::Device::Cpu;
     let mut algo = build(&config, &obs, &action, &[cpu]).expect("model");
@@ -113,4 +117,5 @@ fn main() {
         act * 1e6,
         1.0 / update,
     );
+    Ok(())
 }
