@@ -13,6 +13,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
 
 class Evaluate(BaseCallback):
@@ -23,6 +24,8 @@ class Evaluate(BaseCallback):
 
     def evaluate(self):
         t = time.time()
+        # A VecNormalize-wrapped run is evaluated on the training statistics, raw rewards.
+        sync_envs_normalization(self.model.get_env(), self.eval_env)
         mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=self.episodes, deterministic=True)
         self.eval_seconds += time.time() - t
         self.evals.append((self.num_timesteps, float(mean), time.time() - self.t0))
@@ -39,6 +42,8 @@ def train_and_report(model, env_id, algo, seed, budget, every, episodes, t0):
     prints the summary line. Torch uses 2 threads unless SB3_TORCH_THREADS says otherwise."""
     torch.set_num_threads(int(os.environ.get("SB3_TORCH_THREADS", "2")))
     eval_env = make_vec_env(env_id, n_envs=1, seed=seed + 1_000_000)
+    if isinstance(model.get_env(), VecNormalize):
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
     callback = Evaluate(eval_env, every, episodes, t0)
     t = time.time()
     model.learn(total_timesteps=budget, callback=callback)

@@ -157,6 +157,12 @@ pub struct EnvConfig {
     pub reward_scale: f32,
     /// Clips rewards the learner sees to [-c, c] after scaling (0 = off); scores stay unclipped.
     pub reward_clip: f32,
+    /// Divides rewards the learner sees (after scaling, before clipping) by the running
+    /// standard deviation of each env's discounted return, as SB3's `VecNormalize`
+    /// (`norm_reward`); scores stay raw. Statistics live in each actor's envs.
+    pub normalize_reward: bool,
+    /// The discount of that return (SB3's `VecNormalize(gamma)`; RL-Zoo passes the algorithm's).
+    pub normalize_reward_discount: f64,
     /// Standard Atari preprocessing (gym:ALE/ ids made with frameskip = 1): no-op reset, frame skip
     /// 4 with max-pool, 84x84 grayscale, episodic life, fire reset; implies frame_stack = 4.
     pub atari: bool,
@@ -203,6 +209,7 @@ impl EnvConfig {
             || self.frame_stack > 1
             || self.reward_scale != 1.0
             || self.reward_clip > 0.0
+            || self.normalize_reward
     }
 }
 
@@ -213,6 +220,8 @@ impl Default for EnvConfig {
             kwargs: toml::Table::new(),
             reward_scale: 1.0,
             reward_clip: 0.0,
+            normalize_reward: false,
+            normalize_reward_discount: 0.99,
             atari: false,
             frame_stack: 0,
             max_episode_steps: 0,
@@ -721,8 +730,14 @@ impl RunConfig {
                 || (self.env.id.starts_with("gym:") && !self.env.has_wrappers()),
             "env.vectorization",
             "\"async\" hosts a gym: env in gymnasium's AsyncVectorEnv, which takes no Rust \
-             wrappers (atari, frame_stack, reward_scale, reward_clip, prev_action_reward), no \
+             wrappers (atari, frame_stack, reward_scale, reward_clip, normalize_reward, \
+             prev_action_reward), no \
              native id and no envpool: id (EnvPool steps on threads of its own)",
+        )?;
+        check(
+            (0.0..1.0).contains(&self.env.normalize_reward_discount),
+            "env.normalize_reward_discount",
+            "must be in [0, 1)",
         )?;
         check(
             self.actors.envs_per_actor >= 1,

@@ -2,7 +2,7 @@
 //! EnvPool) and its wrappers.
 //!
 //! Wrapper order, innermost first: Atari preprocessing, previous action and reward, frame
-//! stack, reward scale and clip. A
+//! stack, reward scale, normalisation and clip. A
 //! `gym:` or `envpool:` id with no wrapper is hosted as one vector env (one EnvPool) stepped per
 //! batch; with wrappers, as one env per row so the Rust wrappers see each env.
 
@@ -35,12 +35,13 @@ pub fn make_configured(config: &EnvConfig) -> Result<Box<dyn Env>, EnvError> {
     } else {
         env
     };
-    if config.reward_scale != 1.0 || config.reward_clip > 0.0 {
-        return Ok(Box::new(RewardTransform::new(
-            env,
-            config.reward_scale,
-            config.reward_clip,
-        )));
+    if config.reward_scale != 1.0 || config.reward_clip > 0.0 || config.normalize_reward {
+        let transform = RewardTransform::new(env, config.reward_scale, config.reward_clip);
+        return Ok(Box::new(if config.normalize_reward {
+            transform.normalizing(config.normalize_reward_discount)
+        } else {
+            transform
+        }));
     }
     Ok(env)
 }
