@@ -52,7 +52,6 @@ else
   bin=target/release
   py=.venv/bin/python
 fi
-export PYTHON="$py"
 
 # 1. What sees a GPU.
 if command -v nvidia-smi >/dev/null 2>&1 && gpus=$(nvidia-smi -L 2>&1); then
