@@ -5,7 +5,8 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use fleetrl_core::acting::eval::{eval_seed, evaluate_env, EvalResult};
 use fleetrl_core::acting::meta::meta_evaluate;
-use fleetrl_core::acting::policy_loader::load_actor_critic;
+use fleetrl_core::acting::pearl::pearl_evaluate;
+use fleetrl_core::acting::policy_loader::{load_actor_critic, load_pearl};
 use fleetrl_core::config::MamlConfig;
 use fleetrl_core::config::{EnvConfig, RunConfig};
 use fleetrl_core::envs;
@@ -28,6 +29,9 @@ pub(crate) fn evaluate_checkpoint(
     let (model, config) = load_policy(path)?;
     if let Some(maml) = config.algo.as_maml().filter(|m| m.meta_evaluator) {
         return meta_evaluate_checkpoint(path, maml, seed, task);
+    }
+    if config.algo.as_pearl().is_some() {
+        return pearl_evaluate_checkpoint(path, seed, task);
     }
     if config.tasks.multi_task {
         // The task-agnostic baseline: the test tasks, played as MAML plays them, unadapted.
@@ -91,6 +95,27 @@ fn meta_evaluate_checkpoint(
     Ok((result, seed))
 }
 
+/// PEARL's meta-test of checkpoint `path` on every held-out test task (or on `task` alone):
+/// `algo.n_exploration_eps` exploration episodes, then the adapted one.
+fn pearl_evaluate_checkpoint(
+    path: &Path,
+    seed: Option<u64>,
+    task: Option<u64>,
+) -> anyhow::Result<(EvalResult, u64)> {
+    let (model, config) = load_pearl(path)?;
+    let pearl = config
+        .algo
+        .as_pearl()
+        .context("load_pearl returns PEARL checkpoints only")?;
+    let seed = seed.unwrap_or_else(|| eval_seed(&config));
+    let set = TaskSet::new(&config.tasks, config.seed);
+    let tasks = match task {
+        Some(id) => vec![set.get(id)?],
+        None => set.test_tasks(),
+    };
+    Ok((pearl_evaluate(&model, &config, pearl, &tasks, seed)?, seed))
+}
+
 /// Refuses an evaluation env whose spaces differ from the ones the policy was trained on.
 fn same_spaces(trained: &EnvConfig, other: &EnvConfig, what: &str) -> anyhow::Result<()> {
     let a = envs::make_configured(trained)
@@ -144,7 +169,7 @@ pub(crate) fn run(
             .map(|r| format!("{r:.2}"))
             .collect();
         println!(
-            "adapted return {:.2} ± {:.2} over {} test tasks; by adaptation step (0 = before): {}",
+            "adapted return {:.2} ± {:.2} over {} test tasks; by adaptation step, or PEARL episode (first = before adapting): {}",
             result.mean(),
             result.std(),
             result.returns.len(),

@@ -324,9 +324,13 @@ async fn run_loop(
         if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
             next_eval = steps + config.eval_interval_env_steps();
             let eval = evaluate_now(config, learner, started).await?;
+            let what = match eval.adaptation_returns.first() {
+                Some(before) => format!("adapted return {:.2} (before adapting {before:.2})", eval.mean_return),
+                None => format!("mean return {:.1} over {} episodes", eval.mean_return, config.eval.episodes),
+            };
             progress.println(&format!(
-                "eval at {} steps: mean return {:.1} over {} episodes (version {})",
-                eval.env_steps, eval.mean_return, config.eval.episodes, eval.policy_version
+                "eval at {} steps: {what} (version {})",
+                eval.env_steps, eval.policy_version
             ));
             let solved = target.is_some_and(|t| eval.mean_return >= t);
             evaluations.push(eval);

@@ -15,8 +15,12 @@ use crate::stats::Stats;
 const PERIOD: Duration = Duration::from_millis(250);
 
 /// Env steps one inserted item stands for: one per transition; a sequence adds the steps it
-/// does not share with the one before it (`sequence_length - sequence_overlap`).
+/// does not share with the one before it (`sequence_length - sequence_overlap`); a PEARL
+/// round its steps.
 pub(crate) fn steps_per_item(config: &RunConfig) -> u64 {
+    if let Some(pearl) = config.algo.as_pearl() {
+        return pearl.round_steps().max(1);
+    }
     config.recurrent_dqn().map_or(1, |dqn| {
         u64::from(
             dqn.replay

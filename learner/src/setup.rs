@@ -10,7 +10,7 @@ use fleetrl_core::algos::{registry, Algorithm};
 use fleetrl_core::checkpoint;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
-use fleetrl_core::items::{rollout, transition};
+use fleetrl_core::items::{rollout, round, transition};
 use fleetrl_core::replay_client;
 use fleetrl_proto::space::Space;
 use fleetrl_proto::table::{RateLimiterSpec, TableSpec};
@@ -163,7 +163,19 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
             spec: table,
         });
     };
-    let mut table = transition::table_spec(config, replay)?;
+    if let Some(pearl) = config.algo.as_pearl() {
+        let table = round::table_spec(config, pearl)?;
+        replay_client::ensure_table(shards, &table, patience)
+            .await
+            .context("creating the round table on the replay server")?;
+        return Ok(Table {
+            name: table.name.clone(),
+            batch_size: replay.batch_size,
+            prefetch: 2,
+            spec: table,
+        });
+    }
+    let mut table = transition::table_spec(config, &replay)?;
     let demo_items = spec
         .demo_dir
         .map(|dir| demos::items(config, dir))

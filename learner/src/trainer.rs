@@ -336,7 +336,7 @@ impl Trainer {
     /// importance weights. True when an update ran.
     fn train_sampled(&mut self, sample: ShardBatch) -> bool {
         let spec = registry::spec(&self.config.algo);
-        let Some(replay) = spec.replay.cloned() else {
+        let Some(replay) = spec.replay.map(std::borrow::Cow::into_owned) else {
             tracing::error!("an off-policy algorithm without replay options");
             return false;
         };

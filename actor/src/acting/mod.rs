@@ -6,6 +6,7 @@
 
 mod meta;
 mod model;
+mod pearl;
 mod rollouts;
 mod sequences;
 mod transitions;
@@ -117,6 +118,8 @@ pub(crate) fn collector(
     let seed = config.seed + 1000 * actor_id as u64;
     let collector: Box<dyn Collector> = if let Some(maml) = config.algo.as_maml() {
         Box::new(meta::MetaCollector::new(config, maml, seed)?)
+    } else if let Some(pearl) = config.algo.as_pearl() {
+        Box::new(pearl::PearlCollector::new(config, pearl, seed)?)
     } else if !config.algo.is_off_policy() {
         Box::new(rollouts::RolloutCollector::new(config, seed, demos)?)
     } else if config.recurrent_dqn().is_some() {

@@ -5,6 +5,7 @@ pub mod alternating;
 pub mod eval;
 pub mod exploration;
 pub mod meta;
+pub mod pearl;
 pub mod policy_loader;
 pub mod ppod;
 pub mod scripted;

@@ -13,6 +13,7 @@ pub mod dqn;
 pub mod impala;
 pub mod intrinsic;
 pub mod maml;
+pub mod pearl;
 pub mod pg;
 pub mod ppo;
 pub mod r2d2;
@@ -39,6 +40,7 @@ use tch::{Device, Tensor};
 
 use crate::checkpoint::StateError;
 use crate::items::rollout::RolloutBatch;
+use crate::items::round::RoundBatch;
 use crate::items::sequence::SequenceBatch;
 use crate::items::transition::TransitionBatch;
 use crate::models::{ActorCritic, ModelError, OffPolicyModel};
@@ -95,6 +97,8 @@ pub enum TrainsOn {
     Transitions,
     /// Stored sequences with burn-in from a replay table (recurrent DQN, R2D2).
     Sequences,
+    /// Rounds of acting on one task each, from a replay table (PEARL).
+    Rounds,
 }
 
 /// One batch for an update, of the kind the algorithm [trains on](Algorithm::trains_on).
@@ -106,6 +110,8 @@ pub enum Batch {
     Transitions(TransitionBatch),
     /// Sampled sequences with their importance weights.
     Sequences(SequenceBatch),
+    /// Sampled rounds, one task each.
+    Rounds(RoundBatch),
 }
 
 impl Batch {
@@ -137,6 +143,7 @@ impl Batch {
                 }
                 Batch::Sequences(batch)
             }
+            TrainsOn::Rounds => Batch::Rounds(RoundBatch::from_stacked(stacked, device)?),
         })
     }
 
@@ -146,6 +153,7 @@ impl Batch {
             Batch::Rollouts(_) => TrainsOn::Rollouts,
             Batch::Transitions(_) => TrainsOn::Transitions,
             Batch::Sequences(_) => TrainsOn::Sequences,
+            Batch::Rounds(_) => TrainsOn::Rounds,
         }
     }
 
@@ -170,6 +178,14 @@ impl Batch {
         match self {
             Batch::Sequences(b) => Ok(b),
             other => Err(other.wrong(TrainsOn::Sequences)),
+        }
+    }
+
+    /// The rounds, or [`BatchError::Kind`].
+    pub fn rounds(&self) -> Result<&RoundBatch, BatchError> {
+        match self {
+            Batch::Rounds(b) => Ok(b),
+            other => Err(other.wrong(TrainsOn::Rounds)),
         }
     }
 

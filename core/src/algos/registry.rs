@@ -2,16 +2,19 @@
 //! collect and which table holds it), its model, its replay options and publish interval,
 //! and how to build it. Adding an algorithm adds one arm to [`spec`] and one to [`build`].
 
+use std::borrow::Cow;
+
 use tch::Device;
 
 use super::bc::Bc;
 use super::dqn::Dqn;
 use super::maml::Maml;
+use super::pearl::Pearl;
 use super::sac::Sac;
 use super::td3::Td3;
 use super::{A2c, Algorithm, Impala, Ppo, Trpo, Vpg};
 use crate::config::{AlgoConfig, BcPolicy, ReplayOptions, RunConfig};
-use crate::models::{ActorCritic, ModelError, OffPolicyModel, PolicyKind};
+use crate::models::{ActorCritic, ModelError, OffPolicyModel, PearlModel, PolicyKind};
 use fleetrl_proto::space::Space;
 
 /// How an algorithm gets its data.
@@ -36,12 +39,12 @@ pub enum Recurrence {
 }
 
 /// What the rest of the system needs to know about an algorithm, without building it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Spec<'a> {
     /// Where its data comes from.
     pub family: Family,
-    /// Replay table options (off-policy algorithms).
-    pub replay: Option<&'a ReplayOptions>,
+    /// Replay table options (off-policy algorithms; PEARL's are derived from its keys).
+    pub replay: Option<Cow<'a, ReplayOptions>>,
     /// Updates between weight publications (at least 1).
     pub publish_interval: u64,
     /// The off-policy model's policy kind and critic count; `None`: an actor-critic, or
@@ -72,7 +75,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
     };
     let off_policy = |replay, interval: u64, shape| Spec {
         family: Family::OffPolicy,
-        replay: Some(replay),
+        replay: Some(Cow::Borrowed(replay)),
         publish_interval: interval.max(1),
         shape,
         demo_dir: None,
@@ -116,6 +119,16 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         AlgoConfig::Bc(c) => Spec {
             demo_dir: c.demo_dir(),
             ..off_policy(&c.replay, c.publish_interval, None)
+        },
+        AlgoConfig::Pearl(c) => Spec {
+            family: Family::OffPolicy,
+            replay: Some(Cow::Owned(c.replay())),
+            publish_interval: 1,
+            shape: None,
+            demo_dir: None,
+            recurrence: None,
+            masks_padding: false,
+            plain_rollouts: false,
         },
     }
 }
@@ -203,6 +216,11 @@ pub fn build(
             Box::new(Td3::new(c, off_policy()?, off_policy()?))
         }
         AlgoConfig::Bc(c) => Box::new(Bc::new(c, off_policy()?)),
+        AlgoConfig::Pearl(c) => Box::new(Pearl::new(
+            c,
+            PearlModel::new(&config.model, c, obs_space, action_space, device)?,
+            &config.model,
+        )),
         AlgoConfig::Maml(outer, c) => Box::new(Maml::new(
             c,
             *outer,

@@ -5,7 +5,7 @@
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::meta::{MamlConfig, MetaOptimizer};
+use super::meta::{MamlConfig, MetaOptimizer, PearlConfig};
 use super::offpolicy::{BcConfig, DqnConfig, SacConfig, Td3Config, DDPG_DEFAULTS};
 use super::{check, ConfigError};
 use crate::optim::Rule;
@@ -35,6 +35,8 @@ pub enum AlgoConfig {
     Bc(BcConfig),
     /// MAML meta-RL with a VPG, PPO or TRPO outer step (on tasks).
     Maml(MetaOptimizer, MamlConfig),
+    /// PEARL meta-RL: a context encoder and a latent-conditioned SAC (off-policy, on tasks).
+    Pearl(PearlConfig),
 }
 
 impl Default for AlgoConfig {
@@ -44,7 +46,7 @@ impl Default for AlgoConfig {
 }
 
 /// The `name` values, in the order of [`AlgoConfig`]'s variants.
-pub const ALGO_NAMES: [&str; 13] = [
+pub const ALGO_NAMES: [&str; 14] = [
     "ppo",
     "a2c",
     "vpg",
@@ -58,6 +60,7 @@ pub const ALGO_NAMES: [&str; 13] = [
     "maml_vpg",
     "maml_ppo",
     "maml_trpo",
+    "pearl",
 ];
 
 impl AlgoConfig {
@@ -77,6 +80,7 @@ impl AlgoConfig {
             AlgoConfig::Maml(MetaOptimizer::Vpg, _) => "maml_vpg",
             AlgoConfig::Maml(MetaOptimizer::Ppo, _) => "maml_ppo",
             AlgoConfig::Maml(MetaOptimizer::Trpo, _) => "maml_trpo",
+            AlgoConfig::Pearl(_) => "pearl",
         }
     }
 
@@ -94,6 +98,14 @@ impl AlgoConfig {
         }
     }
 
+    /// The PEARL config, if PEARL is the algorithm.
+    pub fn as_pearl(&self) -> Option<&PearlConfig> {
+        match self {
+            AlgoConfig::Pearl(c) => Some(c),
+            _ => None,
+        }
+    }
+
     /// Discount gamma, whichever algorithm.
     pub fn discount(&self) -> f64 {
         match self {
@@ -107,6 +119,7 @@ impl AlgoConfig {
             AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => c.discount,
             AlgoConfig::Bc(c) => c.discount,
             AlgoConfig::Maml(_, c) => c.discount,
+            AlgoConfig::Pearl(c) => c.discount,
         }
     }
 
@@ -171,6 +184,7 @@ impl AlgoConfig {
             AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => c.validate(),
             AlgoConfig::Bc(c) => c.validate(),
             AlgoConfig::Maml(outer, c) => c.validate(*outer),
+            AlgoConfig::Pearl(c) => c.validate(),
         }
     }
 }
@@ -196,6 +210,7 @@ impl Serialize for AlgoConfig {
             AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => toml::Table::try_from(c),
             AlgoConfig::Bc(c) => toml::Table::try_from(c),
             AlgoConfig::Maml(_, c) => toml::Table::try_from(c),
+            AlgoConfig::Pearl(c) => toml::Table::try_from(c),
         };
         let mut table = inner.map_err(serde::ser::Error::custom)?;
         table.insert("name".into(), toml::Value::String(self.name().into()));
@@ -240,6 +255,7 @@ impl<'de> Deserialize<'de> for AlgoConfig {
             "maml_vpg" => AlgoConfig::Maml(MetaOptimizer::Vpg, rest.try_into().map_err(err)?),
             "maml_ppo" => AlgoConfig::Maml(MetaOptimizer::Ppo, rest.try_into().map_err(err)?),
             "maml_trpo" => AlgoConfig::Maml(MetaOptimizer::Trpo, rest.try_into().map_err(err)?),
+            "pearl" => AlgoConfig::Pearl(rest.try_into().map_err(err)?),
             other => {
                 return Err(D::Error::custom(format!(
                     "unknown algo.name `{other}`; expected one of {ALGO_NAMES:?}"

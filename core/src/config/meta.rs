@@ -166,3 +166,206 @@ impl MamlConfig {
         self.options().validate()
     }
 }
+
+/// PEARL hyperparameters (Rakelly et al. 2019, arXiv:1903.08254; garage's `PEARL`, keys with
+/// the seed's names). The training tasks and the held-out test tasks are `[tasks]`.
+///
+/// An actor collects *rounds*: one training task, drawn per round, played for
+/// `num_steps_prior` steps with `z` drawn from the prior, `num_steps_posterior` steps with `z`
+/// drawn from the posterior over the context collected so far in the round (refreshed every
+/// `update_post_train` episodes), and `num_extra_rl_steps_posterior` more steps the same way
+/// that serve the critic but not the encoder. A round is one replay item carrying its task id;
+/// its prior and posterior steps are the task's context (garage clears a task's context buffer
+/// whenever it collects for the task again: the latest round is what it holds).
+///
+/// Each update samples `meta_batch_size` rounds and, for each, `embedding_batch_size` context
+/// transitions and `batch_size` transitions for the actor-critic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PearlConfig {
+    /// Size of the latent task variable `z`.
+    pub latent_dim: u32,
+    /// Hidden layers of the context encoder.
+    pub encoder_hidden_sizes: Vec<i64>,
+    /// Learning rate of the policy.
+    pub policy_lr: f64,
+    /// Learning rate of the two Q functions.
+    pub qf_lr: f64,
+    /// Learning rate of the value function.
+    pub vf_lr: f64,
+    /// Learning rate of the context encoder.
+    pub context_lr: f64,
+    /// Weight of `mean(mu^2)` of the policy's pre-squash mean in its loss.
+    pub policy_mean_reg_coeff: f64,
+    /// Weight of `mean(log_std^2)` in the policy's loss.
+    pub policy_std_reg_coeff: f64,
+    /// Weight of `mean(sum(pre_tanh^2))` of the policy's pre-squash sample in its loss.
+    pub policy_pre_activation_coeff: f64,
+    /// Polyak rate of the target value function.
+    pub soft_target_tau: f64,
+    /// Weight of the KL divergence of the posteriors from the prior (information bottleneck).
+    pub kl_lambda: f64,
+    /// Infer a Gaussian posterior (product of per-transition Gaussians) and sample `z` from it;
+    /// false: `z` is the mean of the encoder's per-transition outputs.
+    pub use_information_bottleneck: bool,
+    /// Put the next observation in the context (for tasks that change the dynamics).
+    pub use_next_obs_in_context: bool,
+    /// Rounds (tasks) per update.
+    pub meta_batch_size: u32,
+    /// Gradient updates per `num_tasks_sample` rounds collected (garage: per epoch).
+    pub num_steps_per_epoch: u32,
+    /// Env steps collected before the first update.
+    pub num_initial_steps: u64,
+    /// Rounds collected per `num_steps_per_epoch` updates (garage: tasks sampled per epoch).
+    pub num_tasks_sample: u32,
+    /// Steps of a round acted with `z` from the prior (context for the encoder).
+    pub num_steps_prior: u32,
+    /// Steps of a round acted with `z` from the posterior (context for the encoder).
+    pub num_steps_posterior: u32,
+    /// Steps of a round acted with `z` from the posterior, for the actor-critic only.
+    pub num_extra_rl_steps_posterior: u32,
+    /// Transitions per task for the actor-critic in one update.
+    pub batch_size: u32,
+    /// Context transitions per task in one update.
+    pub embedding_batch_size: u32,
+    /// Context transitions per task per encoder pass: an update takes
+    /// `embedding_batch_size / embedding_mini_batch_size` gradient steps.
+    pub embedding_mini_batch_size: u32,
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// Transitions the replay table holds, all tasks together (whole rounds are evicted,
+    /// oldest first).
+    pub replay_buffer_size: u64,
+    /// Rewards are multiplied by this in the Bellman target (SAC's temperature, inverted).
+    pub reward_scale: f64,
+    /// Episodes between posterior updates while collecting with the posterior.
+    pub update_post_train: u32,
+    /// Meta-test: episodes played on an unseen task before the adapted one, the first with
+    /// `z` from the prior and each next one with `z` from the posterior over all before it
+    /// (garage's `MetaEvaluator.n_exploration_eps`).
+    pub n_exploration_eps: u32,
+}
+
+impl Default for PearlConfig {
+    fn default() -> Self {
+        PearlConfig {
+            latent_dim: 5,
+            encoder_hidden_sizes: vec![200, 200, 200],
+            policy_lr: 3e-4,
+            qf_lr: 3e-4,
+            vf_lr: 3e-4,
+            context_lr: 3e-4,
+            policy_mean_reg_coeff: 1e-3,
+            policy_std_reg_coeff: 1e-3,
+            policy_pre_activation_coeff: 0.0,
+            soft_target_tau: 0.005,
+            kl_lambda: 0.1,
+            use_information_bottleneck: true,
+            use_next_obs_in_context: false,
+            meta_batch_size: 64,
+            num_steps_per_epoch: 1000,
+            num_initial_steps: 100,
+            num_tasks_sample: 100,
+            num_steps_prior: 100,
+            num_steps_posterior: 0,
+            num_extra_rl_steps_posterior: 100,
+            batch_size: 1024,
+            embedding_batch_size: 1024,
+            embedding_mini_batch_size: 1024,
+            discount: 0.99,
+            replay_buffer_size: 1_000_000,
+            reward_scale: 1.0,
+            update_post_train: 1,
+            n_exploration_eps: 2,
+        }
+    }
+}
+
+impl PearlConfig {
+    /// Env steps in one round (one replay item).
+    pub fn round_steps(&self) -> u64 {
+        u64::from(self.num_steps_prior)
+            + u64::from(self.num_steps_posterior)
+            + u64::from(self.num_extra_rl_steps_posterior)
+    }
+
+    /// Steps of a round that are context: the prior and posterior ones, at its start.
+    pub fn context_steps(&self) -> u64 {
+        u64::from(self.num_steps_prior) + u64::from(self.num_steps_posterior)
+    }
+
+    /// The replay table of rounds: an item is a round, so every count is in rounds. Updates
+    /// per round are `num_steps_per_epoch / num_tasks_sample`, each sampling
+    /// `meta_batch_size` rounds.
+    pub fn replay(&self) -> super::ReplayOptions {
+        let round = self.round_steps().max(1);
+        let updates_per_round =
+            f64::from(self.num_steps_per_epoch) / f64::from(self.num_tasks_sample.max(1));
+        super::ReplayOptions {
+            capacity: self.replay_buffer_size.div_ceil(round).max(1),
+            batch_size: self.meta_batch_size,
+            samples_per_insert: updates_per_round * f64::from(self.meta_batch_size),
+            min_size: self.num_initial_steps.div_ceil(round).max(1),
+            ..super::ReplayOptions::default()
+        }
+    }
+
+    /// Checks ranges: every count that sizes a batch or a round at least 1, learning rates
+    /// positive, the context part of a round non-empty.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let counts = [
+            (self.latent_dim, "algo.latent_dim"),
+            (self.meta_batch_size, "algo.meta_batch_size"),
+            (self.num_steps_per_epoch, "algo.num_steps_per_epoch"),
+            (self.num_tasks_sample, "algo.num_tasks_sample"),
+            (self.batch_size, "algo.batch_size"),
+            (self.embedding_batch_size, "algo.embedding_batch_size"),
+            (self.embedding_mini_batch_size, "algo.embedding_mini_batch_size"),
+            (self.update_post_train, "algo.update_post_train"),
+            (self.n_exploration_eps, "algo.n_exploration_eps"),
+        ];
+        for (value, key) in counts {
+            check(value >= 1, key, "must be >= 1")?;
+        }
+        check(
+            self.embedding_batch_size
+                .is_multiple_of(self.embedding_mini_batch_size),
+            "algo.embedding_mini_batch_size",
+            "must divide algo.embedding_batch_size",
+        )?;
+        check(
+            self.context_steps() >= 1,
+            "algo.num_steps_prior",
+            "a round needs context: num_steps_prior + num_steps_posterior must be >= 1",
+        )?;
+        check(
+            self.round_steps() <= 100_000,
+            "algo.num_steps_prior",
+            "a round (num_steps_prior + num_steps_posterior + num_extra_rl_steps_posterior) is \
+             one replay item; keep it within 100000 steps",
+        )?;
+        check(
+            [self.policy_lr, self.qf_lr, self.vf_lr, self.context_lr]
+                .iter()
+                .all(|&lr| lr > 0.0),
+            "algo.policy_lr",
+            "learning rates (policy_lr, qf_lr, vf_lr, context_lr) must be > 0",
+        )?;
+        check(
+            self.soft_target_tau > 0.0 && self.soft_target_tau <= 1.0,
+            "algo.soft_target_tau",
+            "must be in (0, 1]",
+        )?;
+        check(self.kl_lambda >= 0.0, "algo.kl_lambda", "must be >= 0")?;
+        check(
+            self.encoder_hidden_sizes.iter().all(|&w| w >= 1),
+            "algo.encoder_hidden_sizes",
+            "every layer needs >= 1 unit",
+        )?;
+        check(
+            self.replay_buffer_size >= self.round_steps(),
+            "algo.replay_buffer_size",
+            "must hold at least one round",
+        )
+    }
+}

@@ -23,7 +23,7 @@ pub use algo::{
     TrpoConfig, VpgConfig, VtraceClips, ALGO_NAMES,
 };
 pub use devices::{parse_device, BroadcastDtype, DeviceList, UnknownDevice};
-pub use meta::{MamlConfig, MetaOptimizer};
+pub use meta::{MamlConfig, MetaOptimizer, PearlConfig};
 pub use offpolicy::{
     BcConfig, BcLoss, BcPolicy, CapsOptions, DqnConfig, Exploration, NoiseKind, ReplayOptions,
     SacConfig, TargetUpdate, Td3Config,
@@ -934,6 +934,26 @@ impl RunConfig {
                 "PPO+D demos are not tasks; MAML does not replay them",
             )?;
         }
+        if self.algo.as_pearl().is_some() {
+            self.tasks.validate()?;
+            check(
+                !(self.model.lstm_size > 0 || self.model.normalize_obs),
+                "model",
+                "PEARL conditions plain MLPs on the task variable: lstm_size = 0, \
+                 normalize_obs = false",
+            )?;
+            check(
+                self.actors.envs_per_actor == 1,
+                "actors.envs_per_actor",
+                "PEARL actors play one env (a round is one stream of episodes its posterior \
+                 follows); add actors (actors.count) to collect more",
+            )?;
+            check(
+                !self.ppod.enabled,
+                "ppod.enabled",
+                "PPO+D demos are not tasks; PEARL does not replay them",
+            )?;
+        }
         self.algo.validate(self.batch_env_steps())
     }
 
@@ -950,9 +970,8 @@ impl RunConfig {
 
     /// The run's task set when its items carry task ids (meta-RL), which the learner checks.
     pub fn item_tasks(&self) -> Option<crate::tasks::TaskSet> {
-        self.algo
-            .as_maml()
-            .map(|_| crate::tasks::TaskSet::new(&self.tasks, self.seed))
+        (self.algo.as_maml().is_some() || self.algo.as_pearl().is_some())
+            .then(|| crate::tasks::TaskSet::new(&self.tasks, self.seed))
     }
 
     /// Env steps in one training batch.

@@ -10,8 +10,11 @@
 //! straight for a goal scores about -2, standing still about -40.
 //!
 //! PointRobotSparse-v0 is the PEARL paper's sparse point robot (Rakelly et al. 2019, §6.3):
-//! goals on the upper half of the unit circle, the same dynamics, and a reward only inside
-//! the goal's radius 0.2 (`1 - distance` there, 0 elsewhere); 20-step episodes.
+//! goals on the upper half of the unit circle, the same dynamics, and a score only inside
+//! the goal's radius 0.2 (`1 - distance` there, 0 elsewhere); 20-step episodes. As in the
+//! paper's code, the reward an algorithm trains on stays the dense `-distance` and the sparse
+//! one is the score ([`Env::score_reward`]): what episodes report, what evaluation measures
+//! and what PEARL's context encoder sees.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -35,8 +38,10 @@ const SPARSE_RADIUS: f32 = 0.2;
 pub struct PointGoal {
     position: [f32; 2],
     goal: [f32; 2],
-    /// The sparse robot: goals on the half circle, reward only within the radius.
+    /// The sparse robot: goals on the half circle, score only within the radius.
     sparse: bool,
+    /// The sparse robot's score of the last step.
+    score: f32,
 }
 
 impl PointGoal {
@@ -46,6 +51,7 @@ impl PointGoal {
             position: [0.0; 2],
             goal: [GOAL_RANGE, GOAL_RANGE],
             sparse: false,
+            score: 0.0,
         }
     }
 
@@ -55,6 +61,7 @@ impl PointGoal {
             position: [0.0; 2],
             goal: [0.0, 1.0],
             sparse: true,
+            score: 0.0,
         }
     }
 
@@ -111,17 +118,22 @@ impl Env for PointGoal {
             self.position[1] - self.goal[1],
         );
         let distance = (dx * dx + dy * dy).sqrt();
-        let reward = match self.sparse {
-            false => -distance,
-            true if distance <= SPARSE_RADIUS => 1.0 - distance,
-            true => 0.0,
+        self.score = if distance <= SPARSE_RADIUS {
+            1.0 - distance
+        } else {
+            0.0
         };
         Ok(Step {
             obs: self.position.to_vec(),
-            reward,
+            reward: -distance,
             terminated: false,
             truncated: false,
         })
+    }
+
+    /// The sparse robot's score; the dense goal env's score is its reward.
+    fn score_reward(&self) -> Option<f32> {
+        self.sparse.then_some(self.score)
     }
 
     fn set_task(&mut self, task: &Task) -> Result<(), EnvError> {
@@ -151,8 +163,8 @@ mod tests {
         check_env_contract(&mut PointGoal::sparse());
     }
 
-    /// Sparse goals lie on the upper unit half circle; the reward is 0 until the point is
-    /// within 0.2 of the goal, then 1 - distance.
+    /// Sparse goals lie on the upper unit half circle; the score is 0 until the point is
+    /// within 0.2 of the goal, then 1 - distance, while the reward stays -distance.
     #[test]
     fn sparse_robot_rewards_only_near_the_goal() {
         let set = TaskSet::new(&TasksConfig::default(), 1);
@@ -166,8 +178,11 @@ mod tests {
         let [gx, gy] = env.goal();
         let toward = Action::Continuous(vec![gx, gy]);
         let mut rewards = Vec::new();
-        for _ in 0..10 {
-            rewards.push(env.step(&toward).unwrap().reward);
+        for i in 0..10 {
+            let step = env.step(&toward).unwrap();
+            let distance = 1.0 - 0.1 * (i + 1) as f32;
+            assert!((step.reward + distance).abs() < 1e-4, "{i}: {}", step.reward);
+            rewards.push(env.score_reward().unwrap());
         }
         // After 7 unit steps the point is 0.3 from the goal, after 8 0.2, after 9 0.1.
         assert!(rewards[..7].iter().all(|&r| r == 0.0), "{rewards:?}");

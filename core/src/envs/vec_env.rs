@@ -26,6 +26,10 @@ pub struct VecStep {
     pub obs: Vec<f32>,
     /// Reward of the step.
     pub reward: Vec<f32>,
+    /// Score of the step: the reward before reward wrappers changed it, or what the env
+    /// scores apart from its training reward ([`Env::score_reward`]); what episode returns
+    /// sum.
+    pub score: Vec<f32>,
     /// The env's episode reached a terminal state on this step.
     pub terminated: Vec<bool>,
     /// The env's episode was cut short (time limit) on this step.
@@ -120,6 +124,7 @@ impl VecEnv {
             out: VecStep {
                 obs: vec![0.0; m * obs_dim],
                 reward: vec![0.0; m],
+                score: vec![0.0; m],
                 terminated: vec![false; m],
                 truncated: vec![false; m],
                 final_obs: vec![None; m],
@@ -237,6 +242,7 @@ impl VecEnv {
         self.lengths.fill(0);
         self.held.fill(false);
         self.out.reward.fill(0.0);
+        self.out.score.fill(0.0);
         self.out.terminated.fill(false);
         self.out.truncated.fill(false);
         self.out.final_obs.fill(None);
@@ -406,6 +412,7 @@ impl VecEnv {
         let score = env.score_reward().unwrap_or(step.reward);
         let game_over = env.game_over();
         self.out.reward[i] = step.reward;
+        self.out.score[i] = score;
         self.out.terminated[i] = step.terminated;
         self.out.truncated[i] = step.truncated;
         if !(step.terminated || step.truncated) {
@@ -426,6 +433,7 @@ impl VecEnv {
     /// Row `i` sits this step out: its observation stays, reward 0, no episode end.
     fn idle(&mut self, i: usize) {
         self.out.reward[i] = 0.0;
+        self.out.score[i] = 0.0;
         self.out.terminated[i] = false;
         self.out.truncated[i] = false;
         self.out.final_obs[i] = None;
@@ -448,8 +456,10 @@ impl VecEnv {
 
     /// Episode statistics of every row after a batch step.
     fn record_batch(&mut self) {
+        let VecStep { reward, score, .. } = &mut self.out;
+        score.clone_from(reward);
         for i in 0..self.num_envs {
-            self.record(i, self.out.reward[i], true);
+            self.record(i, self.out.score[i], true);
         }
     }
 

@@ -15,6 +15,7 @@ use fleetrl_proto::{Dtype, TensorError, TensorMap};
 
 pub mod check;
 pub mod rollout;
+pub mod round;
 pub mod sequence;
 pub mod transition;
 
@@ -83,7 +84,7 @@ mod tests {
                 format!("[env]\nid = \"MinAtar/Breakout-v1\"\n{extra}[algo]\nname = \"dqn\"\n");
             let config = RunConfig::from_toml(&text, "t").unwrap();
             let replay = crate::algos::registry::spec(&config.algo).replay.unwrap();
-            let table = transition::table_spec(&config, replay).unwrap();
+            let table = transition::table_spec(&config, &replay).unwrap();
             let want = match extra.is_empty() {
                 true => u8s(&["obs", "next_obs"]),
                 false => u8s(&["obs", "final_obs"]),

@@ -279,7 +279,7 @@ mod tests {
         let replay = crate::algos::registry::spec(&config.algo)
             .replay
             .expect("sac replays");
-        let table = table_spec(&config, replay).unwrap();
+        let table = table_spec(&config, &replay).unwrap();
         let obs = (table.signature.fields.iter())
             .find(|f| f.name == field::OBS)
             .expect("obs field");

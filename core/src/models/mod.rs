@@ -10,6 +10,7 @@ mod lstm;
 mod mlp;
 mod obs_norm;
 mod offpolicy;
+mod pearl;
 pub(crate) mod recurrent_q;
 pub mod weights;
 
@@ -22,6 +23,7 @@ pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
 pub use obs_norm::ObsNorm;
 pub use offpolicy::{OffPolicyModel, PolicyKind};
+pub use pearl::{kl_from_prior, product_of_gaussians, PearlModel};
 pub use recurrent_q::{RecurrentQ, Unrolled};
 
 use fleetrl_proto::space::Space;

@@ -338,6 +338,18 @@ impl OffPolicyModel {
         (a, log_prob)
     }
 
+    /// [`OffPolicyModel::sample_action`] with what PEARL's policy regularisers read: the
+    /// sample in [-1, 1] `[N, A]`, its log-likelihood `[N]`, and the Gaussian's mean,
+    /// clamped log-std and pre-squash sample, `[N, A]` each.
+    pub fn sample_action_parts(&self, obs: &Tensor) -> [Tensor; 5] {
+        let (mean, log_std) = self.gaussian(obs);
+        let noise = mean.randn_like();
+        let pre_tanh = &mean + log_std.exp() * &noise;
+        let a = pre_tanh.tanh();
+        let log_prob = squashed_log_prob(&noise, &log_std, &a);
+        [a, log_prob, mean, log_std, pre_tanh]
+    }
+
     /// The log-likelihood `[N]` and entropy `[N]` of given actions under the policy
     /// (pytorchrl's off-policy `evaluate_actions`). `QValues`: indices `[N]` under the
     /// softmax over Q values (the policy BC trains). `SquashedGaussian`: values in [-1, 1]

@@ -1,0 +1,269 @@
+//! PEARL acting: a training round on one task as an actor collects it, and the meta-test on
+//! held-out tasks. Both infer the posterior over `z` from the context this acting collected
+//! itself (garage's `_obtain_samples` infers it from the task's context buffer, which it
+//! clears before each collection on the task: the same transitions), so no context crosses
+//! the network.
+
+use rand::rngs::SmallRng;
+use rand::Rng;
+use tch::Tensor;
+
+use super::eval::EvalResult;
+use super::{clipped, ActingError};
+use crate::config::{PearlConfig, RunConfig};
+use crate::envs::{make_vec, VecEnv};
+use crate::items::round::{RoundBuilder, RoundStep};
+use crate::models::PearlModel;
+use crate::tasks::Task;
+use fleetrl_proto::TensorMap;
+
+/// Context transitions collected on the current task.
+#[derive(Debug, Default)]
+struct Context {
+    obs: Vec<f32>,
+    action: Vec<f32>,
+    score: Vec<f32>,
+    next_obs: Vec<f32>,
+    len: usize,
+}
+
+impl Context {
+    fn push(&mut self, step: &RoundStep<'_>) {
+        self.obs.extend_from_slice(step.obs);
+        self.action.extend_from_slice(step.action);
+        self.score.push(step.score);
+        self.next_obs.extend_from_slice(step.next_obs);
+        self.len += 1;
+    }
+
+    /// The posterior over `z` given at most `limit` of the transitions (drawn with
+    /// replacement when there are more, as training draws its context): mean and variance
+    /// `[1, L]`; the prior when there are none.
+    fn posterior(&self, model: &PearlModel, limit: usize, rng: &mut SmallRng) -> (Tensor, Tensor) {
+        let _guard = tch::no_grad_guard();
+        if self.len == 0 {
+            return model.prior(1);
+        }
+        let rows = |flat: &[f32]| {
+            Tensor::from_slice(flat).view([self.len as i64, (flat.len() / self.len) as i64])
+        };
+        let context = model.context(
+            &rows(&self.obs),
+            &rows(&self.action),
+            &Tensor::from_slice(&self.score),
+            &rows(&self.next_obs),
+        );
+        let context = if self.len > limit {
+            let picked: Vec<i64> = (0..limit)
+                .map(|_| rng.random_range(0..self.len) as i64)
+                .collect();
+            context.index_select(0, &Tensor::from_slice(&picked))
+        } else {
+            context
+        };
+        model.posterior(&context.unsqueeze(0))
+    }
+}
+
+/// One env stepped by the latent-conditioned policy.
+pub struct PearlActing {
+    envs: VecEnv,
+    obs: Vec<f32>,
+}
+
+impl std::fmt::Debug for PearlActing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PearlActing({:?})", self.envs.observation_space())
+    }
+}
+
+/// What one step did.
+struct Stepped {
+    action: Vec<f32>,
+    reward: f32,
+    score: f32,
+    terminated: bool,
+    ended: bool,
+    next_obs: Vec<f32>,
+    obs: Vec<f32>,
+}
+
+impl PearlActing {
+    /// Takes over `envs` (one env), reset with `seed`.
+    pub fn new(mut envs: VecEnv, seed: u64) -> PearlActing {
+        let obs = envs.reset(seed).to_vec();
+        PearlActing { envs, obs }
+    }
+
+    /// The envs (for their finished episodes).
+    pub fn envs_mut(&mut self) -> &mut VecEnv {
+        &mut self.envs
+    }
+
+    /// Switches to `task` and starts a fresh episode (seeded).
+    fn start(&mut self, task: &Task, env_id: &str, seed: u64) -> Result<(), ActingError> {
+        self.envs.set_task(task, env_id)?;
+        self.obs = self.envs.reset(seed).to_vec();
+        Ok(())
+    }
+
+    fn step(&mut self, model: &PearlModel, z: &Tensor, deterministic: bool) -> Result<Stepped, ActingError> {
+        let d = self.obs.len() as i64;
+        let obs = Tensor::from_slice(&self.obs).view([1, d]);
+        let action = Vec::<f32>::try_from(model.act(&obs, z, deterministic).reshape([-1]))?;
+        let actions = clipped(self.envs.action_space(), &action, 1);
+        let out = self.envs.step(&actions)?;
+        let ended = out.terminated[0] || out.truncated[0];
+        let next_obs = out.final_obs[0].clone().unwrap_or_else(|| out.obs.clone());
+        let stepped = Stepped {
+            action: match &actions[0] {
+                fleetrl_proto::space::Action::Continuous(v) => v.clone(),
+                fleetrl_proto::space::Action::Discrete(_) => action,
+            },
+            reward: out.reward[0],
+            score: out.score[0],
+            terminated: out.terminated[0],
+            ended,
+            next_obs,
+            obs: std::mem::replace(&mut self.obs, out.obs.clone()),
+        };
+        Ok(stepped)
+    }
+
+    /// One training round on `task` (see [`PearlConfig`]): prior steps with `z` drawn from the
+    /// prior per episode, then posterior and extra steps with `z` drawn from the posterior
+    /// over the round's context, refreshed every `update_post_train` episodes. Returns the
+    /// round as a replay item labelled with `version`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn collect_round(
+        &mut self,
+        model: &PearlModel,
+        pearl: &PearlConfig,
+        task: &Task,
+        env_id: &str,
+        version: i64,
+        seed: u64,
+        rng: &mut SmallRng,
+    ) -> Result<TensorMap, ActingError> {
+        self.start(task, env_id, seed)?;
+        let limit = pearl.embedding_batch_size as usize;
+        let prior_end = u64::from(pearl.num_steps_prior);
+        let context_end = pearl.context_steps();
+        let mut context = Context::default();
+        let mut builder = RoundBuilder::default();
+        let (mu, var) = model.prior(1);
+        let mut z = PearlModel::sample_z(&mu, &var);
+        let mut episodes = 0u32;
+        for t in 0..pearl.round_steps() {
+            if t == prior_end && t > 0 {
+                let (mu, var) = context.posterior(model, limit, rng);
+                z = PearlModel::sample_z(&mu, &var);
+            }
+            let s = self.step(model, &z, false)?;
+            let step = RoundStep {
+                obs: &s.obs,
+                action: &s.action,
+                reward: s.reward,
+                score: s.score,
+                terminated: s.terminated,
+                next_obs: &s.next_obs,
+            };
+            builder.push(step);
+            if t < context_end {
+                context.push(&step);
+            }
+            if s.ended {
+                if t < prior_end {
+                    let (mu, var) = model.prior(1);
+                    z = PearlModel::sample_z(&mu, &var);
+                } else {
+                    episodes += 1;
+                    if episodes.is_multiple_of(pearl.update_post_train) {
+                        let (mu, var) = context.posterior(model, limit, rng);
+                        z = PearlModel::sample_z(&mu, &var);
+                    }
+                }
+            }
+        }
+        Ok(builder.finish(task.id, version))
+    }
+
+    /// One episode with `z` (sampled actions unless `deterministic`), its transitions added to
+    /// `context`; returns the episode's score. Episodes longer than `max_steps` are cut there.
+    fn episode(
+        &mut self,
+        model: &PearlModel,
+        z: &Tensor,
+        deterministic: bool,
+        context: &mut Context,
+        max_steps: u64,
+    ) -> Result<f64, ActingError> {
+        let mut score = 0.0;
+        for _ in 0..max_steps {
+            let s = self.step(model, z, deterministic)?;
+            context.push(&RoundStep {
+                obs: &s.obs,
+                action: &s.action,
+                reward: s.reward,
+                score: s.score,
+                terminated: s.terminated,
+                next_obs: &s.next_obs,
+            });
+            score += f64::from(s.score);
+            if s.ended {
+                break;
+            }
+        }
+        Ok(score)
+    }
+}
+
+/// PEARL's meta-test on each of `tasks`: `n_exploration_eps` episodes, the first with `z`
+/// from the prior and each next with `z` drawn from the posterior over every transition
+/// before it, then one episode with the posterior's mean and the policy's mean action. The
+/// result's returns are each task's adapted (last) episode, and its adaptation curve the mean
+/// over tasks of every episode in order (exploration first). Returns are scores.
+pub fn pearl_evaluate(
+    model: &PearlModel,
+    config: &RunConfig,
+    pearl: &PearlConfig,
+    tasks: &[Task],
+    seed: u64,
+) -> Result<EvalResult, ActingError> {
+    use rand::SeedableRng;
+    let envs = make_vec(&config.env, 1)?;
+    let mut acting = PearlActing::new(envs, seed);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let limit = pearl.embedding_batch_size as usize;
+    let max_steps = match config.eval.max_episode_length {
+        0 => 100_000,
+        n => n,
+    };
+    let episodes = pearl.n_exploration_eps as usize + 1;
+    let mut sums = vec![0.0; episodes];
+    let mut returns = Vec::with_capacity(tasks.len());
+    for (i, task) in tasks.iter().enumerate() {
+        acting.start(task, &config.env.id, seed.wrapping_add(1000 * i as u64))?;
+        let mut context = Context::default();
+        for (e, sum) in sums.iter_mut().enumerate() {
+            let (mu, var) = context.posterior(model, limit, &mut rng);
+            let adapted = e + 1 == episodes;
+            let z = if adapted {
+                mu
+            } else {
+                PearlModel::sample_z(&mu, &var)
+            };
+            let score = acting.episode(model, &z, adapted, &mut context, max_steps)?;
+            *sum += score;
+            if adapted {
+                returns.push(score);
+            }
+        }
+        acting.envs_mut().drain_episodes();
+    }
+    let n = tasks.len().max(1) as f64;
+    Ok(EvalResult {
+        returns,
+        adaptation: sums.into_iter().map(|s| s / n).collect(),
+    })
+}

@@ -1,0 +1,357 @@
+//! PEARL (Rakelly et al. 2019, arXiv:1903.08254), as garage's `PEARL`: probabilistic context
+//! variables for off-policy meta-RL.
+//!
+//! Per update, for each of the K sampled rounds (one task each): `embedding_batch_size`
+//! context transitions drawn from the round's context steps, and `batch_size` transitions
+//! drawn from all its steps. For each of `embedding_batch_size / embedding_mini_batch_size`
+//! slices of the context:
+//! - posterior `q(z | c) = prod_n N(mu_n, var_n)` from the encoder, `z ~ q` reparameterised;
+//! - critics and encoder: `sum_k mean((Q_k(s, a, z) - y)^2) + kl_lambda KL(q || N(0, I))` with
+//!   `y = reward_scale r + gamma (1 - done) V_target(s', z)` (the encoder learns from the
+//!   Bellman error only);
+//! - value: `mean((V(s, z') - (min_k Q_k(s, a~, z') - log pi(a~ | s, z')))^2)`, `z'` = `z`
+//!   without gradient, `a~ ~ pi(s, z')`;
+//! - policy: `mean(log pi(a~ | s, z') - min_k Q_k(s, a~, z'))` plus the mean, log-std and
+//!   pre-activation regularisers; Polyak target for V.
+
+use tch::nn::{self, Module};
+use tch::{Kind, Tensor};
+
+use super::target::mean;
+use super::{Algorithm, Batch, BatchError, Learned, Metrics, Model, Trained, TrainsOn, Update};
+use crate::checkpoint::StateError;
+use crate::config::PearlConfig;
+use crate::items::round::RoundBatch;
+use crate::models::{kl_from_prior, Mlp, ModelError, PearlModel};
+use crate::optim::Adam;
+use fleetrl_proto::TensorMap;
+
+impl Model for PearlModel {
+    fn export(&self) -> Result<TensorMap, ModelError> {
+        PearlModel::export(self)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        PearlModel::named_parameters(self)
+    }
+
+    fn load_named(&mut self, weights: &[(String, Tensor)]) -> Result<(), ModelError> {
+        PearlModel::load_named(self, weights)
+    }
+}
+
+/// Rows `idx` `[K, M]` of each round's `[K, N, ..]` tensor: `[K, M, ..]`.
+fn rows(t: &Tensor, idx: &Tensor) -> Tensor {
+    match t.dim() {
+        2 => t.gather(1, idx, false),
+        _ => {
+            let size = t.size();
+            let idx = idx
+                .unsqueeze(-1)
+                .expand([size[0], idx.size()[1], size[2]], false);
+            t.gather(1, &idx, false)
+        }
+    }
+}
+
+/// PEARL's learner state.
+#[derive(Debug)]
+pub struct Pearl {
+    config: PearlConfig,
+    trained: Trained<PearlModel>,
+    /// The target value function, in its own var store (named as the online `vf.*`).
+    target_vs: nn::VarStore,
+    target_vf: Mlp,
+    pi_optim: Adam,
+    qf_optim: Adam,
+    vf_optim: Adam,
+    context_optim: Adam,
+}
+
+impl Pearl {
+    /// PEARL over `model`; `target_vf` is built alike and starts as a copy of its value
+    /// function.
+    pub fn new(config: &PearlConfig, model: PearlModel, model_config: &crate::config::ModelConfig) -> Pearl {
+        let target_vs = nn::VarStore::new(model.var_store().device());
+        let target_vf = Mlp::new(
+            &(target_vs.root() / "vf"),
+            model.obs_dim() + model.latent_dim(),
+            &model_config.hidden_sizes,
+            1,
+            model_config.activation,
+            None,
+        );
+        let pi_optim = Adam::over(model.sac().var_store(), 1e-8, "pi.");
+        let qf_optim = Adam::over(model.sac().var_store(), 1e-8, "qf");
+        let vf_optim = Adam::over(model.var_store(), 1e-8, "vf.");
+        let context_optim = Adam::over(model.var_store(), 1e-8, "encoder.");
+        let mut pearl = Pearl {
+            config: config.clone(),
+            trained: Trained::new(model, "updates"),
+            target_vs,
+            target_vf,
+            pi_optim,
+            qf_optim,
+            vf_optim,
+            context_optim,
+        };
+        pearl.update_target(1.0);
+        pearl
+    }
+
+    /// Moves the target value function `tau` of the way to the online one.
+    fn update_target(&mut self, tau: f64) {
+        let _guard = tch::no_grad_guard();
+        let online = self.trained.model.var_store().variables();
+        for (name, mut var) in self.target_vs.variables() {
+            if let Some(src) = online.get(&name) {
+                let _ = var.lerp_(src, tau);
+            }
+        }
+    }
+
+    /// One update on K rounds.
+    pub fn train(&mut self, b: &RoundBatch) -> Update {
+        let c = self.config.clone();
+        let (k, n) = (b.len(), b.steps());
+        let context_rows = (c.context_steps() as i64).clamp(1, n);
+        let device = b.obs.device();
+        let (e, mb) = (
+            i64::from(c.embedding_batch_size),
+            i64::from(c.embedding_mini_batch_size),
+        );
+        let idx = Tensor::randint(context_rows, [k, e], (Kind::Int64, device));
+        let model = &self.trained.model;
+        let context = model.context(
+            &rows(&b.obs, &idx),
+            &rows(&b.action, &idx),
+            &rows(&b.score, &idx),
+            &rows(&b.next_obs, &idx),
+        );
+        let (d, l) = (model.obs_dim(), model.latent_dim());
+        let batch = i64::from(c.batch_size);
+        let mut totals = [0.0f64; 6];
+        let slices = e / mb;
+        for i in 0..slices {
+            let model = &self.trained.model;
+            let (mu, var) = model.posterior(&context.narrow(1, i * mb, mb));
+            let z = if c.use_information_bottleneck {
+                PearlModel::sample_z(&mu, &var)
+            } else {
+                mu.shallow_clone()
+            };
+            let idx = Tensor::randint(n, [k, batch], (Kind::Int64, device));
+            let obs = rows(&b.obs, &idx).reshape([-1, d]);
+            let action = rows(&b.action, &idx).reshape([k * batch, -1]);
+            let reward = rows(&b.reward, &idx).reshape([-1]);
+            let terminated = rows(&b.terminated, &idx).reshape([-1]);
+            let next_obs = rows(&b.next_obs, &idx).reshape([-1, d]);
+            let z_rows = z.unsqueeze(1).expand([k, batch, l], false).reshape([-1, l]);
+            let obs_z = PearlModel::with_z(&obs, &z_rows);
+            let qs = model.sac().qs(&obs_z, &action);
+            let y: Tensor = tch::no_grad(|| {
+                let next_v = self
+                    .target_vf
+                    .forward(&PearlModel::with_z(&next_obs, &z_rows))
+                    .squeeze_dim(1);
+                reward * c.reward_scale + (1.0 - terminated) * c.discount * next_v
+            });
+            let qf_loss = (&qs - y.unsqueeze(0))
+                .square()
+                .mean_dim(1, false, Kind::Float)
+                .sum(Kind::Float);
+            let kl = if c.use_information_bottleneck {
+                kl_from_prior(&mu, &var)
+            } else {
+                Tensor::zeros([], (Kind::Float, device))
+            };
+            self.qf_optim.zero_grad();
+            self.context_optim.zero_grad();
+            (&qf_loss + &kl * c.kl_lambda).backward();
+            self.qf_optim.step(c.qf_lr, 0.0);
+            self.context_optim.step(c.context_lr, 0.0);
+
+            let model = &self.trained.model;
+            let obs_z = PearlModel::with_z(&obs, &z_rows.detach());
+            let [unit, log_pi, pi_mean, log_std, pre_tanh] =
+                model.sac().sample_action_parts(&obs_z);
+            let new_action = model.sac().to_env_scale(&unit);
+            let (min_q, _) = model.sac().qs(&obs_z, &new_action).min_dim(0, false);
+            let v = model.value(&obs_z);
+            let v_target = (&min_q - &log_pi).detach();
+            let vf_loss = (&v - v_target).square().mean(Kind::Float);
+            self.vf_optim.zero_grad();
+            vf_loss.backward();
+            self.vf_optim.step(c.vf_lr, 0.0);
+
+            let regulariser = pi_mean.square().mean(Kind::Float) * c.policy_mean_reg_coeff
+                + log_std.square().mean(Kind::Float) * c.policy_std_reg_coeff
+                + pre_tanh
+                    .square()
+                    .sum_dim_intlist(1, false, Kind::Float)
+                    .mean(Kind::Float)
+                    * c.policy_pre_activation_coeff;
+            let policy_loss = (&log_pi - &min_q).mean(Kind::Float) + regulariser;
+            self.pi_optim.zero_grad();
+            policy_loss.backward();
+            self.pi_optim.step(c.policy_lr, 0.0);
+            self.update_target(c.soft_target_tau);
+
+            let values = [
+                qf_loss.double_value(&[]) / 2.0,
+                vf_loss.double_value(&[]),
+                policy_loss.double_value(&[]),
+                kl.double_value(&[]) / k as f64,
+                mean(&var.detach()),
+                mean(&qs.detach()),
+            ];
+            for (total, v) in totals.iter_mut().zip(values) {
+                *total += v / slices as f64;
+            }
+        }
+        self.trained.updates += 1;
+        let names = ["q_loss", "v_loss", "policy_loss", "kl", "z_var", "q_mean"];
+        Update::from(Metrics(names.into_iter().zip(totals).collect()))
+    }
+}
+
+impl Algorithm for Pearl {
+    fn trains_on(&self) -> TrainsOn {
+        TrainsOn::Rounds
+    }
+
+    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
+        Ok(self.train(batch.rounds()?))
+    }
+
+    fn trained(&self) -> &dyn Learned {
+        &self.trained
+    }
+
+    fn trained_mut(&mut self) -> &mut dyn Learned {
+        &mut self.trained
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut state = self.pi_optim.state();
+        state.extend(self.qf_optim.state());
+        state.extend(self.vf_optim.state());
+        state.extend(self.context_optim.state());
+        state.extend(
+            crate::models::weights::named(&self.target_vs)
+                .into_iter()
+                .map(|(n, t)| (format!("target.{n}"), t)),
+        );
+        state.extend(self.trained.counter_state());
+        state
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
+        self.pi_optim.load_state(state)?;
+        self.qf_optim.load_state(state)?;
+        self.vf_optim.load_state(state)?;
+        self.context_optim.load_state(state)?;
+        let target: Vec<(String, Tensor)> = state
+            .iter()
+            .filter_map(|(n, t)| {
+                n.strip_prefix("target.")
+                    .map(|p| (p.to_string(), t.shallow_clone()))
+            })
+            .collect();
+        crate::models::weights::load_named(&self.target_vs, &target)?;
+        self.trained.load_counter(state)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelConfig;
+    use crate::items::round::{RoundBuilder, RoundStep};
+    use fleetrl_proto::space::Space;
+
+    fn space(d: usize, bound: f32) -> Space {
+        Space::Box {
+            shape: vec![d as i64],
+            low: vec![-bound; d],
+            high: vec![bound; d],
+        }
+    }
+
+    /// Rounds of a task whose reward is the action's first component: after updates the
+    /// critic ranks a high first component above a low one, the encoder's posteriors move
+    /// off the prior, and every loss is finite.
+    #[test]
+    fn updates_on_rounds_fit_the_critic_and_move_the_posterior() {
+        tch::manual_seed(0);
+        let config = PearlConfig {
+            latent_dim: 2,
+            encoder_hidden_sizes: vec![16],
+            meta_batch_size: 2,
+            batch_size: 32,
+            embedding_batch_size: 8,
+            embedding_mini_batch_size: 4,
+            num_steps_prior: 8,
+            num_extra_rl_steps_posterior: 8,
+            policy_lr: 1e-3,
+            qf_lr: 1e-3,
+            vf_lr: 1e-3,
+            context_lr: 1e-3,
+            discount: 0.0,
+            ..PearlConfig::default()
+        };
+        let model_config = ModelConfig {
+            hidden_sizes: vec![32, 32],
+            ..ModelConfig::default()
+        };
+        let model =
+            PearlModel::new(&model_config, &config, &space(2, 2.0), &space(1, 1.0), tch::Device::Cpu)
+                .unwrap();
+        let mut pearl = Pearl::new(&config, model, &model_config);
+        let item = |task: u32| {
+            let mut builder = RoundBuilder::default();
+            for i in 0..16 {
+                let a = (i as f32 / 7.5) - 1.0;
+                builder.push(RoundStep {
+                    obs: &[0.0, 0.0],
+                    action: &[a],
+                    reward: a,
+                    score: a,
+                    terminated: false,
+                    next_obs: &[0.0, 0.0],
+                });
+            }
+            builder.finish(task, 0)
+        };
+        let (a, b) = (item(0), item(1));
+        let stacked = TensorMap::from_pairs(a.tensors.keys().map(|k| {
+            let parts = [&a.tensors[k], &b.tensors[k]];
+            (k.clone(), fleetrl_proto::Tensor::stack(&parts).unwrap())
+        }));
+        let batch = Batch::Rounds(RoundBatch::from_stacked(&stacked, tch::Device::Cpu).unwrap());
+        let mut last = Update::default();
+        for _ in 0..300 {
+            last = pearl.update(&batch).unwrap();
+        }
+        for (name, value) in &last.metrics.0 {
+            assert!(value.is_finite(), "{name} = {value}");
+        }
+        assert!(last.metrics.get("q_loss").unwrap() < 0.05, "{:?}", last.metrics);
+        let model = &pearl.trained.model;
+        let obs = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
+        let z = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
+        let actions = Tensor::from_slice(&[0.9f32, -0.9]).view([2, 1]);
+        let q = model.sac().q(0, &PearlModel::with_z(&obs, &z), &actions);
+        let q = Vec::<f32>::try_from(q).unwrap();
+        assert!(q[0] > q[1] + 1.0, "Q(0.9) = {}, Q(-0.9) = {}", q[0], q[1]);
+        // Checkpoint state round-trips into a fresh learner.
+        let state = pearl.state();
+        let fresh_model =
+            PearlModel::new(&model_config, &config, &space(2, 2.0), &space(1, 1.0), tch::Device::Cpu)
+                .unwrap();
+        let mut fresh = Pearl::new(&config, fresh_model, &model_config);
+        fresh.load_state(&state).unwrap();
+        assert_eq!(fresh.trained.updates, 300);
+    }
+}
