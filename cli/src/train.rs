@@ -325,8 +325,14 @@ async fn run_loop(
             next_eval = steps + config.eval_interval_env_steps();
             let eval = evaluate_now(config, learner, started).await?;
             let what = match eval.adaptation_returns.first() {
-                Some(before) => format!("adapted return {:.2} (before adapting {before:.2})", eval.mean_return),
-                None => format!("mean return {:.1} over {} episodes", eval.mean_return, config.eval.episodes),
+                Some(before) => format!(
+                    "adapted return {:.2} (before adapting {before:.2})",
+                    eval.mean_return
+                ),
+                None => format!(
+                    "mean return {:.1} over {} episodes",
+                    eval.mean_return, config.eval.episodes
+                ),
             };
             progress.println(&format!(
                 "eval at {} steps: {what} (version {})",

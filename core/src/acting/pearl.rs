@@ -107,7 +107,12 @@ impl PearlActing {
         Ok(())
     }
 
-    fn step(&mut self, model: &PearlModel, z: &Tensor, deterministic: bool) -> Result<Stepped, ActingError> {
+    fn step(
+        &mut self,
+        model: &PearlModel,
+        z: &Tensor,
+        deterministic: bool,
+    ) -> Result<Stepped, ActingError> {
         let d = self.obs.len() as i64;
         let obs = Tensor::from_slice(&self.obs).view([1, d]);
         let action = Vec::<f32>::try_from(model.act(&obs, z, deterministic).reshape([-1]))?;

@@ -41,8 +41,8 @@ pub fn load_policy(path: &Path) -> Result<(Box<dyn Policy>, RunConfig), LoadPoli
     };
     let policy: Box<dyn Policy> = if let Some(pearl) = config.algo.as_pearl() {
         // Unadapted (z at the prior's mean); PEARL's meta-test is [`load_pearl`]'s.
-        let mut model = PearlModel::new(&config.model, pearl, &obs, &action, tch::Device::Cpu)
-            .map_err(fit)?;
+        let mut model =
+            PearlModel::new(&config.model, pearl, &obs, &action, tch::Device::Cpu).map_err(fit)?;
         model.load_named(&ckpt.model).map_err(fit)?;
         Box::new(model)
     } else if config.algo.is_off_policy() {
@@ -91,7 +91,10 @@ pub fn load_pearl(path: &Path) -> Result<(PearlModel, RunConfig), LoadPolicyErro
     let Some(pearl) = config.algo.as_pearl() else {
         return Err(fit(ModelError::Config {
             key: "algo.name",
-            message: format!("the checkpoint was trained by {}, not pearl", config.algo.name()),
+            message: format!(
+                "the checkpoint was trained by {}, not pearl",
+                config.algo.name()
+            ),
         }));
     };
     let env = envs::make_configured(&config.env)?;

@@ -71,7 +71,11 @@ pub struct Pearl {
 impl Pearl {
     /// PEARL over `model`; `target_vf` is built alike and starts as a copy of its value
     /// function.
-    pub fn new(config: &PearlConfig, model: PearlModel, model_config: &crate::config::ModelConfig) -> Pearl {
+    pub fn new(
+        config: &PearlConfig,
+        model: PearlModel,
+        model_config: &crate::config::ModelConfig,
+    ) -> Pearl {
         let target_vs = nn::VarStore::new(model.var_store().device());
         let target_vf = Mlp::new(
             &(target_vs.root() / "vf"),
@@ -305,9 +309,14 @@ mod tests {
             hidden_sizes: vec![32, 32],
             ..ModelConfig::default()
         };
-        let model =
-            PearlModel::new(&model_config, &config, &space(2, 2.0), &space(1, 1.0), tch::Device::Cpu)
-                .unwrap();
+        let model = PearlModel::new(
+            &model_config,
+            &config,
+            &space(2, 2.0),
+            &space(1, 1.0),
+            tch::Device::Cpu,
+        )
+        .unwrap();
         let mut pearl = Pearl::new(&config, model, &model_config);
         let item = |task: u32| {
             let mut builder = RoundBuilder::default();
@@ -337,7 +346,11 @@ mod tests {
         for (name, value) in &last.metrics.0 {
             assert!(value.is_finite(), "{name} = {value}");
         }
-        assert!(last.metrics.get("q_loss").unwrap() < 0.05, "{:?}", last.metrics);
+        assert!(
+            last.metrics.get("q_loss").unwrap() < 0.05,
+            "{:?}",
+            last.metrics
+        );
         let model = &pearl.trained.model;
         let obs = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
         let z = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
@@ -347,9 +360,14 @@ mod tests {
         assert!(q[0] > q[1] + 1.0, "Q(0.9) = {}, Q(-0.9) = {}", q[0], q[1]);
         // Checkpoint state round-trips into a fresh learner.
         let state = pearl.state();
-        let fresh_model =
-            PearlModel::new(&model_config, &config, &space(2, 2.0), &space(1, 1.0), tch::Device::Cpu)
-                .unwrap();
+        let fresh_model = PearlModel::new(
+            &model_config,
+            &config,
+            &space(2, 2.0),
+            &space(1, 1.0),
+            tch::Device::Cpu,
+        )
+        .unwrap();
         let mut fresh = Pearl::new(&config, fresh_model, &model_config);
         fresh.load_state(&state).unwrap();
         assert_eq!(fresh.trained.updates, 300);

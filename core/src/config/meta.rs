@@ -306,6 +306,10 @@ impl PearlConfig {
             batch_size: self.meta_batch_size,
             samples_per_insert: updates_per_round * f64::from(self.meta_batch_size),
             min_size: self.num_initial_steps.div_ceil(round).max(1),
+            // Actors may run two rounds' updates ahead of the learner (and it two batches
+            // ahead of them): slack enough for their bursts, never a backlog of stale rounds.
+            error_buffer: (2.0 * updates_per_round * f64::from(self.meta_batch_size))
+                .max(2.0 * f64::from(self.meta_batch_size)),
             ..super::ReplayOptions::default()
         }
     }
@@ -320,7 +324,10 @@ impl PearlConfig {
             (self.num_tasks_sample, "algo.num_tasks_sample"),
             (self.batch_size, "algo.batch_size"),
             (self.embedding_batch_size, "algo.embedding_batch_size"),
-            (self.embedding_mini_batch_size, "algo.embedding_mini_batch_size"),
+            (
+                self.embedding_mini_batch_size,
+                "algo.embedding_mini_batch_size",
+            ),
             (self.update_post_train, "algo.update_post_train"),
             (self.n_exploration_eps, "algo.n_exploration_eps"),
         ];

@@ -181,7 +181,11 @@ mod tests {
         for i in 0..10 {
             let step = env.step(&toward).unwrap();
             let distance = 1.0 - 0.1 * (i + 1) as f32;
-            assert!((step.reward + distance).abs() < 1e-4, "{i}: {}", step.reward);
+            assert!(
+                (step.reward + distance).abs() < 1e-4,
+                "{i}: {}",
+                step.reward
+            );
             rewards.push(env.score_reward().unwrap());
         }
         // After 7 unit steps the point is 0.3 from the goal, after 8 0.2, after 9 0.1.

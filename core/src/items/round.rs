@@ -140,14 +140,20 @@ impl RoundBuilder {
         let n = self.reward.len() as i64;
         let width = |v: &[f32]| v.len() as i64 / n.max(1);
         TensorMap::from_pairs([
-            (field::OBS, Tensor::from_slice(&[n, width(&self.obs)], &self.obs)),
+            (
+                field::OBS,
+                Tensor::from_slice(&[n, width(&self.obs)], &self.obs),
+            ),
             (
                 field::ACTION,
                 Tensor::from_slice(&[n, width(&self.action)], &self.action),
             ),
             (field::REWARD, Tensor::from_slice(&[n], &self.reward)),
             (field::SCORE, Tensor::from_slice(&[n], &self.score)),
-            (field::TERMINATED, Tensor::from_slice(&[n], &self.terminated)),
+            (
+                field::TERMINATED,
+                Tensor::from_slice(&[n], &self.terminated),
+            ),
             (
                 field::NEXT_OBS,
                 Tensor::from_slice(&[n, width(&self.next_obs)], &self.next_obs),

@@ -154,7 +154,13 @@ impl PearlModel {
 
     /// Context rows `[.., C]` from transitions' observations, actions, scores `[..]` and next
     /// observations (used only with `use_next_obs_in_context`).
-    pub fn context(&self, obs: &Tensor, action: &Tensor, score: &Tensor, next_obs: &Tensor) -> Tensor {
+    pub fn context(
+        &self,
+        obs: &Tensor,
+        action: &Tensor,
+        score: &Tensor,
+        next_obs: &Tensor,
+    ) -> Tensor {
         let mut parts = vec![
             obs.shallow_clone(),
             action.shallow_clone(),
@@ -249,7 +255,10 @@ impl PearlModel {
 impl super::Policy for PearlModel {
     fn act(&self, obs: &Tensor, deterministic: bool) -> super::PolicyStep {
         let _guard = tch::no_grad_guard();
-        let z = Tensor::zeros([obs.size()[0], self.latent_dim], (Kind::Float, obs.device()));
+        let z = Tensor::zeros(
+            [obs.size()[0], self.latent_dim],
+            (Kind::Float, obs.device()),
+        );
         let obs_z = PearlModel::with_z(obs, &z);
         let (unit, log_prob) = if deterministic {
             let a = self.sac.mean_action(&obs_z);
@@ -267,7 +276,10 @@ impl super::Policy for PearlModel {
 
     fn value(&self, obs: &Tensor) -> Tensor {
         let _guard = tch::no_grad_guard();
-        let z = Tensor::zeros([obs.size()[0], self.latent_dim], (Kind::Float, obs.device()));
+        let z = Tensor::zeros(
+            [obs.size()[0], self.latent_dim],
+            (Kind::Float, obs.device()),
+        );
         PearlModel::value(self, &PearlModel::with_z(obs, &z))
     }
 }
@@ -295,9 +307,15 @@ mod tests {
     /// N(1, 2) (2 + 1 - 1 - ln 2) / 2.
     #[test]
     fn kl_from_the_prior_matches_the_closed_form() {
-        let zero = kl_from_prior(&Tensor::zeros([1, 3], (Kind::Float, Device::Cpu)), &Tensor::ones([1, 3], (Kind::Float, Device::Cpu)));
+        let zero = kl_from_prior(
+            &Tensor::zeros([1, 3], (Kind::Float, Device::Cpu)),
+            &Tensor::ones([1, 3], (Kind::Float, Device::Cpu)),
+        );
         assert!(zero.double_value(&[]).abs() < 1e-7);
-        let kl = kl_from_prior(&Tensor::from_slice(&[1.0f32]).view([1, 1]), &Tensor::from_slice(&[2.0f32]).view([1, 1]));
+        let kl = kl_from_prior(
+            &Tensor::from_slice(&[1.0f32]).view([1, 1]),
+            &Tensor::from_slice(&[2.0f32]).view([1, 1]),
+        );
         let want = (2.0 - 2f64.ln()) / 2.0;
         assert!((kl.double_value(&[]) - want).abs() < 1e-6);
     }
