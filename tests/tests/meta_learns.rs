@@ -178,20 +178,29 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
 
 /// An actor killed mid meta-iteration takes only its unfinished task: the other actor's
 /// tasks fill the meta-batches and training goes on, with no item refused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_actor_does_not_stop_meta_training() -> anyhow::Result<()> {
-    killed_actor_does_not_stop("point-maml-vpg").await
+#[test]
+fn a_killed_actor_does_not_stop_meta_training() -> anyhow::Result<()> {
+    killed_actor_does_not_stop("point-maml-vpg")
 }
 
 /// The same for PEARL: an actor killed mid round loses only that round.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_actor_does_not_stop_pearl() -> anyhow::Result<()> {
-    killed_actor_does_not_stop("point-pearl").await
+#[test]
+fn a_killed_actor_does_not_stop_pearl() -> anyhow::Result<()> {
+    killed_actor_does_not_stop("point-pearl")
 }
 
-async fn killed_actor_does_not_stop(preset: &str) -> anyhow::Result<()> {
-    // PEARL's learning test is bound by its learner's updates: no run beside it.
+/// Runs [`kill_an_actor`] on `preset` alone: PEARL's learning test is bound by its learner's
+/// updates, so no run goes beside it.
+fn killed_actor_does_not_stop(preset: &str) -> anyhow::Result<()> {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(kill_an_actor(preset))
+}
+
+async fn kill_an_actor(preset: &str) -> anyhow::Result<()> {
     let generous = Duration::from_secs(240);
     let mut sandbox = Sandbox::builder("meta-churn")
         .preset(preset)
