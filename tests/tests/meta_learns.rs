@@ -65,6 +65,13 @@ fn assert_adapts(preset: &str, algo: &str) -> PathBuf {
     let (summary, out) = train(algo, preset, &[]);
     assert_eq!(summary["algo"], algo);
     assert_eq!(summary["solved"], true, "not solved: {summary:#}");
+    assert_beats(&summary, baseline, 10.0);
+    out
+}
+
+/// Checks the last evaluation's two returns, before and after adapting: the adapted one beats
+/// the one before by 10 and the task-agnostic `baseline` by `margin`.
+fn assert_beats(summary: &serde_json::Value, baseline: f64, margin: f64) {
     let stages: Vec<f64> = summary["final_adaptation_returns"]
         .as_array()
         .expect("adaptation returns")
@@ -72,30 +79,35 @@ fn assert_adapts(preset: &str, algo: &str) -> PathBuf {
         .map(|r| r.as_f64().expect("a number"))
         .collect();
     let [before, after] = stages[..] else {
-        panic!("one adaptation step: {stages:?}");
+        panic!("one return before adapting and one after: {stages:?}");
     };
     assert!(
         after >= before + 10.0,
         "adaptation gained too little: {before:.1} -> {after:.1}"
     );
     assert!(
-        after >= baseline + 10.0,
+        after >= baseline + margin,
         "adapted {after:.1} does not clearly beat task-agnostic PPO's {baseline:.1}"
     );
-    out
 }
 
-/// Budget 6M env steps; measured 0.4M to the target.
-#[test]
-fn maml_trpo_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
-    let out = assert_adapts("point-maml-trpo", "maml_trpo");
+/// The newest checkpoint under run directory `out`.
+fn newest_checkpoint(out: &std::path::Path) -> String {
     let ckpt = std::fs::read_dir(out.join("checkpoints"))
         .expect("checkpoints")
         .flatten()
         .map(|e| e.path())
         .max()
         .expect("a checkpoint");
-    let ckpt = ckpt.to_str().expect("utf-8 path");
+    ckpt.to_str().expect("utf-8 path").to_string()
+}
+
+/// Budget 6M env steps; measured 0.4M to the target.
+#[test]
+fn maml_trpo_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
+    let out = assert_adapts("point-maml-trpo", "maml_trpo");
+    let ckpt = newest_checkpoint(&out);
+    let ckpt = ckpt.as_str();
     let bad = fleetrl_command(&["eval", "--checkpoint", ckpt, "--task", "5000"])
         .output()
         .expect("fleetrl runs");
@@ -140,31 +152,10 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
     let (summary, out) = train("pearl", "point-pearl", &[]);
     assert_eq!(summary["algo"], "pearl");
     assert_eq!(summary["solved"], true, "not solved: {summary:#}");
-    let episodes: Vec<f64> = summary["final_adaptation_returns"]
-        .as_array()
-        .expect("adaptation returns")
-        .iter()
-        .map(|r| r.as_f64().expect("a number"))
-        .collect();
-    let [before, after] = episodes[..] else {
-        panic!("one exploration episode, then the adapted one: {episodes:?}");
-    };
-    assert!(
-        after >= before + 10.0,
-        "adaptation gained too little: {before:.1} -> {after:.1}"
-    );
-    assert!(
-        after >= baseline + 8.0,
-        "adapted {after:.1} does not clearly beat task-agnostic PPO's {baseline:.1}"
-    );
-    let ckpt = std::fs::read_dir(out.join("checkpoints"))
-        .expect("checkpoints")
-        .flatten()
-        .map(|e| e.path())
-        .max()
-        .expect("a checkpoint");
-    let ckpt = ckpt.to_str().expect("utf-8 path");
-    let bad = fleetrl_command(&["eval", "--checkpoint", ckpt, "--task", "60"])
+    // One exploration episode (z from the prior), then the adapted one.
+    assert_beats(&summary, baseline, 8.0);
+    let ckpt = newest_checkpoint(&out);
+    let bad = fleetrl_command(&["eval", "--checkpoint", &ckpt, "--task", "60"])
         .output()
         .expect("fleetrl runs");
     let stderr = String::from_utf8_lossy(&bad.stderr);

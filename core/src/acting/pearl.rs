@@ -88,6 +88,19 @@ struct Stepped {
     obs: Vec<f32>,
 }
 
+impl Stepped {
+    fn as_round_step(&self) -> RoundStep<'_> {
+        RoundStep {
+            obs: &self.obs,
+            action: &self.action,
+            reward: self.reward,
+            score: self.score,
+            terminated: self.terminated,
+            next_obs: &self.next_obs,
+        }
+    }
+}
+
 impl PearlActing {
     /// Takes over `envs` (one env), reset with `seed`.
     pub fn new(mut envs: VecEnv, seed: u64) -> PearlActing {
@@ -165,14 +178,7 @@ impl PearlActing {
                 z = PearlModel::sample_z(&mu, &var);
             }
             let s = self.step(model, &z, false)?;
-            let step = RoundStep {
-                obs: &s.obs,
-                action: &s.action,
-                reward: s.reward,
-                score: s.score,
-                terminated: s.terminated,
-                next_obs: &s.next_obs,
-            };
+            let step = s.as_round_step();
             builder.push(step);
             if t < context_end {
                 context.push(&step);
@@ -206,14 +212,7 @@ impl PearlActing {
         let mut score = 0.0;
         for _ in 0..max_steps {
             let s = self.step(model, z, deterministic)?;
-            context.push(&RoundStep {
-                obs: &s.obs,
-                action: &s.action,
-                reward: s.reward,
-                score: s.score,
-                terminated: s.terminated,
-                next_obs: &s.next_obs,
-            });
+            context.push(&s.as_round_step());
             score += f64::from(s.score);
             if s.ended {
                 break;

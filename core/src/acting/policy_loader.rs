@@ -5,10 +5,12 @@
 use std::path::Path;
 
 use crate::algos::registry::build_model;
+use crate::algos::Model;
 use crate::checkpoint::{self, CheckpointError};
 use crate::config::RunConfig;
 use crate::envs::{self, EnvError};
 use crate::models::{ActorCritic, ModelError, PearlModel, Policy};
+use fleetrl_proto::space::Space;
 
 /// Why a checkpoint's policy could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -58,54 +60,43 @@ pub fn load_policy(path: &Path) -> Result<(Box<dyn Policy>, RunConfig), LoadPoli
     Ok((policy, config))
 }
 
-/// The actor-critic saved in on-policy checkpoint `path` (what MAML's meta-evaluation
-/// adapts), on the CPU, and its run config.
-pub fn load_actor_critic(path: &Path) -> Result<(ActorCritic, RunConfig), LoadPolicyError> {
+/// The model `build` makes for checkpoint `path`'s config and env spaces, on the CPU, with the
+/// saved weights in it; and the config.
+fn load_model<M: Model>(
+    path: &Path,
+    build: impl FnOnce(&RunConfig, &Space, &Space) -> Result<M, ModelError>,
+) -> Result<(M, RunConfig), LoadPolicyError> {
     let ckpt = checkpoint::load(path)?;
-    let config = ckpt.config;
-    let env = envs::make_configured(&config.env)?;
+    let env = envs::make_configured(&ckpt.config.env)?;
     let fit = |source| LoadPolicyError::Model {
         path: path.display().to_string(),
         source,
     };
-    let mut model = ActorCritic::new(
-        &config.model,
-        &env.observation_space(),
-        &env.action_space(),
-        tch::Device::Cpu,
-    )
-    .map_err(fit)?;
+    let mut model =
+        build(&ckpt.config, &env.observation_space(), &env.action_space()).map_err(fit)?;
     model.load_named(&ckpt.model).map_err(fit)?;
-    Ok((model, config))
+    Ok((model, ckpt.config))
+}
+
+/// The actor-critic saved in on-policy checkpoint `path` (what MAML's meta-evaluation
+/// adapts), on the CPU, and its run config.
+pub fn load_actor_critic(path: &Path) -> Result<(ActorCritic, RunConfig), LoadPolicyError> {
+    load_model(path, |config, obs, action| {
+        ActorCritic::new(&config.model, obs, action, tch::Device::Cpu)
+    })
 }
 
 /// The PEARL model saved in checkpoint `path` (what its meta-test adapts), on the CPU, and its
 /// run config; an error naming the algorithm when the checkpoint is not PEARL's.
 pub fn load_pearl(path: &Path) -> Result<(PearlModel, RunConfig), LoadPolicyError> {
-    let ckpt = checkpoint::load(path)?;
-    let config = ckpt.config;
-    let fit = |source| LoadPolicyError::Model {
-        path: path.display().to_string(),
-        source,
-    };
-    let Some(pearl) = config.algo.as_pearl() else {
-        return Err(fit(ModelError::Config {
+    load_model(path, |config, obs, action| match config.algo.as_pearl() {
+        Some(pearl) => PearlModel::new(&config.model, pearl, obs, action, tch::Device::Cpu),
+        None => Err(ModelError::Config {
             key: "algo.name",
             message: format!(
                 "the checkpoint was trained by {}, not pearl",
                 config.algo.name()
             ),
-        }));
-    };
-    let env = envs::make_configured(&config.env)?;
-    let mut model = PearlModel::new(
-        &config.model,
-        pearl,
-        &env.observation_space(),
-        &env.action_space(),
-        tch::Device::Cpu,
-    )
-    .map_err(fit)?;
-    model.load_named(&ckpt.model).map_err(fit)?;
-    Ok((model, config))
+        }),
+    })
 }

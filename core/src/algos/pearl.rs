@@ -309,15 +309,18 @@ mod tests {
             hidden_sizes: vec![32, 32],
             ..ModelConfig::default()
         };
-        let model = PearlModel::new(
-            &model_config,
-            &config,
-            &space(2, 2.0),
-            &space(1, 1.0),
-            tch::Device::Cpu,
-        )
-        .unwrap();
-        let mut pearl = Pearl::new(&config, model, &model_config);
+        let fresh = || {
+            let model = PearlModel::new(
+                &model_config,
+                &config,
+                &space(2, 2.0),
+                &space(1, 1.0),
+                tch::Device::Cpu,
+            )
+            .unwrap();
+            Pearl::new(&config, model, &model_config)
+        };
+        let mut pearl = fresh();
         let item = |task: u32| {
             let mut builder = RoundBuilder::default();
             for i in 0..16 {
@@ -359,17 +362,8 @@ mod tests {
         let q = Vec::<f32>::try_from(q).unwrap();
         assert!(q[0] > q[1] + 1.0, "Q(0.9) = {}, Q(-0.9) = {}", q[0], q[1]);
         // Checkpoint state round-trips into a fresh learner.
-        let state = pearl.state();
-        let fresh_model = PearlModel::new(
-            &model_config,
-            &config,
-            &space(2, 2.0),
-            &space(1, 1.0),
-            tch::Device::Cpu,
-        )
-        .unwrap();
-        let mut fresh = Pearl::new(&config, fresh_model, &model_config);
-        fresh.load_state(&state).unwrap();
-        assert_eq!(fresh.trained.updates, 300);
+        let mut restored = fresh();
+        restored.load_state(&pearl.state()).unwrap();
+        assert_eq!(restored.trained.updates, 300);
     }
 }
