@@ -20,8 +20,8 @@ fn main() {
         .expect("usage: serial <preset> [key=value]...");
     let config = RunConfig::load(preset, overrides).expect("the preset loads");
     assert!(
-        !config.algo.is_off_policy(),
-        "the serial example runs on-policy presets; train {} with `fleetrl train`",
+        algos::registry::spec(&config.algo).plain_rollouts,
+        "the serial example runs plain on-policy presets; train {} with `fleetrl train`",
         config.algo.name()
     );
     tch::set_num_threads(1);
