@@ -1084,6 +1084,43 @@ mod tests {
         assert!(err.to_string().contains("dqn2"), "{err}");
     }
 
+    /// PEARL's settings that cannot work are refused by key: several envs per actor, a context
+    /// mini-batch that does not divide the context batch, a round without context, and the
+    /// replay table counts in rounds.
+    #[test]
+    fn pearl_refuses_what_cannot_work_and_counts_its_table_in_rounds() {
+        let load = |extra: &str| {
+            let text = format!(
+                "[env]\nid = \"PointGoal-v0\"\n[algo]\nname = \"pearl\"\n{extra}\n\
+                 [actors]\nenvs_per_actor = 1\n"
+            );
+            RunConfig::from_toml(&text, "t")
+        };
+        let pearl = load("").unwrap();
+        let replay = pearl.algo.as_pearl().unwrap().replay();
+        // Defaults: rounds of 200 steps, 1M steps held, 1000 updates per 100 rounds of 64 tasks.
+        assert_eq!(replay.capacity, 5000);
+        assert_eq!(replay.batch_size, 64);
+        assert_eq!(replay.samples_per_insert, 640.0);
+        let refused = |extra: &str, key: &str| {
+            let err = load(extra).unwrap_err().to_string();
+            assert!(err.contains(key), "{extra}: {err}");
+        };
+        refused(
+            "embedding_mini_batch_size = 300",
+            "algo.embedding_mini_batch_size",
+        );
+        refused(
+            "num_steps_prior = 0\nnum_steps_posterior = 0",
+            "algo.num_steps_prior",
+        );
+        refused("meta_batch_size = 0", "algo.meta_batch_size");
+        let text = "[env]\nid = \"PointGoal-v0\"\n[algo]\nname = \"pearl\"\n\
+                    [actors]\nenvs_per_actor = 4\n";
+        let err = RunConfig::from_toml(text, "t").unwrap_err().to_string();
+        assert!(err.contains("actors.envs_per_actor"), "{err}");
+    }
+
     /// Every preset shipped in `configs/` parses and passes validation as it stands.
     #[test]
     fn every_preset_is_a_valid_config() {

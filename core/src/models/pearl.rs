@@ -320,6 +320,25 @@ mod tests {
         assert!((kl.double_value(&[]) - want).abs() < 1e-6);
     }
 
+    /// A discrete action space is refused with a message that says why.
+    #[test]
+    fn discrete_actions_are_refused_by_name() {
+        let err = PearlModel::new(
+            &ModelConfig::default(),
+            &PearlConfig::default(),
+            &Space::Box {
+                shape: vec![4],
+                low: vec![-1.0; 4],
+                high: vec![1.0; 4],
+            },
+            &Space::Discrete { n: 2 },
+            Device::Cpu,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("continuous action"), "{err}");
+    }
+
     /// With no context a task's posterior is the prior; with context the posterior narrows
     /// (every per-transition variance is below the product's inverse sum).
     #[test]
