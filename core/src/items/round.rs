@@ -196,10 +196,15 @@ impl RoundBatch {
             next_obs: get(field::NEXT_OBS)?,
         };
         let (k, n) = (rounds.reward.size(), rounds.obs.size());
-        if k.len() != 2 || n.len() != 3 || n[..2] != k[..] || rounds.next_obs.size() != n {
+        if k.len() != 2
+            || n.len() != 3
+            || n[..2] != k[..]
+            || rounds.next_obs.size() != n
+            || k[1] == 0
+        {
             return Err(TensorError::Tch(format!(
-                "a round batch needs obs [K, N, D], next_obs alike and reward [K, N]; got obs \
-                 {n:?}, reward {k:?}"
+                "a round batch needs obs [K, N, D] with N >= 1, next_obs alike and reward [K, N]; \
+                 got obs {n:?}, reward {k:?}"
             )));
         }
         Ok(rounds)
