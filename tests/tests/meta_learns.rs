@@ -203,12 +203,13 @@ async fn kill_an_actor(preset: &str) -> anyhow::Result<()> {
         .wait_for("the first meta-updates", generous, |s| s.updates >= 2)
         .await?;
     sandbox.kill_actor(0).await?;
+    // New data too: PEARL's rate limiter lets a few updates run on what the table holds.
     let after = sandbox
         .wait_for("meta-training to go on with one actor", generous, |s| {
-            s.updates >= before.updates + 3
+            s.updates >= before.updates + 3 && s.env_steps_trained > before.env_steps_trained
         })
         .await?;
-    assert!(after.env_steps_trained > before.env_steps_trained);
+    assert!(after.updates >= before.updates + 3);
     sandbox.check_servers()?;
     Ok(())
 }
