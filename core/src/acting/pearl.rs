@@ -134,6 +134,7 @@ impl PearlActing {
         let ended = out.terminated[0] || out.truncated[0];
         let next_obs = out.final_obs[0].clone().unwrap_or_else(|| out.obs.clone());
         let stepped = Stepped {
+            // PEARL's action spaces are boxes (its model refuses others): the clipped values.
             action: match &actions[0] {
                 fleetrl_proto::space::Action::Continuous(v) => v.clone(),
                 fleetrl_proto::space::Action::Discrete(_) => action,

@@ -54,6 +54,17 @@ fn rows(t: &Tensor, idx: &Tensor) -> Tensor {
     }
 }
 
+/// Moves every variable of `target` `tau` of the way to the one of the same name in `online`.
+fn polyak(target: &nn::VarStore, online: &nn::VarStore, tau: f64) {
+    let _guard = tch::no_grad_guard();
+    let online = online.variables();
+    for (name, mut var) in target.variables() {
+        if let Some(src) = online.get(&name) {
+            let _ = var.lerp_(src, tau);
+        }
+    }
+}
+
 /// PEARL's learner state.
 #[derive(Debug)]
 pub struct Pearl {
@@ -99,24 +110,13 @@ impl Pearl {
             vf_optim,
             context_optim,
         };
-        pearl.update_target(1.0);
+        polyak(&pearl.target_vs, pearl.trained.model.var_store(), 1.0);
         pearl
-    }
-
-    /// Moves the target value function `tau` of the way to the online one.
-    fn update_target(&mut self, tau: f64) {
-        let _guard = tch::no_grad_guard();
-        let online = self.trained.model.var_store().variables();
-        for (name, mut var) in self.target_vs.variables() {
-            if let Some(src) = online.get(&name) {
-                let _ = var.lerp_(src, tau);
-            }
-        }
     }
 
     /// One update on K rounds.
     pub fn train(&mut self, b: &RoundBatch) -> Update {
-        let c = self.config.clone();
+        let c = &self.config;
         let (k, n) = (b.len(), b.steps());
         let context_rows = (c.context_steps() as i64).clamp(1, n);
         let device = b.obs.device();
@@ -199,7 +199,7 @@ impl Pearl {
             self.pi_optim.zero_grad();
             policy_loss.backward();
             self.pi_optim.step(c.policy_lr, 0.0);
-            self.update_target(c.soft_target_tau);
+            polyak(&self.target_vs, model.var_store(), c.soft_target_tau);
 
             let values = [
                 qf_loss.double_value(&[]) / 2.0,
