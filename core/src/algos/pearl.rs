@@ -100,7 +100,7 @@ impl Pearl {
         let qf_optim = Adam::over(model.sac().var_store(), 1e-8, "qf");
         let vf_optim = Adam::over(model.var_store(), 1e-8, "vf.");
         let context_optim = Adam::over(model.var_store(), 1e-8, "encoder.");
-        let mut pearl = Pearl {
+        let pearl = Pearl {
             config: config.clone(),
             trained: Trained::new(model, "updates"),
             target_vs,
