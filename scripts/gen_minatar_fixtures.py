@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Records MinAtar trajectories from the `minatar` package (through gymnasium, ids
-MinAtar/Breakout-v1 and MinAtar/SpaceInvaders-v1, sticky actions off) as fixtures for
-core/tests/minatar_fixture.rs, in the layout of scripts/gen_classic_control_fixtures.py.
+MinAtar/Breakout-v1, MinAtar/SpaceInvaders-v1, MinAtar/Freeway-v1 and MinAtar/Asterix-v1,
+sticky actions off) as fixtures for core/tests/minatar_fixture.rs, in the layout of
+scripts/gen_classic_control_fixtures.py.
 
 Each trajectory starts from `env.reset(seed=i)` and records the start state, then per step the
 action, the observation (in fleetrl's channel-major [C, 10, 10] layout, as hex-packed bits),
@@ -9,7 +10,13 @@ the reward and the end flags, and the final state:
 - Breakout: start [1 if the ball starts at the right edge else 0]; final [paddle, ball x,
   ball y, ball direction];
 - SpaceInvaders: start [] (the game has no randomness); final [cannon, alien direction, alien
-  move interval, waves cleared, cannon cooldown].
+  move interval, waves cleared, cannon cooldown];
+- Freeway: start []; final [chicken row, then per car: column, timer, signed speed];
+- Asterix: start []; final [player column, row, entry interval, move interval, ramp timer,
+  ramp index].
+Freeway and Asterix draw random numbers as they run (new car speeds, new entities): their
+trajectories also hold `draws`, every number the game drew from numpy (start included) in
+order, which the test feeds the native game in place of its own generator.
 Policies mix random actions with a player that tracks the ball or shoots the nearest alien, so
 the fixtures hold long games (a rebuilt brick wall, cleared alien waves) as well as short ones.
 
@@ -102,6 +109,60 @@ def space_invaders_policy(i):
     return "hunt", hunt
 
 
+def freeway_policy(i):
+    """Actions 0 no-op, 1 up, 2 down."""
+    if i % 2 == 1:
+        return "random", lambda game, rng: int(rng.integers(0, 3))
+    # Mostly up, so crossings (and the speed draws after them) happen.
+    return "up", lambda game, rng: 1 if rng.random() < 0.8 else int(rng.integers(0, 3))
+
+
+def asterix_policy(i):
+    """Actions 0 no-op, 1 left, 2 up, 3 right, 4 down."""
+    if i % 2 == 1:
+        return "random", lambda game, rng: int(rng.integers(0, 5))
+
+    def survive(game, rng):
+        # One step of lookahead on a copy (its generator is a copy too): not dying first,
+        # then gold, then a little noise so games differ.
+        if rng.random() < 0.1:
+            return int(rng.integers(0, 5))
+        best, best_score = 0, None
+        for action in rng.permutation(5):
+            ghost = copy.deepcopy(game)
+            # The minimal set's actions are the package's first five: no mapping needed.
+            reward, done = ghost.act(int(action))
+            score = (not done, reward)
+            if best_score is None or score > best_score:
+                best, best_score = int(action), score
+        return best
+
+    return "survive", survive
+
+
+class Recorder:
+    """Stands in for a game's numpy RandomState and logs every number it hands out."""
+
+    def __init__(self, random):
+        self.random = random
+        self.draws = []
+
+    def rand(self, *size):
+        out = self.random.rand(*size)
+        self.draws.extend(float(v) for v in np.atleast_1d(out))
+        return out
+
+    def randint(self, *args, **kwargs):
+        out = self.random.randint(*args, **kwargs)
+        self.draws.extend(float(v) for v in np.atleast_1d(out))
+        return out
+
+    def __deepcopy__(self, memo):
+        copied = Recorder(copy.deepcopy(self.random, memo))
+        copied.draws = list(self.draws)
+        return copied
+
+
 def breakout_start(game):
     return [1.0 if game.ball_x == 9 else 0.0]
 
@@ -120,6 +181,24 @@ def space_invaders_final(game):
     ]
 
 
+def freeway_final(game):
+    state = [float(game.pos)]
+    for x, _, timer, speed in game.cars:
+        state += [float(x), float(timer), float(speed)]
+    return state
+
+
+def asterix_final(game):
+    return [
+        float(game.player_x),
+        float(game.player_y),
+        float(game.spawn_speed),
+        float(game.move_speed),
+        float(game.ramp_timer),
+        float(game.ramp_index),
+    ]
+
+
 GAMES = [
     ("MinAtar/Breakout-v1", "minatar_breakout_v1.json", breakout_policy, breakout_start, breakout_final),
     (
@@ -129,7 +208,11 @@ GAMES = [
         lambda game: [],
         space_invaders_final,
     ),
+    ("MinAtar/Freeway-v1", "minatar_freeway_v1.json", freeway_policy, lambda game: [], freeway_final),
+    ("MinAtar/Asterix-v1", "minatar_asterix_v1.json", asterix_policy, lambda game: [], asterix_final),
 ]
+# The games whose trajectories carry their draws.
+DRAWING = {"MinAtar/Freeway-v1", "MinAtar/Asterix-v1"}
 
 
 def channel_major_hex(state):
@@ -149,6 +232,10 @@ def record(env_id, policy_of, start, final):
         name, policy = policy_of(i)
         env.reset(seed=i)
         game = env.unwrapped.game.env
+        if env_id in DRAWING:
+            # Start again with a generator that logs what the game draws, the start included.
+            game.random = Recorder(game.random)
+            game.reset()
         traj = {"seed": i, "policy": name, "initial_state": start(game), "steps": []}
         for _ in range(MAX_STEPS):
             action = policy(game, rng)
@@ -165,6 +252,8 @@ def record(env_id, policy_of, start, final):
             if terminated or truncated:
                 break
         traj["final_state"] = final(game)
+        if env_id in DRAWING:
+            traj["draws"] = game.random.draws
         ret = sum(s["reward"] for s in traj["steps"])
         print(f"{env_id} seed {i} ({name}): {len(traj['steps'])} steps, return {ret:.0f}")
         trajectories.append(traj)

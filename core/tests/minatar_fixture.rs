@@ -1,9 +1,10 @@
 //! Replays MinAtar trajectories recorded from the `minatar` package 1.0.15 through gymnasium
 //! (`scripts/gen_minatar_fixtures.py`, sticky actions off) through the native games, checking
-//! every observation, reward and termination, and the final game state.
+//! every observation, reward and termination, and the final game state. Freeway and Asterix
+//! draw random numbers as they run: their fixtures hold the package's draws, fed to the native
+//! games through `Draws`, so a game that draws differently (in kind, range or count) fails too.
 
-use fleetrl_core::envs::{Breakout, Env, Game, MinAtar, SpaceInvaders};
-use fleetrl_proto::space::Action;
+use fleetrl_core::envs::{Asterix, Breakout, Draws, Freeway, Game, SpaceInvaders};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -25,6 +26,9 @@ struct Trajectory {
     initial_state: Vec<f64>,
     final_state: Vec<f64>,
     steps: Vec<RecordedStep>,
+    /// Every number the game drew from numpy, the start included (Freeway and Asterix).
+    #[serde(default)]
+    draws: Vec<f64>,
 }
 
 #[derive(Deserialize)]
@@ -60,33 +64,88 @@ fn bits(hex: &str, len: usize) -> Vec<f32> {
     out
 }
 
+/// The package's draws, handed to a native game in the order it recorded them; a draw of the
+/// wrong kind, or one too many, fails the test.
+struct Recorded<'a> {
+    draws: &'a [f64],
+    next: usize,
+}
+
+impl Recorded<'_> {
+    fn take(&mut self, what: &str) -> f64 {
+        let Some(&value) = self.draws.get(self.next) else {
+            panic!(
+                "the game draws {what} number {} but the package drew {}",
+                self.next + 1,
+                self.draws.len()
+            );
+        };
+        self.next += 1;
+        value
+    }
+}
+
+impl Draws for Recorded<'_> {
+    fn int(&mut self, low: i64, high: i64) -> i64 {
+        let value = self.take("an integer as its");
+        assert!(
+            value.fract() == 0.0 && (low..high).contains(&(value as i64)),
+            "draw {} is {value}, not an integer in {low}..{high}",
+            self.next
+        );
+        value as i64
+    }
+
+    fn unit(&mut self) -> f64 {
+        let value = self.take("a float as its");
+        assert!(
+            (0.0..1.0).contains(&value),
+            "draw {} is {value}, not in [0, 1)",
+            self.next
+        );
+        value
+    }
+}
+
+/// Plays every trajectory through the native game (its start from `start`, which may read the
+/// recorded start state or draw from the recorded numbers) and compares each step and the final
+/// state; returns the steps replayed.
 fn replay<G: Game>(
     fixture: &Fixture,
-    set_start: impl Fn(&mut MinAtar<G>, &[f64]),
+    start: impl Fn(&Trajectory, &mut Recorded) -> G,
     state: impl Fn(&G) -> Vec<f64>,
 ) -> usize {
     let mut steps = 0;
     for (k, traj) in fixture.trajectories.iter().enumerate() {
-        let mut env = MinAtar::<G>::with_sticky(0.0);
-        env.reset(Some(traj.seed));
-        set_start(&mut env, &traj.initial_state);
+        let mut draws = Recorded {
+            draws: &traj.draws,
+            next: 0,
+        };
+        let mut game = start(traj, &mut draws);
+        let mut obs = vec![0.0; G::CHANNELS * 10 * 10];
         for (t, want) in traj.steps.iter().enumerate() {
             let at = format!("trajectory {k} (seed {}), step {t}", traj.seed);
-            let got = env
-                .step(&Action::Discrete(want.action))
-                .unwrap_or_else(|e| panic!("{at}: {e}"));
-            let want_obs = bits(&want.obs_hex, got.obs.len());
-            if got.obs != want_obs {
-                let cell = got.obs.iter().zip(&want_obs).position(|(g, w)| g != w);
+            let input = G::ACTIONS[usize::try_from(want.action).expect("action index")];
+            let (reward, terminated) = game.act(input, &mut draws);
+            obs.fill(0.0);
+            game.render(&mut obs);
+            let want_obs = bits(&want.obs_hex, obs.len());
+            if obs != want_obs {
+                let cell = obs.iter().zip(&want_obs).position(|(g, w)| g != w);
                 panic!("{at}: observation differs first at index {cell:?} (channel-major)");
             }
-            assert_eq!(f64::from(got.reward), want.reward, "{at}: reward");
-            assert_eq!(got.terminated, want.terminated, "{at}: terminated");
-            assert_eq!(got.truncated, want.truncated, "{at}: truncated");
+            assert_eq!(f64::from(reward), want.reward, "{at}: reward");
+            assert_eq!(terminated, want.terminated, "{at}: terminated");
+            assert!(!want.truncated, "{at}: the package does not truncate");
             steps += 1;
         }
         assert_eq!(
-            state(env.game()),
+            draws.next,
+            traj.draws.len(),
+            "trajectory {k}: draws left unused"
+        );
+        assert_eq!(
+            state(&game),
             traj.final_state,
             "trajectory {k}: final state"
         );
@@ -97,9 +156,9 @@ fn replay<G: Game>(
 #[test]
 fn breakout_matches_minatar() {
     let fixture = load("minatar_breakout_v1.json", "MinAtar/Breakout-v1");
-    let steps = replay::<Breakout>(
+    let steps = replay(
         &fixture,
-        |env, start| *env.game_mut() = Breakout::start_at(start[0] == 1.0),
+        |traj, _| Breakout::start_at(traj.initial_state[0] == 1.0),
         |game| game.state().to_vec(),
     );
     assert!(steps > 1000, "{steps} steps replayed");
@@ -113,6 +172,45 @@ fn breakout_matches_minatar() {
 #[test]
 fn space_invaders_matches_minatar() {
     let fixture = load("minatar_space_invaders_v1.json", "MinAtar/SpaceInvaders-v1");
-    let steps = replay::<SpaceInvaders>(&fixture, |_, _| {}, |game| game.state().to_vec());
+    let steps = replay(
+        &fixture,
+        |_, _| SpaceInvaders::initial(),
+        |game| game.state().to_vec(),
+    );
     assert!(steps > 300, "{steps} steps replayed");
+}
+
+/// Freeway draws new car speeds at the start and after every crossing.
+#[test]
+fn freeway_matches_minatar() {
+    let fixture = load("minatar_freeway_v1.json", "MinAtar/Freeway-v1");
+    let steps = replay(&fixture, |_, draws| Freeway::start(draws), Freeway::state);
+    assert!(steps > 3000, "{steps} steps replayed");
+    let crossings: f64 = fixture
+        .trajectories
+        .iter()
+        .flat_map(|t| &t.steps)
+        .map(|s| s.reward)
+        .sum();
+    assert!(
+        crossings >= 10.0,
+        "the fixture holds crossings (and speed draws): {crossings}"
+    );
+}
+
+/// Asterix draws each new entity's side, kind and row.
+#[test]
+fn asterix_matches_minatar() {
+    let fixture = load("minatar_asterix_v1.json", "MinAtar/Asterix-v1");
+    let steps = replay(
+        &fixture,
+        |_, draws| Asterix::start(draws),
+        |game| game.state().to_vec(),
+    );
+    assert!(steps > 400, "{steps} steps replayed");
+    let ramped = fixture
+        .trajectories
+        .iter()
+        .filter(|t| t.final_state[5] > 0.0);
+    assert!(ramped.count() >= 1, "the fixture holds a ramped game");
 }

@@ -5,15 +5,24 @@
 //! The observation is the game's object channels as a `[C, 10, 10]` box of 0/1 values
 //! (channel-major, the layout the convolutional encoder reads; `minatar` returns `[10, 10, C]`).
 //! Actions are the game's minimal action set, as `MinAtar/<Game>-v1` in the `minatar` package:
-//! Breakout no-op/left/right, SpaceInvaders no-op/left/right/fire. Sticky actions are on, as in
-//! the paper: with probability 0.1 a step repeats the previous action instead of the chosen one.
-//! The package sets no time limit; [`super::make`] cuts episodes at 10,000 steps.
+//! Breakout no-op/left/right, SpaceInvaders no-op/left/right/fire, Freeway no-op/up/down,
+//! Asterix no-op/left/up/right/down. Sticky actions are on, as in the paper: with probability
+//! 0.1 a step repeats the previous action instead of the chosen one. Freeway ends itself after
+//! 2,500 steps; for the others [`super::make`] cuts episodes at 10,000 steps.
 //!
 //! `core/tests/minatar_fixture.rs` replays trajectories recorded from `minatar` 1.0.15
-//! (sticky actions off) and checks every observation, reward and termination.
+//! (sticky actions off) and checks every observation, reward and termination; for the games
+//! that draw random numbers as they run (Freeway, Asterix) it feeds them the package's own
+//! draws through [`Draws`].
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+mod asterix;
+mod freeway;
+
+pub use asterix::Asterix;
+pub use freeway::Freeway;
 
 use super::{step_via_into, Env, EnvError, Step};
 use fleetrl_proto::space::{Action, Space};
@@ -34,6 +43,29 @@ pub enum Input {
     Right,
     /// Fire.
     Fire,
+    /// Move up.
+    Up,
+    /// Move down.
+    Down,
+}
+
+/// The random numbers a game draws, in the terms of the numpy calls the `minatar` package
+/// makes, so that a test can feed a game the package's own draws in the package's order.
+pub trait Draws {
+    /// An integer in `low..high` (numpy's `randint(low, high)`).
+    fn int(&mut self, low: i64, high: i64) -> i64;
+    /// A float in `[0, 1)` (numpy's `rand()`).
+    fn unit(&mut self) -> f64;
+}
+
+impl Draws for SmallRng {
+    fn int(&mut self, low: i64, high: i64) -> i64 {
+        self.random_range(low..high)
+    }
+
+    fn unit(&mut self) -> f64 {
+        self.random()
+    }
 }
 
 /// One MinAtar game's rules.
@@ -43,9 +75,10 @@ pub trait Game: Send + Clone + std::fmt::Debug {
     /// The minimal action set: action `i` is `ACTIONS[i]`.
     const ACTIONS: &'static [Input];
     /// The state an episode starts in (random parts drawn from `rng`).
-    fn start(rng: &mut SmallRng) -> Self;
-    /// Applies one input: the reward and whether the game ended.
-    fn act(&mut self, input: Input) -> (f32, bool);
+    fn start<R: Draws>(rng: &mut R) -> Self;
+    /// Applies one input (random parts drawn from `rng`): the reward and whether the game
+    /// ended.
+    fn act<R: Draws>(&mut self, input: Input, rng: &mut R) -> (f32, bool);
     /// Writes the channels into `obs` (`[C, 10, 10]`, zeroed by the caller).
     fn render(&self, obs: &mut [f32]);
 }
@@ -155,7 +188,7 @@ impl<G: Game> Env for MinAtar<G> {
         let (reward, terminated) = if self.ended {
             (0.0, true)
         } else {
-            self.game.act(input)
+            self.game.act(input, &mut self.rng)
         };
         self.ended = terminated;
         obs.fill(0.0);
@@ -249,15 +282,15 @@ impl Game for Breakout {
     const CHANNELS: usize = 4;
     const ACTIONS: &'static [Input] = &[Input::Noop, Input::Left, Input::Right];
 
-    fn start(rng: &mut SmallRng) -> Breakout {
-        Breakout::start_at(rng.random_bool(0.5))
+    fn start<R: Draws>(rng: &mut R) -> Breakout {
+        Breakout::start_at(rng.int(0, 2) == 1)
     }
 
-    fn act(&mut self, input: Input) -> (f32, bool) {
+    fn act<R: Draws>(&mut self, input: Input, _rng: &mut R) -> (f32, bool) {
         match input {
             Input::Left => self.paddle = self.paddle.saturating_sub(1),
             Input::Right => self.paddle = (self.paddle + 1).min(GRID - 1),
-            Input::Noop | Input::Fire => {}
+            _ => {}
         }
         self.last = self.ball;
         let (dx, dy) = [(-1, -1), (1, -1), (1, 1), (-1, 1)][self.dir];
@@ -405,11 +438,11 @@ impl Game for SpaceInvaders {
     const CHANNELS: usize = 6;
     const ACTIONS: &'static [Input] = &[Input::Noop, Input::Left, Input::Right, Input::Fire];
 
-    fn start(_rng: &mut SmallRng) -> SpaceInvaders {
+    fn start<R: Draws>(_rng: &mut R) -> SpaceInvaders {
         SpaceInvaders::initial()
     }
 
-    fn act(&mut self, input: Input) -> (f32, bool) {
+    fn act<R: Draws>(&mut self, input: Input, _rng: &mut R) -> (f32, bool) {
         let bottom = GRID - 1;
         match input {
             Input::Fire if self.cooldown == 0 => {

@@ -56,7 +56,9 @@ pub use cartpole::CartPole;
 pub use configured::{make_configured, make_vec, make_vec_per_row};
 pub use frame_stack::FrameStack;
 pub use mask_velocity::MaskObservation;
-pub use minatar::{Breakout, Game, MinAtar, SpaceInvaders, STICKY_ACTION_PROB};
+pub use minatar::{
+    Asterix, Breakout, Draws, Freeway, Game, Input, MinAtar, SpaceInvaders, STICKY_ACTION_PROB,
+};
 pub use mountain_car::MountainCar;
 pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
@@ -119,9 +121,12 @@ pub const KNOWN_ENVS: &[&str] = &[
     "SparseMountainCar-v0",
     "MinAtar/Breakout-v1",
     "MinAtar/SpaceInvaders-v1",
+    "MinAtar/Freeway-v1",
+    "MinAtar/Asterix-v1",
 ];
 
-/// Steps after which a MinAtar episode is cut (the `minatar` package sets no limit).
+/// Steps after which a MinAtar episode is cut (the `minatar` package sets no limit; Freeway
+/// ends itself at 2,501).
 pub const MINATAR_MAX_STEPS: u32 = 10_000;
 
 /// What one env step returns, named as gymnasium names it.
@@ -268,6 +273,14 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
         ))),
         "MinAtar/SpaceInvaders-v1" => Ok(Box::new(TimeLimit::new(
             MinAtar::<SpaceInvaders>::new(),
+            limit(MINATAR_MAX_STEPS),
+        ))),
+        "MinAtar/Freeway-v1" => Ok(Box::new(TimeLimit::new(
+            MinAtar::<Freeway>::new(),
+            limit(MINATAR_MAX_STEPS),
+        ))),
+        "MinAtar/Asterix-v1" => Ok(Box::new(TimeLimit::new(
+            MinAtar::<Asterix>::new(),
             limit(MINATAR_MAX_STEPS),
         ))),
         #[cfg(feature = "python")]
