@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Records MinAtar trajectories from the `minatar` package (through gymnasium, ids
-MinAtar/Breakout-v1, MinAtar/SpaceInvaders-v1, MinAtar/Freeway-v1 and MinAtar/Asterix-v1,
+MinAtar/Breakout-v1, MinAtar/SpaceInvaders-v1, MinAtar/Freeway-v1, MinAtar/Asterix-v1 and
+MinAtar/Seaquest-v1,
 sticky actions off) as fixtures for core/tests/minatar_fixture.rs, in the layout of
 scripts/gen_classic_control_fixtures.py.
 
@@ -13,8 +14,10 @@ the reward and the end flags, and the final state:
   move interval, waves cleared, cannon cooldown];
 - Freeway: start []; final [chicken row, then per car: column, timer, signed speed];
 - Asterix: start []; final [player column, row, entry interval, move interval, ramp timer,
-  ramp index].
-Freeway and Asterix draw random numbers as they run (new car speeds, new entities): their
+  ramp index];
+- Seaquest: start []; final [sub column, row, oxygen, divers held, enemy entry interval, move
+  interval, ramp index, then how many shots, enemy shots, fish, enemy subs and divers].
+Freeway, Asterix and Seaquest draw random numbers as they run (new car speeds, new entities): their
 trajectories also hold `draws`, every number the game drew from numpy (start included) in
 order, which the test feeds the native game in place of its own generator.
 Policies mix random actions with a player that tracks the ball or shoots the nearest alien, so
@@ -117,27 +120,43 @@ def freeway_policy(i):
     return "up", lambda game, rng: 1 if rng.random() < 0.8 else int(rng.integers(0, 3))
 
 
+def lookahead(game, rng, n_actions, preference=lambda ghost: 0):
+    """The action whose one-step outcome on a copy of the game (its generator is copied too)
+    ranks best: not dying first, then reward, then `preference(ghost)`; a random action one
+    time in ten, so games differ. The minimal sets of Asterix and Seaquest are the package's
+    first actions, so the index needs no mapping."""
+    if rng.random() < 0.1:
+        return int(rng.integers(0, n_actions))
+    best, best_score = 0, None
+    for action in rng.permutation(n_actions):
+        ghost = copy.deepcopy(game)
+        reward, done = ghost.act(int(action))
+        score = (not done, reward, preference(ghost))
+        if best_score is None or score > best_score:
+            best, best_score = int(action), score
+    return best
+
+
 def asterix_policy(i):
     """Actions 0 no-op, 1 left, 2 up, 3 right, 4 down."""
     if i % 2 == 1:
         return "random", lambda game, rng: int(rng.integers(0, 5))
+    return "survive", lambda game, rng: lookahead(game, rng, 5)
 
-    def survive(game, rng):
-        # One step of lookahead on a copy (its generator is a copy too): not dying first,
-        # then gold, then a little noise so games differ.
-        if rng.random() < 0.1:
-            return int(rng.integers(0, 5))
-        best, best_score = 0, None
-        for action in rng.permutation(5):
-            ghost = copy.deepcopy(game)
-            # The minimal set's actions are the package's first five: no mapping needed.
-            reward, done = ghost.act(int(action))
-            score = (not done, reward)
-            if best_score is None or score > best_score:
-                best, best_score = int(action), score
-        return best
 
-    return "survive", survive
+def seaquest_policy(i):
+    """Actions 0 no-op, 1 left, 2 up, 3 right, 4 down, 5 fire."""
+    if i % 2 == 1:
+        return "random", lambda game, rng: int(rng.integers(0, 6))
+
+    def dive(game, rng):
+        # Head for the surface when the tank runs low or the sub is full, down otherwise.
+        going_up = game.diver_count >= 6 or (game.oxygen < 60 and game.diver_count > 0)
+        return lookahead(
+            game, rng, 6, lambda ghost: -ghost.sub_y if going_up else min(ghost.sub_y, 5)
+        )
+
+    return "dive", dive
 
 
 class Recorder:
@@ -199,6 +218,19 @@ def asterix_final(game):
     ]
 
 
+def seaquest_final(game):
+    counts = [game.f_bullets, game.e_bullets, game.e_fish, game.e_subs, game.divers]
+    return [
+        float(game.sub_x),
+        float(game.sub_y),
+        float(game.oxygen),
+        float(game.diver_count),
+        float(game.e_spawn_speed),
+        float(game.move_speed),
+        float(game.ramp_index),
+    ] + [float(len(c)) for c in counts]
+
+
 GAMES = [
     ("MinAtar/Breakout-v1", "minatar_breakout_v1.json", breakout_policy, breakout_start, breakout_final),
     (
@@ -210,9 +242,10 @@ GAMES = [
     ),
     ("MinAtar/Freeway-v1", "minatar_freeway_v1.json", freeway_policy, lambda game: [], freeway_final),
     ("MinAtar/Asterix-v1", "minatar_asterix_v1.json", asterix_policy, lambda game: [], asterix_final),
+    ("MinAtar/Seaquest-v1", "minatar_seaquest_v1.json", seaquest_policy, lambda game: [], seaquest_final),
 ]
 # The games whose trajectories carry their draws.
-DRAWING = {"MinAtar/Freeway-v1", "MinAtar/Asterix-v1"}
+DRAWING = {"MinAtar/Freeway-v1", "MinAtar/Asterix-v1", "MinAtar/Seaquest-v1"}
 
 
 def channel_major_hex(state):

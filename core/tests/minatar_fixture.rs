@@ -1,10 +1,10 @@
 //! Replays MinAtar trajectories recorded from the `minatar` package 1.0.15 through gymnasium
 //! (`scripts/gen_minatar_fixtures.py`, sticky actions off) through the native games, checking
-//! every observation, reward and termination, and the final game state. Freeway and Asterix
-//! draw random numbers as they run: their fixtures hold the package's draws, fed to the native
+//! every observation, reward and termination, and the final game state. Freeway, Asterix and
+//! Seaquest draw random numbers as they run: their fixtures hold the package's draws, fed to the native
 //! games through `Draws`, so a game that draws differently (in kind, range or count) fails too.
 
-use fleetrl_core::envs::{Asterix, Breakout, Draws, Freeway, Game, SpaceInvaders};
+use fleetrl_core::envs::{Asterix, Breakout, Draws, Freeway, Game, Seaquest, SpaceInvaders};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -213,4 +213,17 @@ fn asterix_matches_minatar() {
         .iter()
         .filter(|t| t.final_state[5] > 0.0);
     assert!(ramped.count() >= 1, "the fixture holds a ramped game");
+}
+
+/// Seaquest draws each new enemy's side, kind and row and each diver's side and row.
+#[test]
+fn seaquest_matches_minatar() {
+    let fixture = load("minatar_seaquest_v1.json", "MinAtar/Seaquest-v1");
+    let steps = replay(&fixture, |_, draws| Seaquest::start(draws), Seaquest::state);
+    assert!(steps > 800, "{steps} steps replayed");
+    let ended = fixture
+        .trajectories
+        .iter()
+        .filter(|t| t.steps.last().is_some_and(|s| s.terminated));
+    assert!(ended.count() >= 4, "the fixture holds lost games");
 }

@@ -57,7 +57,8 @@ pub use configured::{make_configured, make_vec, make_vec_per_row};
 pub use frame_stack::FrameStack;
 pub use mask_velocity::MaskObservation;
 pub use minatar::{
-    Asterix, Breakout, Draws, Freeway, Game, Input, MinAtar, SpaceInvaders, STICKY_ACTION_PROB,
+    Asterix, Breakout, Draws, Freeway, Game, Input, MinAtar, Seaquest, SpaceInvaders,
+    STICKY_ACTION_PROB,
 };
 pub use mountain_car::MountainCar;
 pub use mountain_car_continuous::MountainCarContinuous;
@@ -123,6 +124,7 @@ pub const KNOWN_ENVS: &[&str] = &[
     "MinAtar/SpaceInvaders-v1",
     "MinAtar/Freeway-v1",
     "MinAtar/Asterix-v1",
+    "MinAtar/Seaquest-v1",
 ];
 
 /// Steps after which a MinAtar episode is cut (the `minatar` package sets no limit; Freeway
@@ -281,6 +283,10 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
         ))),
         "MinAtar/Asterix-v1" => Ok(Box::new(TimeLimit::new(
             MinAtar::<Asterix>::new(),
+            limit(MINATAR_MAX_STEPS),
+        ))),
+        "MinAtar/Seaquest-v1" => Ok(Box::new(TimeLimit::new(
+            MinAtar::<Seaquest>::new(),
             limit(MINATAR_MAX_STEPS),
         ))),
         #[cfg(feature = "python")]
