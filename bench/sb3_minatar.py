@@ -17,6 +17,7 @@ import time
 
 T0 = time.time()
 
+import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
 from minatar.gym import register_envs  # noqa: E402
 from sb3_runs import train_and_report  # noqa: E402
@@ -25,7 +26,13 @@ from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor  # noqa: E402
 
 EVAL_EVERY, EVAL_EPISODES = 50_000, 20
+# fleetrl cuts MinAtar episodes at 10,000 steps; the package sets no limit, and a Seaquest
+# policy that stays on the surface would otherwise evaluate forever.
+MAX_EPISODE_STEPS = 10_000
 register_envs()
+for spec in gym.envs.registry.values():
+    if spec.id.startswith("MinAtar/"):
+        spec.max_episode_steps = MAX_EPISODE_STEPS
 
 
 class MinAtarCnn(BaseFeaturesExtractor):
