@@ -8,7 +8,7 @@
 # SB3's its imports) and training env steps/s, with the ratios; then it draws every run's
 # curve, fleetrl and SB3 on the same axes.
 #   bash bench/minatar.sh                   # Breakout, seed 0: PPO 500k, DQN 200k steps (~40 min)
-#   GAMES="Breakout SpaceInvaders" SEEDS="0 1" PPO_STEPS=1000000 DQN_STEPS=300000 bash bench/minatar.sh
+#   GAMES="Breakout SpaceInvaders Freeway Asterix Seaquest" SEEDS="0 1" PPO_STEPS=1000000 DQN_STEPS=300000 bash bench/minatar.sh
 #   SB3=0 bash bench/minatar.sh             # fleetrl only
 # Installs stable-baselines3 and minatar into the project venv the first time (unless SB3=0).
 # Writes bench/results/minatar_<game>.png (PLOT_DIR= to change).
