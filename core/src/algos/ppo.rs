@@ -649,8 +649,13 @@ mod tests {
             "a stopped entropy still moved the policy: {stopped}"
         );
         // Adam moves each weight about the learning rate (3e-4) per step whatever the loss, so
-        // a changed gradient shows as a shift of a fraction of that.
-        assert!(gap(&after(bonus(false)), &plain) > 1e-5);
+        // a changed gradient shows as a shift of a fraction of that. The entropy bonus shifts
+        // least: a fresh policy's entropy is near its maximum, where its gradient is small (on
+        // 41 initialisations the shift was 4e-7 to 2e-5, so a fixed bound failed in CI when
+        // the shared seed drew another one). The runs are deterministic (the stopped case
+        // above is exactly 0), so any shift at all is the entropy gradient's.
+        let free = gap(&after(bonus(false)), &plain);
+        assert!(free > 0.0, "the entropy bonus did not move the policy");
         let max = PpoConfig {
             entropy_method: EntropyMethod::Max,
             normalize_advantage: false,
