@@ -1,8 +1,9 @@
 //! Replays MinAtar trajectories recorded from the `minatar` package 1.0.15 through gymnasium
 //! (`scripts/gen_minatar_fixtures.py`, sticky actions off) through the native games, checking
 //! every observation, reward and termination, and the final game state. Freeway, Asterix and
-//! Seaquest draw random numbers as they run: their fixtures hold the package's draws, fed to the native
-//! games through `Draws`, so a game that draws differently (in kind, range or count) fails too.
+//! Seaquest draw random numbers as they run: their fixtures hold the package's draws, fed to
+//! the native games through `Draws`, so a game that draws differently (in kind, range or count)
+//! fails too.
 
 use fleetrl_core::envs::{Asterix, Breakout, Draws, Freeway, Game, Seaquest, SpaceInvaders};
 use serde::Deserialize;

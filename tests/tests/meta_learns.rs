@@ -204,12 +204,11 @@ async fn kill_an_actor(preset: &str) -> anyhow::Result<()> {
         .await?;
     sandbox.kill_actor(0).await?;
     // New data too: PEARL's rate limiter lets a few updates run on what the table holds.
-    let after = sandbox
+    sandbox
         .wait_for("meta-training to go on with one actor", generous, |s| {
             s.updates >= before.updates + 3 && s.env_steps_trained > before.env_steps_trained
         })
         .await?;
-    assert!(after.updates >= before.updates + 3);
     sandbox.check_servers()?;
     Ok(())
 }

@@ -6,14 +6,14 @@
 //! (channel-major, the layout the convolutional encoder reads; `minatar` returns `[10, 10, C]`).
 //! Actions are the game's minimal action set, as `MinAtar/<Game>-v1` in the `minatar` package:
 //! Breakout no-op/left/right, SpaceInvaders no-op/left/right/fire, Freeway no-op/up/down,
-//! Asterix no-op/left/up/right/down, Seaquest all six. Sticky actions are on, as in the paper: with probability
-//! 0.1 a step repeats the previous action instead of the chosen one. Freeway ends itself after
-//! 2,500 steps; for the others [`super::make`] cuts episodes at 10,000 steps.
+//! Asterix no-op/left/up/right/down, Seaquest all six. Sticky actions are on, as in the paper:
+//! with probability 0.1 a step repeats the previous action instead of the chosen one. Freeway
+//! ends itself after 2,500 steps; for the others [`super::make`] cuts episodes at 10,000 steps.
 //!
 //! `core/tests/minatar_fixture.rs` replays trajectories recorded from `minatar` 1.0.15
 //! (sticky actions off) and checks every observation, reward and termination; for the games
-//! that draw random numbers as they run (Freeway, Asterix, Seaquest) it feeds them the package's own
-//! draws through [`Draws`].
+//! that draw random numbers as they run (Freeway, Asterix, Seaquest) it feeds them the
+//! package's own draws through [`Draws`].
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -269,32 +269,22 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
             SparseMountainCar::new(),
             limit(200),
         ))),
-        "MinAtar/Breakout-v1" => Ok(Box::new(TimeLimit::new(
-            MinAtar::<Breakout>::new(),
-            limit(MINATAR_MAX_STEPS),
-        ))),
-        "MinAtar/SpaceInvaders-v1" => Ok(Box::new(TimeLimit::new(
-            MinAtar::<SpaceInvaders>::new(),
-            limit(MINATAR_MAX_STEPS),
-        ))),
-        "MinAtar/Freeway-v1" => Ok(Box::new(TimeLimit::new(
-            MinAtar::<Freeway>::new(),
-            limit(MINATAR_MAX_STEPS),
-        ))),
-        "MinAtar/Asterix-v1" => Ok(Box::new(TimeLimit::new(
-            MinAtar::<Asterix>::new(),
-            limit(MINATAR_MAX_STEPS),
-        ))),
-        "MinAtar/Seaquest-v1" => Ok(Box::new(TimeLimit::new(
-            MinAtar::<Seaquest>::new(),
-            limit(MINATAR_MAX_STEPS),
-        ))),
+        "MinAtar/Breakout-v1" => minatar::<Breakout>(limit(MINATAR_MAX_STEPS)),
+        "MinAtar/SpaceInvaders-v1" => minatar::<SpaceInvaders>(limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Freeway-v1" => minatar::<Freeway>(limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Asterix-v1" => minatar::<Asterix>(limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Seaquest-v1" => minatar::<Seaquest>(limit(MINATAR_MAX_STEPS)),
         #[cfg(feature = "python")]
         "HalfCheetahVel-v0" => Ok(Box::new(python::HalfCheetahTask::make(true, limit(200))?)),
         #[cfg(feature = "python")]
         "HalfCheetahDir-v0" => Ok(Box::new(python::HalfCheetahTask::make(false, limit(200))?)),
         other => make_hosted(other, max_steps),
     }
+}
+
+/// MinAtar game `G` with the paper's sticky actions, cut at `max_steps`.
+fn minatar<G: Game + 'static>(max_steps: u32) -> Result<Box<dyn Env>, EnvError> {
+    Ok(Box::new(TimeLimit::new(MinAtar::<G>::new(), max_steps)))
 }
 
 /// A `gym:` or `envpool:` id's env, with its own time limit set to `max_steps` when not 0.
