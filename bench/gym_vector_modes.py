@@ -19,7 +19,7 @@ import host  # noqa: E402
 
 
 def rate(env_id, mode, envs, steps):
-    vector = host.Vector(env_id, envs, {}, mode)
+    vector = host.vector(env_id, envs, {}, mode)
     vector.reset(0)
     if vector.act_space[0] == "discrete":
         actions = np.zeros(envs, dtype=np.int64).tobytes()

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use fleetrl_core::acting::eval::{eval_seed, evaluate_env, EvalResult};
+use fleetrl_core::acting::eval::{eval_seed, evaluate_env, evaluate_tasks, EvalResult};
 use fleetrl_core::acting::meta::meta_evaluate;
 use fleetrl_core::acting::pearl::pearl_evaluate;
 use fleetrl_core::acting::policy_loader::{load_actor_critic, load_pearl};
@@ -33,8 +33,28 @@ pub(crate) fn evaluate_checkpoint(
     if config.algo.as_pearl().is_some() {
         return pearl_evaluate_checkpoint(path, seed, task);
     }
+    if config.tasks.multi_task && config.algo.is_off_policy() {
+        // The task-agnostic off-policy baseline: `actors.envs_per_actor` episodes of every
+        // test task with the evaluation's actions, as the on-policy baseline below plays them.
+        let seed = seed.unwrap_or_else(|| eval_seed(&config));
+        let set = TaskSet::new(&config.tasks, config.seed);
+        let tasks = match task {
+            Some(id) => vec![set.get(id)?],
+            None => set.test_tasks(),
+        };
+        let result = evaluate_tasks(
+            model.as_ref(),
+            &config.env,
+            &tasks,
+            config.actors.envs_per_actor as usize,
+            seed,
+            config.eval.deterministic,
+        )?;
+        return Ok((result, seed));
+    }
     if config.tasks.multi_task {
-        // The task-agnostic baseline: the test tasks, played as MAML plays them, unadapted.
+        // The task-agnostic on-policy baseline: the test tasks, played as MAML plays them,
+        // unadapted.
         let unadapted = MamlConfig {
             num_grad_updates: 0,
             ..MamlConfig::default()

@@ -1,7 +1,7 @@
 //! Env steps per second through the actor's env path (`VecEnv`, as `Acting` steps it), for
 //! bench/envs.sh: native CartPole-v1 and Pendulum-v1 (one env and a vector of 64), and with the
 //! `python` feature gymnasium CartPole-v1 and Hopper-v5 hosted in-process (one env per row, and
-//! one SyncVectorEnv of 16 entered once per batch) and EnvPool's CartPole-v1, Pendulum-v1 and
+//! a batch of 16 entered once per batch) and EnvPool's CartPole-v1, Pendulum-v1 and
 //! Hopper-v5 hosted as one pool per batch (`envpool:` ids). Actions are a fixed cycle, as in the
 //! Python side (bench/envs_python.py), so both sides step the same work.
 //!
@@ -86,7 +86,7 @@ fn main() {
     if cfg!(feature = "python") {
         for id in ["gym:CartPole-v1", "gym:Hopper-v5"] {
             case("fleetrl hosting gymnasium, per-row", id, 1, budget);
-            case("fleetrl hosting gymnasium SyncVectorEnv", id, 16, budget);
+            case("fleetrl hosting gymnasium, batch", id, 16, budget);
         }
         // The sizes bench/envs_python.py steps EnvPool with from Python.
         for (id, sizes) in [

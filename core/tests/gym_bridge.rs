@@ -40,9 +40,9 @@ fn spaces_come_from_gymnasium() {
     );
 }
 
-/// The batch path (one SyncVectorEnv, or an AsyncVectorEnv with a worker process per env,
-/// entered per step) and the per-row path (one env each) agree step for step, auto-resets
-/// included.
+/// The batch path (the envs stepped in one loop in host.py, or an AsyncVectorEnv with a worker
+/// process per env, entered per step) and the per-row path (one env each) agree step for step,
+/// auto-resets included.
 #[test]
 fn batched_vector_env_matches_one_env_per_row() {
     for mode in [Vectorization::Sync, Vectorization::Async] {

@@ -12,6 +12,9 @@ use fleetrl_core::envs::{Episode, VecEnv};
 use fleetrl_core::items::rollout::Actions;
 use fleetrl_core::items::transition::{NStep, StepIn};
 use fleetrl_core::models::{ModelError, OffPolicyModel, Policy};
+use fleetrl_core::tasks::TaskSet;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 
 use super::{model, ActError, Collected, Collector, Pacing};
 
@@ -111,13 +114,30 @@ pub(super) struct TransitionCollector {
     expert: Option<Box<dyn Policy>>,
     side: ActorSide,
     nsteps: Vec<NStep>,
+    /// `tasks.multi_task`: the run's tasks, a random training one per episode of each env,
+    /// and the env id (for errors).
+    tasks: Option<(TaskSet, SmallRng, String)>,
 }
 
 impl TransitionCollector {
     /// Envs, model (and expert) for `config`, env i reset with seed `seed + i`.
     pub(super) fn new(config: &RunConfig, seed: u64) -> Result<TransitionCollector, ActError> {
         let side = actor_side(&config.algo)?;
-        let on = Stepping::new(config, &side.explore, seed)?;
+        let mut on = Stepping::new(config, &side.explore, seed)?;
+        let mut tasks = config.tasks.multi_task.then(|| {
+            (
+                TaskSet::new(&config.tasks, config.seed),
+                SmallRng::seed_from_u64(seed),
+                config.env.id.clone(),
+            )
+        });
+        if let Some((set, rng, env_id)) = &mut tasks {
+            // Every env's first episode gets a task too: set them all, then start again.
+            for i in 0..on.envs.num_envs() {
+                on.envs.set_task_of(i, &set.sample_train(rng), env_id)?;
+            }
+            on.obs = on.envs.reset(seed).to_vec();
+        }
         let expert = match &side.expert {
             Some(path) => Some(
                 load_policy(Path::new(path))
@@ -137,6 +157,7 @@ impl TransitionCollector {
             expert,
             side,
             nsteps,
+            tasks,
         })
     }
 }
@@ -163,6 +184,7 @@ impl Collector for TransitionCollector {
         };
         let out = on.envs.step(&actions)?;
         let mut items = Vec::new();
+        let mut finished = Vec::new();
         for (i, action) in actions.iter().enumerate() {
             let next = &out.obs[i * obs_dim..(i + 1) * obs_dim];
             let ended = out.terminated[i] || out.truncated[i];
@@ -176,6 +198,7 @@ impl Collector for TransitionCollector {
             };
             if ended {
                 on.explorer.reset(i);
+                finished.push(i);
             }
             if self.side.inserts {
                 let done = self.nsteps[i].push(step);
@@ -183,6 +206,14 @@ impl Collector for TransitionCollector {
             }
         }
         on.obs.copy_from_slice(&out.obs);
+        // A finished env has begun its next episode and not stepped it yet; its new task holds
+        // from that episode (envs that switch at a reset: the one after), so every episode
+        // plays one task.
+        if let Some((set, rng, env_id)) = &mut self.tasks {
+            for i in finished {
+                on.envs.set_task_of(i, &set.sample_train(rng), env_id)?;
+            }
+        }
         Ok(Collected {
             items,
             env_steps: m as u64,

@@ -7,6 +7,7 @@ use crate::config::{EnvConfig, RunConfig};
 use crate::envs::{self, Env, EnvError};
 use crate::items::rollout::Actions;
 use crate::models::{Policy, RnnState};
+use crate::tasks::Task;
 use fleetrl_proto::space::{Action, Space};
 use fleetrl_runtime::demo::{Demo, DemoSource, Recorder};
 
@@ -67,9 +68,54 @@ pub fn evaluate_env(
     deterministic: bool,
     max_steps: u64,
 ) -> Result<EvalResult, EnvError> {
-    let mut envs: Vec<Box<dyn Env>> = (0..episodes)
+    let envs: Vec<Box<dyn Env>> = (0..episodes)
         .map(|_| envs::make_configured(env_config))
         .collect::<Result<_, _>>()?;
+    play(policy, envs, seed, deterministic, max_steps)
+}
+
+/// The task-agnostic baseline's evaluation (`tasks.multi_task`): [`evaluate_env`] on each of
+/// `tasks` in turn, `episodes` episodes each (seeds `seed + 1000 i ..`). The result has one
+/// return per task, the mean of its episodes, as a meta-evaluation has.
+pub fn evaluate_tasks(
+    policy: &dyn Policy,
+    env_config: &EnvConfig,
+    tasks: &[Task],
+    episodes: usize,
+    seed: u64,
+    deterministic: bool,
+) -> Result<EvalResult, EnvError> {
+    let mut returns = Vec::with_capacity(tasks.len());
+    for (i, task) in tasks.iter().enumerate() {
+        let envs: Vec<Box<dyn Env>> = (0..episodes.max(1))
+            .map(|_| {
+                let mut env = envs::make_configured(env_config)?;
+                env.set_task(task).map_err(|e| match e {
+                    EnvError::NoTasks(_) => EnvError::NoTasks(env_config.id.clone()),
+                    other => other,
+                })?;
+                Ok(env)
+            })
+            .collect::<Result<_, EnvError>>()?;
+        let seed = seed.wrapping_add(1000 * i as u64);
+        returns.push(play(policy, envs, seed, deterministic, 0)?.mean());
+    }
+    Ok(EvalResult {
+        returns,
+        adaptation: Vec::new(),
+    })
+}
+
+/// Plays one episode on each of `envs` at once (env i from seed `seed + i`), batching the
+/// policy over the envs still running.
+fn play(
+    policy: &dyn Policy,
+    mut envs: Vec<Box<dyn Env>>,
+    seed: u64,
+    deterministic: bool,
+    max_steps: u64,
+) -> Result<EvalResult, EnvError> {
+    let episodes = envs.len();
     let obs_dim = envs.first().map_or(0, |e| e.observation_space().flat_dim());
     let mut obs: Vec<Vec<f32>> = Vec::with_capacity(episodes);
     for (i, env) in envs.iter_mut().enumerate() {

@@ -57,8 +57,11 @@ pub struct Spec<'a> {
     /// Whether its losses leave out the padding of `actors.mid_batch_reset = false`.
     pub masks_padding: bool,
     /// Whether its actors collect plain rollouts of one policy (not transitions, not meta-RL
-    /// adaptations): what `actors.alternating` and `tasks.multi_task` build on.
+    /// adaptations): what `actors.alternating` builds on.
     pub plain_rollouts: bool,
+    /// Whether its actors play one policy, rollouts or transitions, so `tasks.multi_task` can
+    /// hand them random training tasks (meta-RL algorithms draw their own).
+    pub task_agnostic: bool,
 }
 
 /// The registry entry of `algo`.
@@ -72,6 +75,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         recurrence: None,
         masks_padding: false,
         plain_rollouts: true,
+        task_agnostic: true,
     };
     let off_policy = |replay, interval: u64, shape| Spec {
         family: Family::OffPolicy,
@@ -82,6 +86,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         recurrence: None,
         masks_padding: false,
         plain_rollouts: false,
+        task_agnostic: true,
     };
     match algo {
         AlgoConfig::Ppo(_) | AlgoConfig::A2c(_) => Spec {
@@ -96,6 +101,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         AlgoConfig::Vpg(_) | AlgoConfig::Trpo(_) => on_policy,
         AlgoConfig::Maml(..) => Spec {
             plain_rollouts: false,
+            task_agnostic: false,
             ..on_policy
         },
         AlgoConfig::Dqn(c) => Spec {
@@ -129,6 +135,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
             recurrence: None,
             masks_padding: false,
             plain_rollouts: false,
+            task_agnostic: false,
         },
     }
 }

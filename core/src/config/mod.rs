@@ -184,7 +184,7 @@ pub struct EnvConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Vectorization {
-    /// SyncVectorEnv: every env in the actor's process.
+    /// Every env in the actor's process, stepped in one loop (as a SyncVectorEnv would).
     #[default]
     Sync,
     /// AsyncVectorEnv: a worker process per env.
@@ -908,10 +908,10 @@ impl RunConfig {
         if self.tasks.multi_task {
             self.tasks.validate()?;
             check(
-                registered.plain_rollouts,
+                registered.task_agnostic,
                 "tasks.multi_task",
-                "is for plain on-policy algorithms (ppo, a2c, vpg, trpo, impala); meta-RL \
-                 algorithms draw their own tasks",
+                "is for algorithms that play one policy (ppo, a2c, vpg, trpo, impala, dqn, sac, \
+                 td3, ddpg, bc); meta-RL algorithms draw their own tasks",
             )?;
             check(
                 !(self.model.lstm_size > 0 || self.model.shared_trunk || self.model.normalize_obs),
@@ -1082,6 +1082,32 @@ mod tests {
         assert!(err.to_string().contains("ratio_clip"), "{err}");
         let err = RunConfig::from_toml("[algo]\nname = \"dqn2\"\n", "test").unwrap_err();
         assert!(err.to_string().contains("dqn2"), "{err}");
+    }
+
+    /// `tasks.multi_task` hands random training tasks to algorithms that play one policy,
+    /// on-policy or off-policy; meta-RL algorithms, which draw their own, are refused by key.
+    #[test]
+    fn multi_task_is_for_algorithms_that_play_one_policy() {
+        let load = |algo: &str| {
+            let text = format!(
+                "[env]\nid = \"PointGoal-v0\"\n[algo]\nname = \"{algo}\"\n\
+                 [tasks]\nmulti_task = true\n[actors]\nenvs_per_actor = 1\n[replay]\n\
+                 table = \"{}\"\n",
+                if algo == "ppo" {
+                    "rollouts"
+                } else {
+                    "transitions"
+                }
+            );
+            RunConfig::from_toml(&text, "t")
+        };
+        for algo in ["ppo", "sac", "td3", "ddpg"] {
+            assert!(load(algo).is_ok(), "{algo}: {:?}", load(algo).err());
+        }
+        for algo in ["pearl", "maml_trpo"] {
+            let err = load(algo).unwrap_err().to_string();
+            assert!(err.contains("tasks.multi_task"), "{algo}: {err}");
+        }
     }
 
     /// PEARL's settings that cannot work are refused by key: several envs per actor, a context

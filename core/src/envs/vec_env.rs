@@ -181,9 +181,31 @@ impl VecEnv {
     /// Switches every env to `task` (see [`Env::set_task`]); the next reset starts it. An env
     /// family without tasks is refused as [`EnvError::NoTasks`] naming `env_id`.
     pub fn set_task(&mut self, task: &crate::tasks::Task, env_id: &str) -> Result<(), EnvError> {
-        let set = match &mut self.envs {
-            Backend::Each(envs) => envs.iter_mut().try_for_each(|e| e.set_task(task)),
-            Backend::Batch(_) => Err(EnvError::NoTasks(String::new())),
+        self.set_task_on(None, task, env_id)
+    }
+
+    /// [`VecEnv::set_task`] for env `i` alone (panics when `i` is out of range): a
+    /// task-agnostic off-policy actor switches each env as its episode ends, so every episode
+    /// has a task of its own.
+    pub fn set_task_of(
+        &mut self,
+        i: usize,
+        task: &crate::tasks::Task,
+        env_id: &str,
+    ) -> Result<(), EnvError> {
+        self.set_task_on(Some(i), task, env_id)
+    }
+
+    fn set_task_on(
+        &mut self,
+        only: Option<usize>,
+        task: &crate::tasks::Task,
+        env_id: &str,
+    ) -> Result<(), EnvError> {
+        let set = match (&mut self.envs, only) {
+            (Backend::Each(envs), None) => envs.iter_mut().try_for_each(|e| e.set_task(task)),
+            (Backend::Each(envs), Some(i)) => envs[i].set_task(task),
+            (Backend::Batch(_), _) => Err(EnvError::NoTasks(String::new())),
         };
         set.map_err(|e| match e {
             EnvError::NoTasks(_) => EnvError::NoTasks(env_id.to_string()),

@@ -1,5 +1,5 @@
-//! [`GymVecEnv`]: a gymnasium `SyncVectorEnv` (or `AsyncVectorEnv`), or an EnvPool, behind
-//! [`BatchEnv`], entered once per batch.
+//! [`GymVecEnv`]: a batch of gymnasium envs (stepped in one loop, or an `AsyncVectorEnv`), or
+//! an EnvPool, behind [`BatchEnv`], entered once per batch.
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;

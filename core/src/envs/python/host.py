@@ -75,14 +75,20 @@ def flat(obs):
     return np.ascontiguousarray(obs, dtype=np.float32)
 
 
+def make_one(env_id, kwargs):
+    """`gym.make` with the wrappers fleetrl needs."""
+    import_namespace(env_id)
+    env = gym.make(env_id, **kwargs)
+    for wrapper in wrappers_for(env_id, env.observation_space):
+        env = wrapper(env)
+    return env
+
+
 class Single:
     """One gymnasium env."""
 
     def __init__(self, env_id, kwargs):
-        import_namespace(env_id)
-        env = gym.make(env_id, **kwargs)
-        for wrapper in wrappers_for(env_id, env.observation_space):
-            env = wrapper(env)
+        env = make_one(env_id, kwargs)
         self.env = env
         self.obs_space = describe(env.observation_space, "observation")
         self.act_space = describe(env.action_space, "action")
@@ -132,27 +138,86 @@ def use_venv_python_for_workers():
     multiprocessing.set_executable(python)
 
 
-class Vector:
-    """A gymnasium vector env with same-step auto-reset, stepped as one batch: a
-    SyncVectorEnv (`mode` "sync"), or an AsyncVectorEnv with one worker process per env
-    ("async")."""
+def vector(env_id, num_envs, kwargs, mode):
+    """`num_envs` envs stepped as one batch with same-step auto-reset: in this process
+    (`mode` "sync"), or in a worker process each ("async")."""
+    if mode == "async":
+        return Vector(env_id, num_envs, kwargs)
+    return Looped(env_id, num_envs, kwargs)
 
-    def __init__(self, env_id, num_envs, kwargs, mode="sync"):
+
+class Looped:
+    """`num_envs` gymnasium envs stepped in one loop here, with same-step auto-reset: what a
+    SyncVectorEnv does for fleetrl, without the work fleetrl never reads (merging every
+    env's info into the vector's, copying the batch out again). Results are written into
+    arrays made once, which the Rust side copies out before the next call."""
+
+    def __init__(self, env_id, num_envs, kwargs):
+        self.envs = [make_one(env_id, kwargs) for _ in range(num_envs)]
+        first = self.envs[0]
+        self.n = num_envs
+        self.obs_space = describe(first.observation_space, "observation")
+        self.act_space = describe(first.action_space, "action")
+        self.act_dtype = getattr(first.action_space, "dtype", np.float32)
+        self.start = self.act_space[2] if self.act_space[0] == "discrete" else 0
+        shape = tuple(self.obs_space[1]) if self.obs_space[0] == "box" else (1,)
+        self.obs = np.zeros((num_envs,) + shape, dtype=np.float32)
+        self.final = np.zeros((num_envs,) + shape, dtype=np.float32)
+        self.reward = np.zeros(num_envs, dtype=np.float64)
+        self.terminated = np.zeros(num_envs, dtype=np.uint8)
+        self.truncated = np.zeros(num_envs, dtype=np.uint8)
+
+    def reset(self, seed):
+        for i, env in enumerate(self.envs):
+            self.obs[i], _ = env.reset(seed=seed + i)
+        return self.obs
+
+    def step(self, actions):
+        """actions: bytes of int64 (discrete) or float32 (box) values, row-major."""
+        if self.act_space[0] == "discrete":
+            a = (np.frombuffer(actions, dtype=np.int64) + self.start).tolist()
+        else:
+            a = np.frombuffer(actions, dtype=np.float32).reshape(self.n, -1)
+            a = a.astype(self.act_dtype, copy=False)
+        obs, reward, terminated, truncated, final = (
+            self.obs,
+            self.reward,
+            self.terminated,
+            self.truncated,
+            None,
+        )
+        for i, env in enumerate(self.envs):
+            o, r, term, trunc, _ = env.step(a[i])
+            reward[i], terminated[i], truncated[i] = r, term, trunc
+            if term or trunc:
+                self.final[i] = o
+                final = self.final
+                o, _ = env.reset()
+            obs[i] = o
+        return (obs, reward, terminated, truncated, final)
+
+    def close(self):
+        for env in self.envs:
+            env.close()
+
+
+class Vector:
+    """A gymnasium AsyncVectorEnv with same-step auto-reset and one worker process per env,
+    stepped as one batch."""
+
+    def __init__(self, env_id, num_envs, kwargs):
         import_namespace(env_id)
         from gymnasium.vector import AutoresetMode
 
         probe = gym.make(env_id, **kwargs)
         wrappers = wrappers_for(env_id, probe.observation_space) or None
         probe.close()
-        vector_kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
-        if mode == "async":
-            use_venv_python_for_workers()
-            vector_kwargs["context"] = "spawn"
+        use_venv_python_for_workers()
         self.env = gym.make_vec(
             env_id,
             num_envs=num_envs,
-            vectorization_mode=mode,
-            vector_kwargs=vector_kwargs,
+            vectorization_mode="async",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "context": "spawn"},
             wrappers=wrappers,
             **kwargs,
         )

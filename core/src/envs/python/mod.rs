@@ -4,7 +4,8 @@
 //! Ids prefixed `gym:` (e.g. `gym:Hopper-v5`, `gym:ALE/Pong-v5`) are made with
 //! `gymnasium.make(id, **kwargs)`, the kwargs coming from `[env] kwargs`. [`GymEnv`] hosts one
 //! env (entered once per step, for Rust wrappers such as Atari preprocessing); [`GymVecEnv`]
-//! hosts a `SyncVectorEnv` with same-step auto-reset, entered once per batch.
+//! hosts a batch of envs with same-step auto-reset, entered once per batch: stepped in one
+//! loop in host.py (`vectorization = "sync"`), or an `AsyncVectorEnv` (`"async"`).
 //!
 //! The interpreter starts only when the first gymnasium env is made, so binaries that run
 //! native envs never touch Python. At that point the project's virtualenv is found without
@@ -38,17 +39,17 @@ pub const ENVPOOL_PREFIX: &str = "envpool:";
 /// Which Python library hosts an env.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Host {
-    /// `gymnasium.make` (one env) or `gymnasium.make_vec` (a vector env): `gym:` ids.
+    /// `gymnasium.make`, one env or a batch (an `AsyncVectorEnv` for `"async"`): `gym:` ids.
     Gymnasium,
     /// An EnvPool of one env or of a whole batch, with same-step auto-reset: `envpool:` ids.
     EnvPool,
 }
 
 impl Host {
-    /// host.py's classes for one env and for a batch.
+    /// What host.py makes one env and a batch with.
     fn classes(self) -> (&'static str, &'static str) {
         match self {
-            Host::Gymnasium => ("Single", "Vector"),
+            Host::Gymnasium => ("Single", "vector"),
             Host::EnvPool => ("EnvPoolSingle", "EnvPoolVector"),
         }
     }
