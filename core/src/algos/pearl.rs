@@ -180,7 +180,10 @@ impl Pearl {
             let [unit, log_pi, pi_mean, log_std, pre_tanh] =
                 model.sac().sample_action_parts(&obs_z);
             let new_action = model.sac().to_env_scale(&unit);
-            let (min_q, _) = model.sac().qs(&obs_z, &new_action).min_dim(0, false);
+            let (min_q, _) = model
+                .sac()
+                .qs_for_policy(&obs_z, &new_action)
+                .min_dim(0, false);
             let v = model.value(&obs_z);
             let v_target = (&min_q - &log_pi).detach();
             let vf_loss = (&v - v_target).square().mean(Kind::Float);

@@ -134,7 +134,9 @@ impl Sac {
 
         let (unit, log_prob) = self.trained.model.sample_action(&batch.obs);
         let action = self.trained.model.to_env_scale(&unit);
-        let (min_q, _) = self.trained.model.qs(&batch.obs, &action).min_dim(0, false);
+        let (min_q, _) = (self.trained.model)
+            .qs_for_policy(&batch.obs, &action)
+            .min_dim(0, false);
         let caps = caps_loss(
             &self.trained.model,
             &batch.obs,

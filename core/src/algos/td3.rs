@@ -119,7 +119,7 @@ impl Td3 {
             let policy_loss = -self
                 .trained
                 .model
-                .q(0, &batch.obs, &action)
+                .q_for_policy(0, &batch.obs, &action)
                 .mean(Kind::Float);
             self.pi_optim.zero_grad();
             policy_loss.backward();

@@ -310,6 +310,35 @@ impl OffPolicyModel {
         Tensor::stack(&all, 0)
     }
 
+    /// [`OffPolicyModel::qs`] for a policy loss: the critics' variables are left out of
+    /// autograd while it is built, so its backward pass reaches the actions (and the policy)
+    /// without computing the critics' weight gradients, which only the critics' optimiser
+    /// would read and which it clears before its own step. Same values as `qs`.
+    pub fn qs_for_policy(&self, obs: &Tensor, action: &Tensor) -> Tensor {
+        self.critics_frozen(|| self.qs(obs, action))
+    }
+
+    /// [`OffPolicyModel::q`] for a policy loss, as [`OffPolicyModel::qs_for_policy`].
+    pub fn q_for_policy(&self, i: usize, obs: &Tensor, action: &Tensor) -> Tensor {
+        self.critics_frozen(|| self.q(i, obs, action))
+    }
+
+    /// Runs `f` with every trainable critic variable (`qf<i>.*`) excluded from autograd.
+    fn critics_frozen<R>(&self, f: impl FnOnce() -> R) -> R {
+        let critics: Vec<Tensor> = (self.vs.variables().into_iter())
+            .filter(|(name, t)| name.starts_with("qf") && t.requires_grad())
+            .map(|(_, t)| t)
+            .collect();
+        for t in &critics {
+            let _ = t.shallow_clone().set_requires_grad(false);
+        }
+        let out = f();
+        for t in &critics {
+            let _ = t.shallow_clone().set_requires_grad(true);
+        }
+        out
+    }
+
     /// The deterministic action in [-1, 1] `[N, A]` (the Gaussian's squashed mean).
     pub fn mean_action(&self, obs: &Tensor) -> Tensor {
         let out = self.policy_net().forward(obs, None);
@@ -528,6 +557,60 @@ mod tests {
             high: vec![2.0],
         };
         (obs, act)
+    }
+
+    /// A policy loss through `qs_for_policy` has the values and the policy gradient of one
+    /// through `qs`, and leaves every critic weight without gradient; the critics train
+    /// again afterwards.
+    #[test]
+    fn policy_losses_skip_the_critics_weight_gradients() {
+        let (obs_space, act_space) = pendulum_spaces();
+        let model = OffPolicyModel::new(
+            &ModelConfig::default(),
+            PolicyKind::SquashedGaussian,
+            2,
+            &obs_space,
+            &act_space,
+            Device::Cpu,
+        )
+        .unwrap();
+        let vars = model.var_store().variables();
+        let obs = Tensor::randn([7, 3], (Kind::Float, Device::Cpu));
+        let grads = |frozen: bool| {
+            for t in vars.values() {
+                let mut g = t.grad();
+                if g.defined() {
+                    let _ = g.zero_();
+                }
+            }
+            let action = model.to_env_scale(&model.mean_action(&obs));
+            let qs = if frozen {
+                model.qs_for_policy(&obs, &action)
+            } else {
+                model.qs(&obs, &action)
+            };
+            let loss = -qs.min_dim(0, false).0.mean(Kind::Float);
+            loss.backward();
+            let norm = |prefix: &str| {
+                (vars.iter())
+                    .filter(|(n, t)| n.starts_with(prefix) && t.grad().defined())
+                    .map(|(_, t)| t.grad().square().sum(Kind::Float).double_value(&[]))
+                    .sum::<f64>()
+            };
+            (loss.double_value(&[]), norm("pi."), norm("qf"))
+        };
+        let (plain_loss, plain_pi, plain_qf) = grads(false);
+        let (loss, pi, qf) = grads(true);
+        assert_eq!(loss, plain_loss);
+        assert!(
+            plain_pi > 0.0 && (pi - plain_pi).abs() <= 1e-6 * plain_pi,
+            "{pi} vs {plain_pi}"
+        );
+        assert!(
+            plain_qf > 0.0 && qf == 0.0,
+            "critic gradients {qf} (plain {plain_qf})"
+        );
+        assert!(vars.iter().all(|(_, t)| t.requires_grad()));
     }
 
     #[test]
