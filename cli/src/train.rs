@@ -329,10 +329,6 @@ async fn run_loop(
                     "adapted return {:.2} (before adapting {before:.2})",
                     eval.mean_return
                 ),
-                None if config.tasks.multi_task => format!(
-                    "mean return {:.1} over {} held-out tasks",
-                    eval.mean_return, config.tasks.num_test
-                ),
                 None => format!(
                     "mean return {:.1} over {} episodes",
                     eval.mean_return, config.eval.episodes

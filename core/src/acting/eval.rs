@@ -76,7 +76,8 @@ pub fn evaluate_env(
 
 /// The task-agnostic baseline's evaluation (`tasks.multi_task`): [`evaluate_env`] on each of
 /// `tasks` in turn, `episodes` episodes each (seeds `seed + 1000 i ..`). The result has one
-/// return per task, the mean of its episodes, as a meta-evaluation has.
+/// return per task, the mean of its episodes, and one adaptation stage, the mean over tasks
+/// (it does not adapt), as a meta-evaluation with no adaptation step has.
 pub fn evaluate_tasks(
     policy: &dyn Policy,
     env_config: &EnvConfig,
@@ -100,9 +101,10 @@ pub fn evaluate_tasks(
         let seed = seed.wrapping_add(1000 * i as u64);
         returns.push(play(policy, envs, seed, deterministic, 0)?.mean());
     }
+    let mean = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
     Ok(EvalResult {
         returns,
-        adaptation: Vec::new(),
+        adaptation: vec![mean],
     })
 }
 
