@@ -7,6 +7,7 @@ use fleetrl_core::acting::eval::{eval_seed, evaluate_env, evaluate_tasks, EvalRe
 use fleetrl_core::acting::meta::meta_evaluate;
 use fleetrl_core::acting::pearl::pearl_evaluate;
 use fleetrl_core::acting::policy_loader::{load_actor_critic, load_pearl};
+use fleetrl_core::algos::registry::{spec, TaskAgnostic};
 use fleetrl_core::config::MamlConfig;
 use fleetrl_core::config::{EnvConfig, RunConfig};
 use fleetrl_core::envs;
@@ -33,9 +34,11 @@ pub(crate) fn evaluate_checkpoint(
     if config.algo.as_pearl().is_some() {
         return pearl_evaluate_checkpoint(path, seed, task);
     }
-    if config.tasks.multi_task && config.algo.is_off_policy() {
-        // The task-agnostic off-policy baseline: `actors.envs_per_actor` episodes of every
-        // test task with the evaluation's actions, as the on-policy baseline below plays them.
+    let task_agnostic = spec(&config.algo)
+        .task_agnostic
+        .filter(|_| config.tasks.multi_task);
+    if task_agnostic == Some(TaskAgnostic::AsPearl) {
+        // `actors.envs_per_actor` episodes of every test task with the evaluation's actions.
         let seed = seed.unwrap_or_else(|| eval_seed(&config));
         let set = TaskSet::new(&config.tasks, config.seed);
         let tasks = match task {
@@ -52,9 +55,8 @@ pub(crate) fn evaluate_checkpoint(
         )?;
         return Ok((result, seed));
     }
-    if config.tasks.multi_task {
-        // The task-agnostic on-policy baseline: the test tasks, played as MAML plays them,
-        // unadapted.
+    if task_agnostic == Some(TaskAgnostic::AsMaml) {
+        // The test tasks, played as MAML plays them, unadapted.
         let unadapted = MamlConfig {
             num_grad_updates: 0,
             ..MamlConfig::default()

@@ -91,10 +91,7 @@ pub fn evaluate_tasks(
         let envs: Vec<Box<dyn Env>> = (0..episodes.max(1))
             .map(|_| {
                 let mut env = envs::make_configured(env_config)?;
-                env.set_task(task).map_err(|e| match e {
-                    EnvError::NoTasks(_) => EnvError::NoTasks(env_config.id.clone()),
-                    other => other,
-                })?;
+                env.set_task(task).map_err(|e| e.naming(&env_config.id))?;
                 Ok(env)
             })
             .collect::<Result<_, EnvError>>()?;

@@ -38,6 +38,16 @@ pub enum Recurrence {
     Sequences,
 }
 
+/// How a task-agnostic run (`tasks.multi_task`) of an algorithm is evaluated on the held-out
+/// tasks: as the meta-RL algorithm it is the baseline for plays them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskAgnostic {
+    /// MAML's baseline: rollouts of sampled actions, as MAML's meta-evaluation, unadapted.
+    AsMaml,
+    /// PEARL's baseline: whole episodes with the evaluation's actions, as PEARL's adapted one.
+    AsPearl,
+}
+
 /// What the rest of the system needs to know about an algorithm, without building it.
 #[derive(Debug, Clone)]
 pub struct Spec<'a> {
@@ -60,8 +70,9 @@ pub struct Spec<'a> {
     /// adaptations): what `actors.alternating` builds on.
     pub plain_rollouts: bool,
     /// Whether its actors play one policy, rollouts or transitions, so `tasks.multi_task` can
-    /// hand them random training tasks (meta-RL algorithms draw their own).
-    pub task_agnostic: bool,
+    /// hand them random training tasks, and how such a run is evaluated; `None` for meta-RL
+    /// algorithms, which draw their own tasks.
+    pub task_agnostic: Option<TaskAgnostic>,
 }
 
 /// The registry entry of `algo`.
@@ -75,7 +86,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         recurrence: None,
         masks_padding: false,
         plain_rollouts: true,
-        task_agnostic: true,
+        task_agnostic: Some(TaskAgnostic::AsMaml),
     };
     let off_policy = |replay, interval: u64, shape| Spec {
         family: Family::OffPolicy,
@@ -86,7 +97,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         recurrence: None,
         masks_padding: false,
         plain_rollouts: false,
-        task_agnostic: true,
+        task_agnostic: Some(TaskAgnostic::AsPearl),
     };
     match algo {
         AlgoConfig::Ppo(_) | AlgoConfig::A2c(_) => Spec {
@@ -101,7 +112,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         AlgoConfig::Vpg(_) | AlgoConfig::Trpo(_) => on_policy,
         AlgoConfig::Maml(..) => Spec {
             plain_rollouts: false,
-            task_agnostic: false,
+            task_agnostic: None,
             ..on_policy
         },
         AlgoConfig::Dqn(c) => Spec {
@@ -135,7 +146,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
             recurrence: None,
             masks_padding: false,
             plain_rollouts: false,
-            task_agnostic: false,
+            task_agnostic: None,
         },
     }
 }

@@ -908,7 +908,7 @@ impl RunConfig {
         if self.tasks.multi_task {
             self.tasks.validate()?;
             check(
-                registered.task_agnostic,
+                registered.task_agnostic.is_some(),
                 "tasks.multi_task",
                 "is for algorithms that play one policy (ppo, a2c, vpg, trpo, impala, dqn, sac, \
                  td3, ddpg, bc); meta-RL algorithms draw their own tasks",

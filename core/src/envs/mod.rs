@@ -107,6 +107,17 @@ pub enum EnvError {
     Python(String),
 }
 
+impl EnvError {
+    /// The error with the env id filled in where the env could not know it
+    /// ([`EnvError::NoTasks`]); any other error as it is.
+    pub fn naming(self, env_id: &str) -> EnvError {
+        match self {
+            EnvError::NoTasks(_) => EnvError::NoTasks(env_id.to_string()),
+            other => other,
+        }
+    }
+}
+
 /// Ids [`make`] knows.
 pub const KNOWN_ENVS: &[&str] = &[
     "CartPole-v1",

@@ -207,10 +207,7 @@ impl VecEnv {
             (Backend::Each(envs), Some(i)) => envs[i].set_task(task),
             (Backend::Batch(_), _) => Err(EnvError::NoTasks(String::new())),
         };
-        set.map_err(|e| match e {
-            EnvError::NoTasks(_) => EnvError::NoTasks(env_id.to_string()),
-            other => other,
-        })
+        set.map_err(|e| e.naming(env_id))
     }
 
     /// `n` copies of the registered env `id` (see [`make`]).
