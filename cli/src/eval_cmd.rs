@@ -28,15 +28,26 @@ pub(crate) fn evaluate_checkpoint(
     task: Option<u64>,
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, config) = load_policy(path)?;
+    let task_agnostic = spec(&config.algo)
+        .task_agnostic
+        .filter(|_| config.tasks.multi_task);
+    let plays_tasks = config.algo.as_maml().is_some_and(|m| m.meta_evaluator)
+        || config.algo.as_pearl().is_some()
+        || task_agnostic.is_some();
+    if let (true, Some(id)) = (plays_tasks, env_id) {
+        bail!(
+            "--env {id}: this checkpoint ({}) is evaluated on its run's held-out tasks of {}, \
+             so it cannot be played on another env; use --task ID to pick one task",
+            config.algo.name(),
+            config.env.id
+        );
+    }
     if let Some(maml) = config.algo.as_maml().filter(|m| m.meta_evaluator) {
         return meta_evaluate_checkpoint(path, maml, seed, task);
     }
     if config.algo.as_pearl().is_some() {
         return pearl_evaluate_checkpoint(path, seed, task);
     }
-    let task_agnostic = spec(&config.algo)
-        .task_agnostic
-        .filter(|_| config.tasks.multi_task);
     if task_agnostic == Some(TaskAgnostic::AsPearl) {
         // `actors.envs_per_actor` episodes of every test task with the evaluation's actions.
         let seed = seed.unwrap_or_else(|| eval_seed(&config));

@@ -109,17 +109,22 @@ fn newest_checkpoint(out: &std::path::Path) -> String {
     ckpt.to_str().expect("utf-8 path").to_string()
 }
 
+/// `fleetrl eval --checkpoint ckpt flag value`, which must fail: its stderr.
+fn eval_refused(ckpt: &str, flag: &str, value: &str) -> String {
+    let out = fleetrl_command(&["eval", "--checkpoint", ckpt, flag, value])
+        .output()
+        .expect("fleetrl runs");
+    assert!(!out.status.success(), "eval {flag} {value} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Budget 6M env steps; measured 0.4M to the target.
 #[test]
 fn maml_trpo_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
     let out = assert_adapts("point-maml-trpo", "maml_trpo");
     let ckpt = newest_checkpoint(&out);
     let ckpt = ckpt.as_str();
-    let bad = fleetrl_command(&["eval", "--checkpoint", ckpt, "--task", "5000"])
-        .output()
-        .expect("fleetrl runs");
-    let stderr = String::from_utf8_lossy(&bad.stderr);
-    assert!(!bad.status.success());
+    let stderr = eval_refused(ckpt, "--task", "5000");
     assert!(
         stderr.contains("unknown task 5000") && stderr.contains("1000..1020"),
         "{stderr}"
@@ -147,7 +152,8 @@ fn maml_vpg_adapts_to_held_out_goals() {
 
 /// PEARL on the same goals: after one exploration episode per held-out goal, the adapted
 /// return beats the return before adapting (z from the prior) and a task-agnostic SAC policy
-/// trained on the same goals by a clear margin. An unknown task id is refused by name.
+/// trained on the same goals by a clear margin. An unknown task id is refused by name, and so
+/// is `--env` (its evaluation plays the run's tasks).
 ///
 /// Measured here: the adapted return passes -27 (the stop target) at 25k-30k env steps
 /// (about 25k updates, 3-4 minutes on 2 cores) against -45 to -60 before adapting.
@@ -162,13 +168,15 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
     // One exploration episode (z from the prior), then the adapted one.
     assert_beats(&summary, ("SAC", baseline), 8.0);
     let ckpt = newest_checkpoint(&out);
-    let bad = fleetrl_command(&["eval", "--checkpoint", &ckpt, "--task", "60"])
-        .output()
-        .expect("fleetrl runs");
-    let stderr = String::from_utf8_lossy(&bad.stderr);
-    assert!(!bad.status.success());
+    let stderr = eval_refused(&ckpt, "--task", "60");
     assert!(
         stderr.contains("unknown task 60") && stderr.contains("40..60"),
+        "{stderr}"
+    );
+    // Its evaluation plays the run's tasks: another env is refused by name, not ignored.
+    let stderr = eval_refused(&ckpt, "--env", "Pendulum-v1");
+    assert!(
+        stderr.contains("--env Pendulum-v1") && stderr.contains("held-out tasks"),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(out);
