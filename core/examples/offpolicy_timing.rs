@@ -80,6 +80,8 @@ fn main() -> anyhow::Result<()> {
     let config = RunConfig::load(preset, overrides)?;
     tch::set_num_threads(config.learner.torch_threads as i32);
     tch::set_num_interop_threads(1);
+    fleetrl_core::cpu::keep_tensor_memory(); // as the learner does
+    fleetrl_core::cpu::flush_denormals();
     // An error here (a `gym:` id in this example, which has no embedded Python) says what to do.
     let env = make_configured(&config.env)?;
     let (obs, action) = (env.observation_space(), env.action_space());

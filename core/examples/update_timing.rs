@@ -42,6 +42,8 @@ fn synthetic_batch(t: usize, b: usize) -> RolloutBatch {
 
 fn main() {
     tch::set_num_threads(1);
+    fleetrl_core::cpu::keep_tensor_memory(); // as the learner does
+    fleetrl_core::cpu::flush_denormals();
     let threads = std::env::args()
         .nth(1)
         .map_or(1, |s| s.parse().expect("update_threads is a number"));

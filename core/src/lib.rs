@@ -7,6 +7,7 @@
 //! - [`acting`]: acting loops, exploration, PPO+D demo replay, evaluation.
 //! - [`config`]: the run configuration every binary reads.
 //! - [`checkpoint`]: learner checkpoints (weights, optimiser state, counters).
+//! - [`cpu`]: CPU settings for the threads and process that train.
 //!
 //! Torch-free plumbing (gRPC settings, telemetry, the launcher, the demo file format) is in
 //! `fleetrl-runtime`; replay table declarations are in `fleetrl_proto::table`.
@@ -16,6 +17,7 @@ pub mod algos;
 pub mod broadcast;
 pub mod checkpoint;
 pub mod config;
+pub mod cpu;
 pub mod envs;
 pub mod items;
 pub mod models;

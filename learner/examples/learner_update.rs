@@ -70,6 +70,8 @@ fn main() -> anyhow::Result<()> {
         (cores / devices.len() as i32).max(1)
     };
     tch::set_num_threads(threads);
+    fleetrl_core::cpu::keep_tensor_memory(); // as the learner does
+    fleetrl_core::cpu::flush_denormals();
     tch::manual_seed(0);
     let frame = FrameShape::default();
     let build = |device| {

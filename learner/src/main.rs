@@ -87,6 +87,7 @@ async fn run() -> anyhow::Result<()> {
     );
     tch::set_num_threads(config.learner.torch_threads as i32);
     tch::set_num_interop_threads(1);
+    fleetrl_core::cpu::keep_tensor_memory();
     let checkpoint_dir = args.run_dir.join("checkpoints");
     let Restored {
         algo,

@@ -139,6 +139,7 @@ pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weig
 impl Trainer {
     /// Runs until every sender of `work` is gone.
     pub(crate) fn run(mut self, mut work: mpsc::Receiver<Work>) {
+        fleetrl_core::cpu::flush_denormals();
         loop {
             let waited = Instant::now();
             let Some(next) = self.next(&mut work) else {

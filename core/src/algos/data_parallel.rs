@@ -73,6 +73,7 @@ impl<R: Send + 'static, H: Send + 'static> ShardPool<R, H> {
                     .name(format!("shard-{}", i + 1))
                     .spawn(move || {
                         tch::set_num_threads(threads);
+                        crate::cpu::flush_denormals();
                         while let Ok(job) = recv_spinning(&job_rx) {
                             if result_tx.send(job(&handle)).is_err() {
                                 break;

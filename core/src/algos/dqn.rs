@@ -14,7 +14,7 @@
 use tch::{Kind, Tensor};
 
 use super::r2d2::sequence_loss;
-use super::target::{load_target, mean, target_state, td_loss};
+use super::target::{load_target, mean, priorities, target_state, td_loss};
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
 use crate::checkpoint::StateError;
 use crate::config::DqnConfig;
@@ -24,16 +24,15 @@ use crate::models::OffPolicyModel;
 use crate::optim::Adam;
 
 /// The TD target `reward + discount * Q_target(next, a*)`, `[B]`. `next_online` are the online
-/// network's Q values at `next_obs` (used to pick `a*` when `double_q`), `next_target` the
-/// target network's, both `[B, n]`.
+/// network's Q values at `next_obs` for double Q (they pick `a*`; without them the target
+/// network's own argmax does), `next_target` the target network's, both `[B, n]`.
 pub fn td_target(
     reward: &Tensor,
     discount: &Tensor,
-    next_online: &Tensor,
+    next_online: Option<&Tensor>,
     next_target: &Tensor,
-    double_q: bool,
 ) -> Tensor {
-    let picker = if double_q { next_online } else { next_target };
+    let picker = next_online.unwrap_or(next_target);
     let best = picker.argmax(1, true);
     let value = next_target.gather(1, &best, false).squeeze_dim(1);
     reward + discount * value
@@ -64,7 +63,7 @@ impl Dqn {
 }
 
 impl Dqn {
-    /// One optimiser step on `loss`, the target update it is due, and the metrics; `td` is
+    /// One optimiser step on `loss`, the target update it is due, and the metrics; `|td|` is
     /// what goes back to the table as priorities.
     fn step(&mut self, loss: &Tensor, q: &Tensor, td: &Tensor) -> Update {
         let c = &self.config;
@@ -75,14 +74,14 @@ impl Dqn {
         if self.trained.updates.is_multiple_of(c.target.period) {
             self.target.copy_from(&self.trained.model, c.target.tau);
         }
-        let td = Vec::<f64>::try_from(&td.detach().to_kind(Kind::Double)).unwrap_or_default();
+        let td = priorities(&c.replay, || td.shallow_clone());
         Update {
             metrics: Metrics(vec![
                 ("q_loss", loss.double_value(&[])),
                 ("q_mean", mean(&q.detach())),
                 ("grad_norm", grad_norm),
             ]),
-            td_errors: Some(td),
+            td_errors: td,
         }
     }
 
@@ -104,14 +103,16 @@ impl Dqn {
         self.trained.model.observe(&batch.obs);
         let c = &self.config;
         let y = tch::no_grad(|| {
-            let next_online = self.trained.model.q_values(&batch.next_obs);
+            // Without double Q the online network's values at `next_obs` are not needed.
+            let next_online = c
+                .double_q
+                .then(|| self.trained.model.q_values(&batch.next_obs));
             let next_target = self.target.q_values(&batch.next_obs);
             td_target(
                 &batch.reward,
                 &batch.discount,
-                &next_online,
+                next_online.as_ref(),
                 &next_target,
-                c.double_q,
             )
         });
         let q = self
@@ -122,7 +123,7 @@ impl Dqn {
             .squeeze_dim(1);
         let delta = &q - &y;
         let loss = (td_loss(&delta, c.huber) * &batch.weights).mean(Kind::Float);
-        self.step(&loss, &q, &delta.abs())
+        self.step(&loss, &q, &delta)
     }
 }
 
@@ -175,9 +176,9 @@ mod tests {
         let discount = Tensor::from_slice(&[0.5f32, 0.0]);
         let online = Tensor::from_slice(&[1.0f32, 3.0, 5.0, 0.0]).view([2, 2]);
         let target = Tensor::from_slice(&[10.0f32, 2.0, 7.0, 9.0]).view([2, 2]);
-        let double = td_target(&reward, &discount, &online, &target, true);
+        let double = td_target(&reward, &discount, Some(&online), &target);
         assert_eq!(Vec::<f32>::try_from(&double).unwrap(), vec![2.0, 0.0]);
-        let plain = td_target(&reward, &discount, &online, &target, false);
+        let plain = td_target(&reward, &discount, None, &target);
         assert_eq!(Vec::<f32>::try_from(&plain).unwrap(), vec![6.0, 0.0]);
     }
 }

@@ -10,7 +10,7 @@
 
 use tch::{nn, Kind, Tensor};
 
-use super::target::{load_target, mean, target_state};
+use super::target::{load_target, mean, priorities, target_state};
 use super::td3::critic_loss;
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
 use crate::checkpoint::StateError;
@@ -163,7 +163,7 @@ impl Sac {
             self.target
                 .copy_from(&self.trained.model, self.config.target.tau);
         }
-        let td = (qs.get(0).detach() - &y).abs().to_kind(Kind::Double);
+        let td = priorities(&self.config.replay, || qs.get(0) - &y);
         Update {
             metrics: Metrics(vec![
                 ("q_loss", q_loss.double_value(&[])),
@@ -173,7 +173,7 @@ impl Sac {
                 ("entropy", -mean(&log_prob.detach())),
                 ("q_mean", mean(&qs.detach())),
             ]),
-            td_errors: Vec::<f64>::try_from(&td).ok(),
+            td_errors: td,
         }
     }
 }

@@ -34,6 +34,18 @@ pub(crate) fn mean(t: &Tensor) -> f64 {
     t.mean(tch::Kind::Float).double_value(&[])
 }
 
+/// New priorities for the sampled rows, `|td|` as f64, when the replay is prioritized (the
+/// learner sends them back to the table); nothing otherwise, so no copy is made for nobody.
+pub(crate) fn priorities(
+    replay: &crate::config::ReplayOptions,
+    td: impl FnOnce() -> Tensor,
+) -> Option<Vec<f64>> {
+    if !replay.prioritized {
+        return None;
+    }
+    Vec::<f64>::try_from(&td().detach().abs().to_kind(tch::Kind::Double)).ok()
+}
+
 /// Per-row loss on the TD error `delta`: Huber (delta 1, as SB3's smooth L1) or squared.
 pub fn td_loss(delta: &Tensor, huber: bool) -> Tensor {
     if !huber {

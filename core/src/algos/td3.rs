@@ -9,7 +9,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::target::{load_target, mean, target_state};
+use super::target::{load_target, mean, priorities, target_state};
 use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
 use crate::checkpoint::StateError;
 use crate::config::Td3Config;
@@ -128,14 +128,14 @@ impl Td3 {
             self.target
                 .copy_from(&self.trained.model, self.config.target.tau);
         }
-        let td = (qs.get(0).detach() - &y).abs().to_kind(Kind::Double);
+        let td = priorities(&self.config.replay, || qs.get(0) - &y);
         Update {
             metrics: Metrics(vec![
                 ("q_loss", q_loss.double_value(&[])),
                 ("policy_loss", self.last_policy_loss),
                 ("q_mean", mean(&qs.detach())),
             ]),
-            td_errors: Vec::<f64>::try_from(&td).ok(),
+            td_errors: td,
         }
     }
 }

@@ -100,6 +100,17 @@ impl Flat {
     }
 }
 
+/// `sqrt(v)` of a second moment `v >= 0`, in a new tensor. Zeros (weights that never had a
+/// gradient) are raised to the smallest normal float first: this CPU's vectorised `sqrt` is
+/// ~10x slower on a buffer with many exact zeros (67k floats, 40% zeros: 125 us against 12),
+/// and what the floor adds, `sqrt(1.2e-38) / sqrt(bias2) <= 3.5e-18` even at Adam's first
+/// step, is lost against `eps` in f32 for any `eps >= 1e-10`: the step is the same.
+fn root(v: &Tensor) -> Tensor {
+    let mut r = v.clamp_min(f64::from(f32::MIN_POSITIVE));
+    let _ = r.sqrt_();
+    r
+}
+
 /// Adam with its moments in flat tensors.
 #[derive(Debug)]
 pub struct Adam {
@@ -232,7 +243,7 @@ impl Adam {
                 let alpha = self.rule_coeff;
                 let _ = self.exp_avg_sq.g_mul_scalar_(alpha);
                 let _ = self.exp_avg_sq.addcmul_(grad, &(grad * (1.0 - alpha)));
-                let denom = self.exp_avg_sq.sqrt() + self.eps;
+                let denom = root(&self.exp_avg_sq).g_add_scalar_(self.eps);
                 let _ = self.flat.addcdiv_(&self.scaled(grad * -lr), &denom);
                 return norm;
             }
@@ -254,7 +265,8 @@ impl Adam {
         let _ = self.exp_avg.lerp_(grad, 1.0 - BETA1);
         let _ = self.exp_avg_sq.g_mul_scalar_(BETA2);
         let _ = self.exp_avg_sq.addcmul_(grad, &(grad * (1.0 - BETA2)));
-        let denom = (self.exp_avg_sq.sqrt() / bias2.sqrt()) + self.eps;
+        let mut denom = root(&self.exp_avg_sq);
+        let _ = denom.g_div_scalar_(bias2.sqrt()).g_add_scalar_(self.eps);
         let _ = self
             .flat
             .addcdiv_(&self.scaled(&self.exp_avg * (-lr / bias1)), &denom);

@@ -17,7 +17,9 @@ pub struct SampleOptions {
     pub table: String,
     /// Items per batch; each batch comes whole from one shard.
     pub batch_size: u32,
-    /// Batches buffered ahead of the consumer (over all shards).
+    /// Batches buffered ahead of the consumer (over all shards), and asked for at a time from
+    /// each shard: at most `prefetch` per shard are in flight, so sampling runs at most about
+    /// `2 * prefetch * shards` batches ahead of training.
     pub prefetch: usize,
     /// How long to keep trying to reach a shard at first.
     pub connect_patience: Duration,
@@ -121,20 +123,32 @@ async fn stream(
     let mut client = connect(addr, patience)
         .await
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    // Batches are asked for `prefetch` at a time. An open-ended stream would let the server
+    // run as far ahead as HTTP/2's flow-control window allows (megabytes: thousands of small
+    // batches), all counted as sampled by the rate limiter and none trained yet: updates would
+    // trail the configured samples-per-insert ratio, and prioritized replay's new priorities
+    // would come back for batches drawn long before.
+    let chunk = options.prefetch.max(1) as u64;
     let request = SampleRequest {
         table: options.table.clone(),
         batch_size: options.batch_size,
-        max_batches: 0,
+        max_batches: chunk,
         rate_limiter_timeout_ms: 0,
     };
-    let mut batches = client.sample(request).await?.into_inner();
-    tracing::debug!(replay = %addr, table = %options.table, "sampling");
-    while let Some(response) = batches.message().await? {
-        if tx.send(Ok(ShardBatch { shard, response })).await.is_err() {
-            return Ok(());
+    tracing::debug!(replay = %addr, table = %options.table, chunk, "sampling");
+    loop {
+        let mut batches = client.sample(request.clone()).await?.into_inner();
+        let mut received = 0;
+        while let Some(response) = batches.message().await? {
+            received += 1;
+            if tx.send(Ok(ShardBatch { shard, response })).await.is_err() {
+                return Ok(());
+            }
+        }
+        if received < chunk {
+            return Err(tonic::Status::unavailable(
+                "the server closed the sample stream",
+            ));
         }
     }
-    Err(tonic::Status::unavailable(
-        "the server closed the sample stream",
-    ))
 }
