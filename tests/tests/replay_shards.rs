@@ -1,7 +1,9 @@
 //! An off-policy-style replay table (uniform sampling, samples-per-insert limiter) spread over
 //! three real replay server processes through the shared client, one of which is killed
 //! midway: inserts and samples carry on through the other two, every acknowledged item stays
-//! sampleable, and each shard holds its samples-per-insert ratio within the error buffer.
+//! sampleable, and each shard holds its samples-per-insert ratio within the error buffer. And
+//! a sampler whose reader is busy takes only its prefetch from the table (the old open stream
+//! took 203,544 items here while its reader read 8).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleetrl_core::replay_client::{sample_stream, SampleOptions, Writer, WriterOptions};
+use fleetrl_proto::v1::SampleResponse;
 use fleetrl_proto::{Tensor, TensorMap};
 use fleetrl_tests::ReplayProcess;
 
@@ -30,6 +33,12 @@ fn transition(id: i64) -> TensorMap {
         ("obs", Tensor::from_slice(&[4], &[id as f32; 4])),
         ("id", Tensor::scalar(id)),
     ])
+}
+
+/// The `id` field of a sampled batch.
+fn ids(response: SampleResponse) -> Vec<i64> {
+    let batch = response.batch.expect("a batch");
+    batch.field("id").unwrap().to_vec::<i64>().unwrap()
 }
 
 async fn wait_until(what: &str, limit: Duration, done: impl Fn() -> bool) {
@@ -87,14 +96,7 @@ async fn three_shards_survive_losing_one() {
         async move {
             while let Some(batch) = batches.recv().await {
                 let batch = batch.expect("no client-side error");
-                let ids = batch
-                    .response
-                    .batch
-                    .unwrap()
-                    .field("id")
-                    .unwrap()
-                    .to_vec::<i64>()
-                    .unwrap();
+                let ids = ids(batch.response);
                 for id in &ids {
                     assert!(
                         (*id as u64) < next_id.load(Ordering::SeqCst),
@@ -172,5 +174,65 @@ async fn three_shards_survive_losing_one() {
     for shard in &mut shards {
         shard.role.stop(Duration::from_secs(10)).await;
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A learner busy elsewhere holds back sampling: with `prefetch` 2 and nobody reading the
+/// channel, the server hands out a handful of batches, not as many as HTTP/2's flow-control
+/// window would carry (thousands of these small batches). Batches taken ahead count as sampled
+/// for the rate limiter without being trained, so a sampler that ran ahead would leave the
+/// learner behind its samples-per-insert ratio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_runs_only_prefetch_batches_ahead_of_its_reader() {
+    let dir = std::env::temp_dir().join(format!("fleetrl-replay-ahead-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // No samples-per-insert limit here: only the sampler's own restraint holds it back.
+    let tables = TABLES.replace(
+        r#"{ kind = "samples_per_insert", samples_per_insert = 2.0, min_size_to_sample = 20, error_buffer = 64.0 }"#,
+        r#"{ kind = "min_size", min_size = 20 }"#,
+    );
+    assert_ne!(tables, TABLES);
+    let mut shard = ReplayProcess::start(&dir, "ahead", &tables, None)
+        .await
+        .unwrap();
+    let addrs = vec![shard.addr.to_string()];
+    let (writer, writer_task) = Writer::spawn(addrs.clone(), WriterOptions::new("replay"));
+    for id in 0..2_000 {
+        writer.insert(transition(id), 1.0).await.unwrap();
+    }
+    drop(writer);
+    writer_task.finish().await.unwrap();
+
+    let mut options = SampleOptions::new("replay", 8);
+    options.prefetch = 2;
+    let (mut batches, tasks) = sample_stream(addrs, options);
+    // Nobody reads for a while: whatever the server gives out now is sampling running ahead.
+    let first = tokio::time::timeout(Duration::from_secs(60), batches.recv())
+        .await
+        .expect("a first batch")
+        .expect("the stream is open")
+        .expect("no client-side error");
+    assert_eq!(ids(first.response).len(), 8);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let info = shard.info("replay").await.unwrap();
+    // The batch read, the channel's 2, the request's 2 in flight: 5 batches; 8 allows for a
+    // request just being renewed.
+    assert!(
+        info.num_sampled <= 8 * 8,
+        "the server handed out {} items to a sampler that read 8: {info:?}",
+        info.num_sampled
+    );
+    // Reading goes on as before: 100 more batches come.
+    for _ in 0..100 {
+        tokio::time::timeout(Duration::from_secs(60), batches.recv())
+            .await
+            .expect("a batch")
+            .expect("the stream is open")
+            .expect("no client-side error");
+    }
+    for task in tasks {
+        task.abort();
+    }
+    shard.role.stop(Duration::from_secs(10)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
