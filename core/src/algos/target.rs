@@ -35,7 +35,7 @@ pub(crate) fn mean(t: &Tensor) -> f64 {
 }
 
 /// New priorities for the sampled rows, `|td|` as f64, when the replay is prioritized (the
-/// learner sends them back to the table); nothing otherwise, so no copy is made for nobody.
+/// learner sends them back to the table); `None` otherwise, so `td` is not even computed.
 pub(crate) fn priorities(
     replay: &crate::config::ReplayOptions,
     td: impl FnOnce() -> Tensor,

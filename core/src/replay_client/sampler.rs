@@ -18,8 +18,8 @@ pub struct SampleOptions {
     /// Items per batch; each batch comes whole from one shard.
     pub batch_size: u32,
     /// Batches buffered ahead of the consumer (over all shards), and asked for at a time from
-    /// each shard: at most `prefetch` per shard are in flight, so sampling runs at most about
-    /// `2 * prefetch * shards` batches ahead of training.
+    /// each shard: sampling runs ahead of the consumer by at most this channel's `prefetch`
+    /// plus `prefetch` in flight per shard.
     pub prefetch: usize,
     /// How long to keep trying to reach a shard at first.
     pub connect_patience: Duration,
