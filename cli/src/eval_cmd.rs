@@ -12,7 +12,7 @@ use fleetrl_core::config::MamlConfig;
 use fleetrl_core::config::{EnvConfig, RunConfig};
 use fleetrl_core::envs;
 use fleetrl_core::models::Policy;
-use fleetrl_core::tasks::TaskSet;
+use fleetrl_core::tasks::{Task, TaskSet};
 use fleetrl_proto::space::Space;
 
 /// Plays `episodes` episodes (deterministic unless the run's `eval.deterministic` is false,
@@ -31,9 +31,9 @@ pub(crate) fn evaluate_checkpoint(
     let task_agnostic = spec(&config.algo)
         .task_agnostic
         .filter(|_| config.tasks.multi_task);
-    let plays_tasks = config.algo.as_maml().is_some_and(|m| m.meta_evaluator)
-        || config.algo.as_pearl().is_some()
-        || task_agnostic.is_some();
+    let meta_evaluated = config.algo.as_maml().filter(|m| m.meta_evaluator);
+    let pearl = config.algo.as_pearl().is_some();
+    let plays_tasks = meta_evaluated.is_some() || pearl || task_agnostic.is_some();
     if let (true, Some(id)) = (plays_tasks, env_id) {
         bail!(
             "--env {id}: this checkpoint ({}) is evaluated on its run's held-out tasks of {}, \
@@ -42,20 +42,16 @@ pub(crate) fn evaluate_checkpoint(
             config.env.id
         );
     }
-    if let Some(maml) = config.algo.as_maml().filter(|m| m.meta_evaluator) {
+    if let Some(maml) = meta_evaluated {
         return meta_evaluate_checkpoint(path, maml, seed, task);
     }
-    if config.algo.as_pearl().is_some() {
+    if pearl {
         return pearl_evaluate_checkpoint(path, seed, task);
     }
     if task_agnostic == Some(TaskAgnostic::AsPearl) {
         // `actors.envs_per_actor` episodes of every test task with the evaluation's actions.
         let seed = seed.unwrap_or_else(|| eval_seed(&config));
-        let set = TaskSet::new(&config.tasks, config.seed);
-        let tasks = match task {
-            Some(id) => vec![set.get(id)?],
-            None => set.test_tasks(),
-        };
+        let tasks = evaluated_tasks(&config, task)?;
         let result = evaluate_tasks(
             model.as_ref(),
             &config.env,
@@ -118,11 +114,7 @@ fn meta_evaluate_checkpoint(
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, config) = load_actor_critic(path)?;
     let seed = seed.unwrap_or_else(|| eval_seed(&config));
-    let set = TaskSet::new(&config.tasks, config.seed);
-    let tasks = match task {
-        Some(id) => vec![set.get(id)?],
-        None => set.test_tasks(),
-    };
+    let tasks = evaluated_tasks(&config, task)?;
     let episodes = config.actors.envs_per_actor as usize;
     let result = meta_evaluate(&model, &config, maml, &tasks, episodes, seed)?;
     Ok((result, seed))
@@ -141,12 +133,18 @@ fn pearl_evaluate_checkpoint(
         .as_pearl()
         .context("load_pearl returns PEARL checkpoints only")?;
     let seed = seed.unwrap_or_else(|| eval_seed(&config));
+    let tasks = evaluated_tasks(&config, task)?;
+    Ok((pearl_evaluate(&model, &config, pearl, &tasks, seed)?, seed))
+}
+
+/// The held-out test tasks of the run, or `task` alone (an id the run's tasks do not hold is
+/// refused by name).
+fn evaluated_tasks(config: &RunConfig, task: Option<u64>) -> anyhow::Result<Vec<Task>> {
     let set = TaskSet::new(&config.tasks, config.seed);
-    let tasks = match task {
+    Ok(match task {
         Some(id) => vec![set.get(id)?],
         None => set.test_tasks(),
-    };
-    Ok((pearl_evaluate(&model, &config, pearl, &tasks, seed)?, seed))
+    })
 }
 
 /// Refuses an evaluation env whose spaces differ from the ones the policy was trained on.

@@ -4,10 +4,10 @@
 /// Makes this thread's float arithmetic treat subnormal numbers as zero (x86-64's FTZ and DAZ
 /// bits; PyTorch's `torch.set_flush_denormal(True)`). Call it on every thread that trains.
 ///
-/// Adam's moment of a weight whose gradient went to zero (a dead ReLU unit: 40% of a 256x256
-/// DQN's weights after 3,000 updates here) decays geometrically through the subnormal range,
-/// and every elementwise op on a subnormal takes a microcode assist: measured, Adam's `lerp_`
-/// on 67k moments took 211 us instead of 20. The values flushed are below 1.2e-38, far under
+/// Adam's moment of a weight whose gradient went to zero (a dead ReLU unit: 41% of a 256x256
+/// DQN's weights after 3,000 updates of `core/examples/offpolicy_timing`) decays geometrically
+/// through the subnormal range, and every elementwise op on a subnormal takes a microcode
+/// assist: measured, Adam's `lerp_` on 67k moments took 211 us instead of 20. The values flushed are below 1.2e-38, far under
 /// anything that moves a weight.
 pub fn flush_denormals() {
     #[cfg(target_arch = "x86_64")]
