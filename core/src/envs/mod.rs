@@ -78,8 +78,9 @@ pub enum EnvError {
     #[error(
         "unknown environment `{0}` (native: {known}; gymnasium ids take the `gym:` prefix, \
          e.g. gym:Hopper-v5, EnvPool task ids the `envpool:` prefix, e.g. envpool:Hopper-v5, \
-         and the meta-RL task families HalfCheetahVel-v0 and \
-         HalfCheetahDir-v0 run on gymnasium's MuJoCo, in a build with the `python` feature)",
+         the meta-RL task families HalfCheetahVel-v0 and HalfCheetahDir-v0 run on gymnasium's \
+         MuJoCo, and Meta-World ML1 envs take the `MetaWorld/` prefix, e.g. MetaWorld/reach-v3, \
+         in a build with the `python` feature)",
         known = KNOWN_ENVS.join(", ")
     )]
     UnknownEnv(String),
@@ -289,6 +290,10 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
         "HalfCheetahVel-v0" => Ok(Box::new(python::HalfCheetahTask::make(true, limit(200))?)),
         #[cfg(feature = "python")]
         "HalfCheetahDir-v0" => Ok(Box::new(python::HalfCheetahTask::make(false, limit(200))?)),
+        #[cfg(feature = "python")]
+        other if other.starts_with(python::METAWORLD_PREFIX) => Ok(Box::new(
+            python::MetaWorldTask::make(&other[python::METAWORLD_PREFIX.len()..], max_steps)?,
+        )),
         other => make_hosted(other, max_steps),
     }
 }

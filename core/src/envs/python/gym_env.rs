@@ -42,12 +42,20 @@ impl GymEnv {
 
     /// The ALE action names (`get_action_meanings`), empty for envs without them.
     pub fn action_meanings(&self) -> Result<Vec<String>, EnvError> {
-        Python::attach(|py| {
-            self.env
-                .bind(py)
-                .call_method0("action_meanings")
+        self.with_host(|env| {
+            env.call_method0("action_meanings")
                 .and_then(|m| m.extract())
-                .map_err(|e| py_error(py, self.library, &self.id, e))
+        })
+    }
+
+    /// Runs `f` on host.py's object for this env (for a host class's own methods), with a
+    /// Python error as an [`EnvError`] naming the env.
+    pub(super) fn with_host<T>(
+        &self,
+        f: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>,
+    ) -> Result<T, EnvError> {
+        Python::attach(|py| {
+            f(self.env.bind(py)).map_err(|e| py_error(py, self.library, &self.id, e))
         })
     }
 

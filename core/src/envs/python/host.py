@@ -378,3 +378,104 @@ class EnvPoolSingle:
 
     def close(self):
         self.pool.close()
+
+
+# Meta-World ML1 (`MetaWorld/<name>` ids, e.g. `MetaWorld/reach-v3`): one Meta-World env whose
+# task (the goal and object positions, Meta-World's `rand_vec`) fleetrl sets by seed.
+#
+# metaworld 3.1.1 pins mujoco 3.3.0 and fails on the 4.0 that gymnasium's MuJoCo envs use
+# here, so scripts/setup.sh installs it with its own mujoco into a directory of its own
+# (`.venv/metaworld`), which goes first on sys.path in the processes that make these envs.
+
+
+def use_metaworld(path):
+    """Imports metaworld from `path` (setup.sh's directory), with the mujoco it pins."""
+    import importlib.util
+    import os
+    import sys
+
+    path = os.path.abspath(path)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    loaded = sys.modules.get("mujoco")
+    if loaded is not None and not getattr(loaded, "__file__", "").startswith(path):
+        raise ImportError(
+            f"this process already loaded mujoco {loaded.__version__}, which metaworld does not "
+            "run on: Meta-World envs cannot share a process with other MuJoCo envs"
+        )
+    if importlib.util.find_spec("metaworld") is None:
+        raise ImportError(
+            f"MetaWorld/ ids need the metaworld package in {path}: run scripts/setup.sh"
+        )
+    import metaworld
+
+    return metaworld
+
+
+class MetaWorldSingle(Single):
+    """One Meta-World ML1 env. Tasks are drawn as ML1 draws them (a `rand_vec` uniform in the
+    env's random reset space, the goal hidden from the observation), from a generator seeded
+    by fleetrl's task draw, so each task id has its own goal in every process."""
+
+    def __init__(self, env_name, kwargs):
+        metaworld = use_metaworld(kwargs.pop("metaworld_path"))
+        from metaworld import env_dict
+
+        classes = env_dict.ALL_V3_ENVIRONMENTS
+        if env_name not in classes:
+            raise ValueError(
+                f"`MetaWorld/{env_name}` is not a Meta-World v3 env; known: "
+                + ", ".join(sorted(classes))
+            )
+        max_steps = kwargs.pop("max_episode_steps", None)
+        if kwargs:
+            raise ValueError(f"MetaWorld/ envs take no [env] kwargs, got {sorted(kwargs)}")
+        self.metaworld = metaworld
+        self.name = env_name
+        self.cls = classes[env_name]
+        self.task_kwargs = dict(env_dict.ML1_ARGS_KWARGS[env_name]["kwargs"])
+        self.task_kwargs.pop("task_id", None)
+        env = self.cls()
+        if max_steps:
+            env.max_path_length = int(max_steps)
+        self.env = env
+        self.set_task(0)
+        self.obs_space = describe(env.observation_space, "observation")
+        self.act_space = describe(env.action_space, "action")
+        self.act_dtype = env.action_space.dtype
+        self.start = 0
+        self.lives = None
+
+    def task_of(self, draw):
+        """ML1's task for fleetrl's task draw `draw`: a `rand_vec` drawn as ML1 draws its tasks'
+        (by resets with the vector unfrozen, which redraw until goal and object are apart),
+        from a generator seeded by `draw`."""
+        import pickle
+
+        env = self.env
+        env._freeze_rand_vec = False
+        env._set_task_called = True
+        env.seeded_rand_vec = True
+        try:
+            env.seed(int(draw) % 2**32)  # Meta-World's reset ignores its seed argument
+            env.reset()
+            rand_vec = np.array(env._last_rand_vec, copy=True)
+        finally:
+            env.seeded_rand_vec = False
+        data = dict(self.task_kwargs)
+        data.update(rand_vec=rand_vec, env_cls=self.cls, partially_observable=True)
+        return self.metaworld.Task(env_name=self.name, data=pickle.dumps(data))
+
+    def set_task(self, draw):
+        self.env.set_task(self.task_of(draw))
+
+    def reset(self, seed):
+        if seed is not None:
+            self.env.seed(int(seed) % 2**32)  # Meta-World's reset ignores its seed argument
+        return Single.reset(self, None)
+
+    def goal(self):
+        return [float(x) for x in self.env._target_pos]
+
+    def task_vector(self):
+        return [float(x) for x in self.env._last_rand_vec]

@@ -15,6 +15,7 @@
 mod gym_env;
 mod gym_vec;
 mod half_cheetah_tasks;
+mod metaworld;
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ use pyo3::types::{PyDict, PyList, PyModule, PyTuple};
 pub use gym_env::GymEnv;
 pub use gym_vec::GymVecEnv;
 pub use half_cheetah_tasks::{Goal, HalfCheetahTask};
+pub use metaworld::{MetaWorldTask, METAWORLD_PREFIX};
 
 use super::{EnvError, Space};
 
@@ -43,6 +45,8 @@ pub enum Host {
     Gymnasium,
     /// An EnvPool of one env or of a whole batch, with same-step auto-reset: `envpool:` ids.
     EnvPool,
+    /// One Meta-World env with fleetrl's tasks (`MetaWorld/` ids), never batched.
+    MetaWorld,
 }
 
 impl Host {
@@ -51,6 +55,7 @@ impl Host {
         match self {
             Host::Gymnasium => ("Single", "vector"),
             Host::EnvPool => ("EnvPoolSingle", "EnvPoolVector"),
+            Host::MetaWorld => ("MetaWorldSingle", ""),
         }
     }
 
@@ -58,6 +63,7 @@ impl Host {
         match self {
             Host::Gymnasium => "gymnasium",
             Host::EnvPool => "EnvPool",
+            Host::MetaWorld => "Meta-World",
         }
     }
 }
@@ -216,6 +222,11 @@ fn make_host_env(
             }
             // EnvPool steps its envs on its own threads: there is no mode to pick.
             (Some((n, _)), Host::EnvPool) => host.getattr(batch)?.call1((id, n, kwargs))?,
+            (Some(_), Host::MetaWorld) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "Meta-World envs are hosted one per row (each has its own task)",
+                ))
+            }
         };
         let obs = parse_space(&env.getattr("obs_space")?)?;
         let act = parse_space(&env.getattr("act_space")?)?;
