@@ -6,8 +6,10 @@
 #   bash bench/seeds.sh
 #   SEEDS="100 101 102" PRESETS="cartpole-ppo cartpole-dqn" bash bench/seeds.sh
 # The default presets are the ones this 2-core machine trains in minutes: the CartPole family,
-# Acrobot, MountainCar, PointMass and the Pendulum trio (not Hopper, Pong or the demo-based
-# ones: BC needs an expert, PPO+D a demonstration; see their own benches).
+# Acrobot, MountainCar, PointMass, the Pendulum trio and the recurrent presets (PPO-LSTM on
+# CartPoleNoVel and PendulumNoVel, R2D2; about 16 minutes of the whole run) (not Hopper, Pong,
+# MinAtar, the meta-RL presets or the demo-based ones: BC needs an expert, PPO+D a
+# demonstration; see their own benches).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
