@@ -146,6 +146,8 @@ fn py_error(py: Python<'_>, library: Host, id: &str, err: PyErr) -> EnvError {
         .map(|n| n.to_string())
         .unwrap_or_default();
     let hint = match kind.as_str() {
+        // host.py's Meta-World errors name the env and the fix themselves.
+        _ if library == Host::MetaWorld => format!("Meta-World env `{id}`"),
         "NameNotFound" | "NamespaceNotFound" | "VersionNotFound" | "DeprecatedEnv" => {
             format!("`{id}` is not a registered gymnasium env id")
         }
