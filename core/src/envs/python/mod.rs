@@ -6,6 +6,8 @@
 //! env (entered once per step, for Rust wrappers such as Atari preprocessing); [`GymVecEnv`]
 //! hosts a batch of envs with same-step auto-reset, entered once per batch: stepped in one
 //! loop in host.py (`vectorization = "sync"`), or an `AsyncVectorEnv` (`"async"`).
+//! `envpool:` ids are hosted the same ways by EnvPool, and `MetaWorld/` ids (Meta-World ML1
+//! task families, [`MetaWorldTask`]) one env per row, from metaworld's own directory.
 //!
 //! The interpreter starts only when the first gymnasium env is made, so binaries that run
 //! native envs never touch Python. At that point the project's virtualenv is found without
