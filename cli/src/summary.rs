@@ -17,6 +17,10 @@ pub(crate) struct Evaluation {
     /// Meta-RL: mean return over the test tasks before adaptation, then after each step.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) adaptation_returns: Vec<f64>,
+    /// The share of evaluated (meta-RL: adapted) episodes that solved their task, for envs
+    /// with a success flag (Meta-World).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) success_rate: Option<f64>,
     pub(crate) wall_seconds: f64,
     pub(crate) checkpoint: String,
 }
@@ -34,6 +38,9 @@ pub(crate) struct Summary {
     /// step (`final_eval_return` is the adapted one, what the stop target applies to).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) final_adaptation_returns: Vec<f64>,
+    /// The last evaluation's success rate, for envs with a success flag (Meta-World).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) final_success_rate: Option<f64>,
     pub(crate) eval_episodes: u32,
     pub(crate) solved: bool,
     pub(crate) checkpoint: String,
@@ -71,6 +78,7 @@ impl Summary {
             env_steps_per_second: steps as f64 / status.seconds_since_start.max(1e-9),
             final_eval_return: last.mean_return,
             final_adaptation_returns: last.adaptation_returns.clone(),
+            final_success_rate: last.success_rate,
             eval_episodes: config.eval.episodes,
             solved: config
                 .stop

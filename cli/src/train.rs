@@ -334,8 +334,12 @@ async fn run_loop(
                     eval.mean_return, config.eval.episodes
                 ),
             };
+            let success = eval
+                .success_rate
+                .map(|s| format!(", success {:.0}%", 100.0 * s))
+                .unwrap_or_default();
             progress.println(&format!(
-                "eval at {} steps: {what} (version {})",
+                "eval at {} steps: {what}{success} (version {})",
                 eval.env_steps, eval.policy_version
             ));
             let solved = target.is_some_and(|t| eval.mean_return >= t);
@@ -374,6 +378,7 @@ async fn evaluate_now(
         mean_return: result.mean(),
         std_return: result.std(),
         adaptation_returns: result.adaptation,
+        success_rate: result.success_rate,
         wall_seconds: started.elapsed().as_secs_f64(),
         checkpoint: saved.path,
     })

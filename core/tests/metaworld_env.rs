@@ -6,13 +6,16 @@
 //! Checked: the env keeps the [`Env`] contract; a task id fixes the goal in every process, and
 //! different ids give different goals in ML1's goal range; and a twin made by metaworld's own
 //! code in a separate Python process, given the same task vector encoded as ML1 encodes its
-//! tasks (the goal hidden), gives the same observations and rewards for the same actions.
+//! tasks (the goal hidden), gives the same observations and rewards for the same actions; and
+//! Meta-World's success flag reaches the episode records: a hand steered to the goal
+//! succeeds, one that stays put does not.
 #![cfg(feature = "python")]
 
 use std::process::Command;
 
+use fleetrl_core::config::EnvConfig;
 use fleetrl_core::envs::python::MetaWorldTask;
-use fleetrl_core::envs::{check_env_contract, make, Env};
+use fleetrl_core::envs::{check_env_contract, make, make_vec, Env};
 use fleetrl_core::tasks::{TaskSet, TasksConfig};
 use fleetrl_proto::space::{Action, Space};
 
@@ -139,4 +142,40 @@ print(json.dumps(out))
             "step {t}: reward {r} vs {theirs}"
         );
     }
+}
+
+/// Two reach-v3 episodes of 100 steps side by side in a `VecEnv`: row 0's hand is steered to
+/// the goal (the hand is the observation's first three entries; the goal comes from the env),
+/// row 1's stays where it starts. Only row 0's episode is a success.
+#[test]
+fn success_flags_reach_the_episode_records() {
+    let config = EnvConfig {
+        id: "MetaWorld/reach-v3".into(),
+        max_episode_steps: 100,
+        ..EnvConfig::default()
+    };
+    let mut probe = MetaWorldTask::make("reach-v3", 100).unwrap();
+    let task = TaskSet::new(&TasksConfig::default(), 3).get(7).unwrap();
+    probe.set_task(&task).unwrap();
+    probe.reset(Some(0));
+    let goal = probe.goal().unwrap();
+    assert_eq!(probe.success(), Some(false), "no success before a step");
+
+    let mut venv = make_vec(&config, 2).unwrap();
+    venv.set_task(&task, &config.id).unwrap();
+    let mut obs = venv.reset(0).to_vec();
+    let mut episodes = Vec::new();
+    for _ in 0..100 {
+        let hand = &obs[..3];
+        let mut actions: Vec<f32> = (0..3)
+            .map(|k| ((goal[k] - hand[k]) * 10.0).clamp(-1.0, 1.0))
+            .collect();
+        actions.push(0.0);
+        actions.extend([0.0; 4]);
+        obs = venv.step_continuous(&actions).unwrap().obs.clone();
+        episodes.extend(venv.drain_episodes());
+    }
+    // Both end at step 100, recorded in row order.
+    let success: Vec<Option<bool>> = episodes.iter().map(|e| e.success).collect();
+    assert_eq!(success, [Some(true), Some(false)], "{episodes:?}");
 }

@@ -183,8 +183,8 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
 }
 
 /// Meta-World ML1 (`MetaWorld/reach-v3`, the arm's goal hidden) through the same binaries:
-/// actors set Meta-World tasks, PEARL trains on them, the meta-test plays held-out goals, and
-/// `fleetrl eval` replays one. Wiring only: at 4,500 env steps nothing is learned yet (measured
+/// actors set Meta-World tasks, PEARL trains on them, the meta-test plays held-out goals and
+/// reports Meta-World's success rate, and `fleetrl eval` replays one. Wiring only: at 4,500 env steps nothing is learned yet (measured
 /// here: 10.5 s for the run, 13 s for the test, on 2 cores).
 #[test]
 fn pearl_trains_and_meta_tests_on_metaworld() {
@@ -222,13 +222,20 @@ fn pearl_trains_and_meta_tests_on_metaworld() {
         let r = r.as_f64().unwrap();
         assert!((0.0..=1500.0).contains(&r) && r > 0.0, "{last:#}");
     }
+    // Meta-World's success flag reaches the evaluation: a share of the 4 adapted episodes.
+    let rate = last["success_rate"].as_f64().expect("a success rate");
+    assert!(
+        (0.0..=1.0).contains(&rate) && (rate * 4.0).fract() == 0.0,
+        "{last:#}"
+    );
+    assert_eq!(summary["final_success_rate"], last["success_rate"]);
     let ckpt = newest_checkpoint(&out);
     let one = fleetrl_command(&["eval", "--checkpoint", &ckpt, "--task", "41"])
         .output()
         .expect("fleetrl runs");
     let stdout = String::from_utf8_lossy(&one.stdout);
     assert!(
-        one.status.success() && stdout.contains("->"),
+        one.status.success() && stdout.contains("->") && stdout.contains("success rate"),
         "{stdout}{}",
         String::from_utf8_lossy(&one.stderr)
     );

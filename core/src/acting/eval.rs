@@ -25,6 +25,20 @@ pub struct EvalResult {
     /// Meta-RL: the mean return over the test tasks before adaptation, then after each
     /// adaptation step; empty otherwise.
     pub adaptation: Vec<f64>,
+    /// The share of the evaluated episodes (meta-RL: of the adapted ones) that solved their
+    /// task, for envs with a success flag ([`Env::success`], Meta-World); `None` otherwise.
+    pub success_rate: Option<f64>,
+}
+
+/// The share of `flags` that are `Some(true)` among those that are not `None` (episodes of
+/// envs with a success flag); `None` when no episode has one.
+pub fn success_rate(flags: impl IntoIterator<Item = Option<bool>>) -> Option<f64> {
+    let (mut known, mut solved) = (0usize, 0usize);
+    for flag in flags.into_iter().flatten() {
+        known += 1;
+        solved += usize::from(flag);
+    }
+    (known > 0).then(|| solved as f64 / known as f64)
 }
 
 impl EvalResult {
@@ -87,6 +101,7 @@ pub fn evaluate_tasks(
     deterministic: bool,
 ) -> Result<EvalResult, EnvError> {
     let mut returns = Vec::with_capacity(tasks.len());
+    let mut rates = Vec::with_capacity(tasks.len());
     for (i, task) in tasks.iter().enumerate() {
         let envs: Vec<Box<dyn Env>> = (0..episodes.max(1))
             .map(|_| {
@@ -96,12 +111,16 @@ pub fn evaluate_tasks(
             })
             .collect::<Result<_, EnvError>>()?;
         let seed = seed.wrapping_add(1000 * i as u64);
-        returns.push(play(policy, envs, seed, deterministic, 0)?.mean());
+        let played = play(policy, envs, seed, deterministic, 0)?;
+        returns.push(played.mean());
+        rates.push(played.success_rate);
     }
     let mean = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
+    let known: Vec<f64> = rates.into_iter().flatten().collect();
     Ok(EvalResult {
         returns,
         adaptation: vec![mean],
+        success_rate: (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64),
     })
 }
 
@@ -121,6 +140,7 @@ fn play(
         obs.push(env.reset(Some(seed + i as u64)));
     }
     let mut returns = vec![0.0f64; episodes];
+    let mut succeeded: Vec<Option<bool>> = vec![None; episodes];
     let mut steps = 0u64;
     let mut running: Vec<usize> = (0..episodes).collect();
     // A recurrent policy's state per episode (episodes never restart here, so no resets).
@@ -160,6 +180,9 @@ fn play(
         for (&i, a) in running.iter().zip(&actions) {
             let step = envs[i].step(a)?;
             returns[i] += f64::from(envs[i].score_reward().unwrap_or(step.reward));
+            if let Some(now) = envs[i].success() {
+                succeeded[i] = Some(now || succeeded[i] == Some(true));
+            }
             obs[i] = step.obs;
             if cut {
                 continue;
@@ -177,6 +200,7 @@ fn play(
     Ok(EvalResult {
         returns,
         adaptation: Vec::new(),
+        success_rate: success_rate(succeeded),
     })
 }
 
@@ -247,6 +271,13 @@ mod tests {
     use super::*;
     use crate::config::ModelConfig;
     use crate::models::ActorCritic;
+
+    #[test]
+    fn success_rate_counts_only_episodes_with_a_flag() {
+        assert_eq!(success_rate([None, None]), None);
+        assert_eq!(success_rate([Some(true), None, Some(false)]), Some(0.5));
+        assert_eq!(success_rate([Some(true), Some(true)]), Some(1.0));
+    }
 
     fn untrained_cartpole_policy() -> ActorCritic {
         let env = envs::make("CartPole-v1").unwrap();

@@ -6,7 +6,7 @@
 
 use tch::Tensor;
 
-use super::eval::EvalResult;
+use super::eval::{success_rate, EvalResult};
 use super::{Acting, ActingError};
 use crate::algos::maml::{adapt, split_stages, Layout};
 use crate::config::{MamlConfig, RunConfig};
@@ -173,9 +173,12 @@ pub fn meta_evaluate(
     let mut acting = Acting::new(envs, seed);
     let mut sums = vec![0.0; maml.num_grad_updates as usize + 1];
     let mut returns = Vec::with_capacity(tasks.len());
+    let mut adapted_success = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         let seed = seed.wrapping_add(1000 * i as u64);
         let adaptation = adapt_on_task(&mut acting, model, task, config, maml, 0, seed)?;
+        // The last stage's episodes: the adapted policy's.
+        adapted_success.extend(acting.envs_mut().drain_episodes().iter().map(|e| e.success));
         for (sum, r) in sums.iter_mut().zip(&adaptation.stage_returns) {
             *sum += r;
         }
@@ -185,5 +188,6 @@ pub fn meta_evaluate(
     Ok(EvalResult {
         returns,
         adaptation: sums.into_iter().map(|s| s / n).collect(),
+        success_rate: success_rate(adapted_success),
     })
 }

@@ -8,7 +8,7 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use tch::Tensor;
 
-use super::eval::EvalResult;
+use super::eval::{success_rate, EvalResult};
 use super::{clipped, ActingError};
 use crate::config::{PearlConfig, RunConfig};
 use crate::envs::{make_vec, VecEnv};
@@ -247,6 +247,7 @@ pub fn pearl_evaluate(
     let episodes = pearl.n_exploration_eps as usize + 1;
     let mut sums = vec![0.0; episodes];
     let mut returns = Vec::with_capacity(tasks.len());
+    let mut adapted_success = Vec::with_capacity(tasks.len());
     for (i, task) in tasks.iter().enumerate() {
         acting.start(task, &config.env.id, seed.wrapping_add(1000 * i as u64))?;
         let mut context = Context::default();
@@ -264,11 +265,18 @@ pub fn pearl_evaluate(
                 returns.push(score);
             }
         }
-        acting.envs_mut().drain_episodes();
+        // The adapted episode is the last, when every episode ended (none was cut short).
+        let finished = acting.envs_mut().drain_episodes();
+        adapted_success.push(
+            (finished.len() == episodes)
+                .then(|| finished.last().and_then(|e| e.success))
+                .flatten(),
+        );
     }
     let n = tasks.len().max(1) as f64;
     Ok(EvalResult {
         returns,
         adaptation: sums.into_iter().map(|s| s / n).collect(),
+        success_rate: success_rate(adapted_success),
     })
 }

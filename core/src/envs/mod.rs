@@ -20,6 +20,10 @@ macro_rules! forward_game_info {
         fn byte_observations(&self) -> bool {
             self.$inner.byte_observations()
         }
+
+        fn success(&self) -> Option<bool> {
+            self.$inner.success()
+        }
     };
 }
 
@@ -205,6 +209,12 @@ pub trait Env: Send {
     fn byte_observations(&self) -> bool {
         false
     }
+    /// Whether the task counted as solved at the last step (Meta-World's `info["success"]`),
+    /// or `None` for an env without such a flag. An episode succeeds when any of its steps
+    /// does; evaluations report the share of episodes that did.
+    fn success(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A boxed env is an env, so wrappers stack on envs chosen at run time.
@@ -235,6 +245,9 @@ impl Env for Box<dyn Env> {
     }
     fn set_task(&mut self, task: &Task) -> Result<(), EnvError> {
         (**self).set_task(task)
+    }
+    fn success(&self) -> Option<bool> {
+        (**self).success()
     }
     fn byte_observations(&self) -> bool {
         (**self).byte_observations()

@@ -134,6 +134,10 @@ impl<E: Env> Env for PrevActionReward<E> {
     fn set_task(&mut self, task: &super::Task) -> Result<(), EnvError> {
         self.inner.set_task(task)
     }
+
+    fn success(&self) -> Option<bool> {
+        self.inner.success()
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,9 @@ pub struct Episode {
     pub return_: f64,
     /// Number of steps in the episode.
     pub length: u64,
+    /// Whether any of its steps solved the task ([`Env::success`](super::Env::success));
+    /// `None` for envs without a success flag.
+    pub success: Option<bool>,
 }
 
 /// The result of stepping every env once. Rows are env indices; all vectors have M entries
@@ -59,6 +62,8 @@ pub struct VecEnv {
     returns: Vec<f64>,
     /// Length of each env's running episode.
     lengths: Vec<u64>,
+    /// Whether each env's running episode has succeeded yet (`None`: no success flag).
+    succeeded: Vec<Option<bool>>,
     /// Finished episodes not yet drained.
     episodes: Vec<Episode>,
     /// Reused per-row actions of [`VecEnv::step_continuous`].
@@ -131,6 +136,7 @@ impl VecEnv {
             },
             returns: vec![0.0; m],
             lengths: vec![0; m],
+            succeeded: vec![None; m],
             episodes: Vec::new(),
             continuous: Vec::new(),
             byte_observations: false,
@@ -259,6 +265,7 @@ impl VecEnv {
         }
         self.returns.fill(0.0);
         self.lengths.fill(0);
+        self.succeeded.fill(None);
         self.held.fill(false);
         self.out.reward.fill(0.0);
         self.out.score.fill(0.0);
@@ -430,6 +437,7 @@ impl VecEnv {
         let step = env.step_into(action, row)?;
         let score = env.score_reward().unwrap_or(step.reward);
         let game_over = env.game_over();
+        let success = env.success();
         self.out.reward[i] = step.reward;
         self.out.score[i] = score;
         self.out.terminated[i] = step.terminated;
@@ -445,7 +453,7 @@ impl VecEnv {
                 row.copy_from_slice(&first);
             }
         }
-        self.record(i, score, game_over);
+        self.record(i, score, game_over, success);
         Ok(())
     }
 
@@ -460,13 +468,17 @@ impl VecEnv {
 
     /// Episode statistics of row `i` after a step that earned `score` (the unclipped reward);
     /// an episode is counted when it ends and the game is over (see [`Env::game_over`]).
-    fn record(&mut self, i: usize, score: f32, game_over: bool) {
+    fn record(&mut self, i: usize, score: f32, game_over: bool, success: Option<bool>) {
         self.returns[i] += f64::from(score);
         self.lengths[i] += 1;
+        if let Some(now) = success {
+            self.succeeded[i] = Some(now || self.succeeded[i] == Some(true));
+        }
         if (self.out.terminated[i] || self.out.truncated[i]) && game_over {
             self.episodes.push(Episode {
                 return_: self.returns[i],
                 length: self.lengths[i],
+                success: self.succeeded[i].take(),
             });
             self.returns[i] = 0.0;
             self.lengths[i] = 0;
@@ -478,7 +490,7 @@ impl VecEnv {
         let VecStep { reward, score, .. } = &mut self.out;
         score.clone_from(reward);
         for i in 0..self.num_envs {
-            self.record(i, self.out.score[i], true);
+            self.record(i, self.out.score[i], true, None);
         }
     }
 
@@ -575,7 +587,8 @@ mod tests {
             vec![
                 Episode {
                     return_: 5.0,
-                    length: 5
+                    length: 5,
+                    success: None,
                 };
                 2
             ]
@@ -608,7 +621,8 @@ mod tests {
             episodes,
             [Episode {
                 return_: length as f64,
-                length
+                length,
+                success: None,
             }]
         );
     }

@@ -447,6 +447,7 @@ class MetaWorldSingle(Single):
         self.act_dtype = env.action_space.dtype
         self.start = 0
         self.lives = None
+        self.success = False
 
     def task_of(self, draw):
         """ML1's task for fleetrl's task draw `draw`: a `rand_vec` drawn as ML1 draws its tasks'
@@ -471,9 +472,17 @@ class MetaWorldSingle(Single):
     def set_task(self, draw):
         self.env.set_task(self.task_of(draw))
 
+    def step_continuous(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(
+            np.asarray(action, dtype=self.act_dtype)
+        )
+        self.success = bool(info.get("success", 0.0))
+        return flat(obs), float(reward), bool(terminated), bool(truncated)
+
     def reset(self, seed):
         if seed is not None:
             self.env.seed(int(seed) % 2**32)  # Meta-World's reset ignores its seed argument
+        self.success = False
         return Single.reset(self, None)
 
     def goal(self):

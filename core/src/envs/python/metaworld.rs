@@ -91,6 +91,14 @@ impl Env for MetaWorldTask {
         self.env.step_into(action, obs)
     }
 
+    /// Meta-World's `info["success"]` of the last step (false before any step).
+    fn success(&self) -> Option<bool> {
+        // A getattr on the host object cannot fail once made; an error reads as no flag.
+        self.env
+            .with_host(|env| env.getattr("success").and_then(|s| s.extract()))
+            .ok()
+    }
+
     /// Takes effect at the next reset, as in Meta-World.
     fn set_task(&mut self, task: &Task) -> Result<(), EnvError> {
         self.env
