@@ -186,7 +186,7 @@ pub(crate) fn run(
     task: Option<u64>,
 ) -> anyhow::Result<()> {
     let (result, seed) = evaluate_checkpoint(path, episodes, seed, env_id, task)?;
-    if let Some(rate) = result.success_rate {
+    if let Some(rate) = result.success_rate() {
         println!("success rate {:.1}%", 100.0 * rate);
     }
     if result.adaptation.is_empty() {
@@ -219,7 +219,7 @@ pub(crate) fn run(
         "std_return": result.std(),
         "returns": result.returns,
         "adaptation_returns": result.adaptation,
-        "success_rate": result.success_rate,
+        "success_rate": result.success_rate(),
         "task": task,
     });
     // An evaluation on another env does not replace the run env's `eval.json`.

@@ -377,8 +377,8 @@ async fn evaluate_now(
         policy_version: saved.policy_version,
         mean_return: result.mean(),
         std_return: result.std(),
+        success_rate: result.success_rate(),
         adaptation_returns: result.adaptation,
-        success_rate: result.success_rate,
         wall_seconds: started.elapsed().as_secs_f64(),
         checkpoint: saved.path,
     })

@@ -7,8 +7,8 @@
 /// Adam's moment of a weight whose gradient went to zero (a dead ReLU unit: 41% of a 256x256
 /// DQN's weights after 3,000 updates of `core/examples/offpolicy_timing`) decays geometrically
 /// through the subnormal range, and every elementwise op on a subnormal takes a microcode
-/// assist: measured, Adam's `lerp_` on 67k moments took 211 us instead of 20. The values flushed are below 1.2e-38, far under
-/// anything that moves a weight.
+/// assist: measured, Adam's `lerp_` on 67k moments took 211 us instead of 20. The values
+/// flushed are below 1.2e-38, far under anything that moves a weight.
 pub fn flush_denormals() {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: only sets the FTZ (bit 15) and DAZ (bit 6) flags of this thread's MXCSR; no

@@ -25,23 +25,20 @@ pub struct EvalResult {
     /// Meta-RL: the mean return over the test tasks before adaptation, then after each
     /// adaptation step; empty otherwise.
     pub adaptation: Vec<f64>,
-    /// The share of the evaluated episodes (meta-RL: of the adapted ones) that solved their
-    /// task, for envs with a success flag ([`Env::success`], Meta-World); `None` otherwise.
-    pub success_rate: Option<f64>,
-}
-
-/// The share of `flags` that are `Some(true)` among those that are not `None` (episodes of
-/// envs with a success flag); `None` when no episode has one.
-pub fn success_rate(flags: impl IntoIterator<Item = Option<bool>>) -> Option<f64> {
-    let (mut known, mut solved) = (0usize, 0usize);
-    for flag in flags.into_iter().flatten() {
-        known += 1;
-        solved += usize::from(flag);
-    }
-    (known > 0).then(|| solved as f64 / known as f64)
+    /// Whether each evaluated episode (meta-RL: each adapted one) solved its task, for envs
+    /// with a success flag ([`Env::success`], Meta-World); `None` entries otherwise.
+    pub successes: Vec<Option<bool>>,
 }
 
 impl EvalResult {
+    /// The share of the episodes with a success flag that solved their task; `None` when no
+    /// episode has one.
+    pub fn success_rate(&self) -> Option<f64> {
+        let known: Vec<bool> = self.successes.iter().flatten().copied().collect();
+        let solved = known.iter().filter(|&&s| s).count();
+        (!known.is_empty()).then(|| solved as f64 / known.len() as f64)
+    }
+
     /// Mean return.
     pub fn mean(&self) -> f64 {
         self.returns.iter().sum::<f64>() / self.returns.len().max(1) as f64
@@ -101,7 +98,7 @@ pub fn evaluate_tasks(
     deterministic: bool,
 ) -> Result<EvalResult, EnvError> {
     let mut returns = Vec::with_capacity(tasks.len());
-    let mut rates = Vec::with_capacity(tasks.len());
+    let mut successes = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         let envs: Vec<Box<dyn Env>> = (0..episodes.max(1))
             .map(|_| {
@@ -113,14 +110,13 @@ pub fn evaluate_tasks(
         let seed = seed.wrapping_add(1000 * i as u64);
         let played = play(policy, envs, seed, deterministic, 0)?;
         returns.push(played.mean());
-        rates.push(played.success_rate);
+        successes.extend(played.successes);
     }
     let mean = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
-    let known: Vec<f64> = rates.into_iter().flatten().collect();
     Ok(EvalResult {
         returns,
         adaptation: vec![mean],
-        success_rate: (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64),
+        successes,
     })
 }
 
@@ -180,9 +176,7 @@ fn play(
         for (&i, a) in running.iter().zip(&actions) {
             let step = envs[i].step(a)?;
             returns[i] += f64::from(envs[i].score_reward().unwrap_or(step.reward));
-            if let Some(now) = envs[i].success() {
-                succeeded[i] = Some(now || succeeded[i] == Some(true));
-            }
+            envs::note_success(&mut succeeded[i], envs[i].success());
             obs[i] = step.obs;
             if cut {
                 continue;
@@ -200,7 +194,7 @@ fn play(
     Ok(EvalResult {
         returns,
         adaptation: Vec::new(),
-        success_rate: success_rate(succeeded),
+        successes: succeeded,
     })
 }
 
@@ -274,9 +268,17 @@ mod tests {
 
     #[test]
     fn success_rate_counts_only_episodes_with_a_flag() {
-        assert_eq!(success_rate([None, None]), None);
-        assert_eq!(success_rate([Some(true), None, Some(false)]), Some(0.5));
-        assert_eq!(success_rate([Some(true), Some(true)]), Some(1.0));
+        let rate = |successes: Vec<Option<bool>>| {
+            EvalResult {
+                returns: Vec::new(),
+                adaptation: Vec::new(),
+                successes,
+            }
+            .success_rate()
+        };
+        assert_eq!(rate(vec![None, None]), None);
+        assert_eq!(rate(vec![Some(true), None, Some(false)]), Some(0.5));
+        assert_eq!(rate(vec![Some(true), Some(true)]), Some(1.0));
     }
 
     fn untrained_cartpole_policy() -> ActorCritic {

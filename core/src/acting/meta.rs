@@ -6,7 +6,7 @@
 
 use tch::Tensor;
 
-use super::eval::{success_rate, EvalResult};
+use super::eval::EvalResult;
 use super::{Acting, ActingError};
 use crate::algos::maml::{adapt, split_stages, Layout};
 use crate::config::{MamlConfig, RunConfig};
@@ -188,6 +188,6 @@ pub fn meta_evaluate(
     Ok(EvalResult {
         returns,
         adaptation: sums.into_iter().map(|s| s / n).collect(),
-        success_rate: success_rate(adapted_success),
+        successes: adapted_success,
     })
 }

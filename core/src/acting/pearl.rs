@@ -8,7 +8,7 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use tch::Tensor;
 
-use super::eval::{success_rate, EvalResult};
+use super::eval::EvalResult;
 use super::{clipped, ActingError};
 use crate::config::{PearlConfig, RunConfig};
 use crate::envs::{make_vec, VecEnv};
@@ -277,6 +277,6 @@ pub fn pearl_evaluate(
     Ok(EvalResult {
         returns,
         adaptation: sums.into_iter().map(|s| s / n).collect(),
-        success_rate: success_rate(adapted_success),
+        successes: adapted_success,
     })
 }

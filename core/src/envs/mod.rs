@@ -73,7 +73,7 @@ pub use prev_action_reward::PrevActionReward;
 pub use reward_transform::RewardTransform;
 pub use sparse_mountain_car::{mountain_car_controller, SparseMountainCar};
 pub use time_limit::TimeLimit;
-pub use vec_env::{Episode, VecEnv, VecStep};
+pub use vec_env::{note_success, Episode, VecEnv, VecStep};
 
 /// Why an environment could not be made or stepped.
 #[derive(Debug, thiserror::Error)]

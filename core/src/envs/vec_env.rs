@@ -20,6 +20,14 @@ pub struct Episode {
     pub success: Option<bool>,
 }
 
+/// Folds one step's [`Env::success`](super::Env::success) into an episode's `so_far`: the
+/// episode succeeds when any step does; it stays `None` while no step reports a flag.
+pub fn note_success(so_far: &mut Option<bool>, now: Option<bool>) {
+    if let Some(now) = now {
+        *so_far = Some(now || *so_far == Some(true));
+    }
+}
+
 /// The result of stepping every env once. Rows are env indices; all vectors have M entries
 /// except `obs`, which is flat `[M * D]` row-major.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -471,9 +479,7 @@ impl VecEnv {
     fn record(&mut self, i: usize, score: f32, game_over: bool, success: Option<bool>) {
         self.returns[i] += f64::from(score);
         self.lengths[i] += 1;
-        if let Some(now) = success {
-            self.succeeded[i] = Some(now || self.succeeded[i] == Some(true));
-        }
+        note_success(&mut self.succeeded[i], success);
         if (self.out.terminated[i] || self.out.truncated[i]) && game_over {
             self.episodes.push(Episode {
                 return_: self.returns[i],
