@@ -28,7 +28,7 @@ pub(crate) fn evaluate_checkpoint(
     task: Option<u64>,
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, config) = load_policy(path)?;
-    let task_agnostic = spec(&config.algo)
+    let task_agnostic = spec(&config)
         .task_agnostic
         .filter(|_| config.tasks.multi_task);
     let meta_evaluated = config.algo.as_maml().filter(|m| m.meta_evaluator);

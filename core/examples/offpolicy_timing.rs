@@ -87,7 +87,7 @@ fn main() -> anyhow::Result<()> {
     let (obs, action) = (env.observation_space(), env.action_space());
     let cpu = tch::Device::Cpu;
     let mut algo = build(&config, &obs, &action, &[cpu]).expect("model");
-    let b = spec(&config.algo).replay.expect("off-policy").batch_size as usize;
+    let b = spec(&config).replay.expect("off-policy").batch_size as usize;
     let sample = stacked(&obs, &action, b);
     let batch = Batch::Transitions(TransitionBatch::from_stacked(&sample, cpu).expect("batch"));
 

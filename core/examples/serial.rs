@@ -20,7 +20,7 @@ fn main() {
         .expect("usage: serial <preset> [key=value]...");
     let config = RunConfig::load(preset, overrides).expect("the preset loads");
     assert!(
-        algos::registry::spec(&config.algo).plain_rollouts,
+        algos::registry::spec(&config).plain_rollouts,
         "the serial example runs plain on-policy presets; train {} with `fleetrl train`",
         config.algo.name()
     );

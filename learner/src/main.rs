@@ -112,7 +112,7 @@ async fn run() -> anyhow::Result<()> {
     if config.ppod.enabled && config.learner.tensorboard {
         demo_stats.spawn_poller(shards[0].clone(), Duration::from_secs(2));
     }
-    let prioritized = fleetrl_core::algos::registry::spec(&config.algo)
+    let prioritized = fleetrl_core::algos::registry::spec(&config)
         .replay
         .is_some_and(|r| r.prioritized);
     let (priorities_tx, priorities_rx) = mpsc::unbounded_channel();
@@ -122,7 +122,7 @@ async fn run() -> anyhow::Result<()> {
         priorities_rx,
     ));
     let mut helpers = vec![priorities];
-    if fleetrl_core::algos::registry::spec(&config.algo)
+    if fleetrl_core::algos::registry::spec(&config)
         .replay
         .is_some()
     {

@@ -107,7 +107,7 @@ pub(crate) fn build_algorithm(
 /// networks and replay would not match the loaded weights.
 fn init_weights(algo: &mut dyn Algorithm, config: &RunConfig) -> anyhow::Result<()> {
     let path = Path::new(&config.learner.init_from);
-    if registry::spec(&config.algo).family != registry::Family::OnPolicy {
+    if registry::spec(config).family != registry::Family::OnPolicy {
         bail!(
             "learner.init_from: starting from a checkpoint's weights is supported for on-policy \
              algorithms only, not {} (resume the run instead)",
@@ -149,7 +149,7 @@ pub(crate) struct Table {
 /// there are some: the one place the learner says which tables it needs.
 pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> anyhow::Result<Table> {
     let patience = Duration::from_secs(120);
-    let spec = registry::spec(&config.algo);
+    let spec = registry::spec(config);
     let Some(replay) = spec.replay else {
         let table = rollout::table_spec(config).context("building the rollout table")?;
         replay_client::ensure_table(shards, &table, patience)

@@ -198,7 +198,7 @@ impl Trainer {
     }
 
     fn on_policy(&self) -> bool {
-        registry::spec(&self.config.algo).family == Family::OnPolicy
+        registry::spec(&self.config).family == Family::OnPolicy
     }
 
     /// Keeps `rollout` unless it lags the current policy by more than `max_policy_lag`
@@ -336,7 +336,7 @@ impl Trainer {
     /// Off-policy: a sampled batch of transitions or sequences, with prioritized replay's
     /// importance weights. True when an update ran.
     fn train_sampled(&mut self, sample: ShardBatch) -> bool {
-        let spec = registry::spec(&self.config.algo);
+        let spec = registry::spec(&self.config);
         let Some(replay) = spec.replay.map(std::borrow::Cow::into_owned) else {
             tracing::error!("an off-policy algorithm without replay options");
             return false;
@@ -405,7 +405,7 @@ impl Trainer {
             });
         }
         let updates = self.algo.trained().updates();
-        let publish = updates.is_multiple_of(registry::spec(&self.config.algo).publish_interval);
+        let publish = updates.is_multiple_of(registry::spec(&self.config).publish_interval);
         let version = {
             let mut stats = self.stats();
             stats.updates = updates;

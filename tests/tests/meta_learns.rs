@@ -195,7 +195,7 @@ fn pearl_trains_and_meta_tests_on_metaworld() {
         &[
             "env.id=MetaWorld/reach-v3",
             "env.max_episode_steps=150",
-            "algo.num_initial_steps=1500",
+            "algo.num_initial_steps=30",
             "algo.num_steps_prior=150",
             "algo.num_extra_rl_steps_posterior=150",
             "tasks.num_test=4",

@@ -75,8 +75,8 @@ pub struct Spec<'a> {
     pub task_agnostic: Option<TaskAgnostic>,
 }
 
-/// The registry entry of `algo`.
-pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
+/// The registry entry of `config`'s algorithm.
+pub fn spec(config: &RunConfig) -> Spec<'_> {
     let on_policy = Spec {
         family: Family::OnPolicy,
         replay: None,
@@ -99,7 +99,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         plain_rollouts: false,
         task_agnostic: Some(TaskAgnostic::AsPearl),
     };
-    match algo {
+    match &config.algo {
         AlgoConfig::Ppo(_) | AlgoConfig::A2c(_) => Spec {
             recurrence: Some(Recurrence::Rollouts),
             masks_padding: true,
@@ -139,7 +139,7 @@ pub fn spec(algo: &AlgoConfig) -> Spec<'_> {
         },
         AlgoConfig::Pearl(c) => Spec {
             family: Family::OffPolicy,
-            replay: Some(Cow::Owned(c.replay())),
+            replay: Some(Cow::Owned(c.replay(&config.tasks))),
             publish_interval: 1,
             shape: None,
             demo_dir: None,
@@ -160,7 +160,7 @@ pub fn build_model(
     action_space: &Space,
     device: Device,
 ) -> Result<OffPolicyModel, ModelError> {
-    let (kind, critics) = match (spec(&config.algo).shape, action_space, &config.algo) {
+    let (kind, critics) = match (spec(config).shape, action_space, &config.algo) {
         (Some(shape), _, _) => shape,
         (None, Space::Box { .. }, AlgoConfig::Bc(c)) if c.policy == BcPolicy::Gaussian => {
             (PolicyKind::SquashedGaussian, 1)

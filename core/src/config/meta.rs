@@ -214,7 +214,9 @@ pub struct PearlConfig {
     pub meta_batch_size: u32,
     /// Gradient updates per `num_tasks_sample` rounds collected (garage: per epoch).
     pub num_steps_per_epoch: u32,
-    /// Env steps collected before the first update.
+    /// Env steps collected per training task before the first update (garage's meaning):
+    /// the table waits for `num_initial_steps x tasks.num_train` env steps of rounds. Actors
+    /// draw a task per round, so each task gets that many on average.
     pub num_initial_steps: u64,
     /// Rounds collected per `num_steps_per_epoch` updates (garage: tasks sampled per epoch).
     pub num_tasks_sample: u32,
@@ -294,10 +296,18 @@ impl PearlConfig {
         u64::from(self.num_steps_prior) + u64::from(self.num_steps_posterior)
     }
 
-    /// The replay table of rounds: an item is a round, so every count is in rounds. Updates
-    /// per round are `num_steps_per_epoch / num_tasks_sample`, each sampling
-    /// `meta_batch_size` rounds.
-    pub fn replay(&self) -> super::ReplayOptions {
+    /// Env steps collected before the first update: `num_initial_steps` for each of the
+    /// run's training tasks.
+    pub fn initial_env_steps(&self, tasks: &crate::tasks::TasksConfig) -> u64 {
+        self.num_initial_steps
+            .saturating_mul(u64::from(tasks.num_train))
+    }
+
+    /// The replay table of rounds for a run with `tasks`: an item is a round, so every count
+    /// is in rounds. Updates per round are `num_steps_per_epoch / num_tasks_sample`, each
+    /// sampling `meta_batch_size` rounds; sampling starts once the rounds hold
+    /// [`Self::initial_env_steps`].
+    pub fn replay(&self, tasks: &crate::tasks::TasksConfig) -> super::ReplayOptions {
         let round = self.round_steps().max(1);
         let updates_per_round =
             f64::from(self.num_steps_per_epoch) / f64::from(self.num_tasks_sample.max(1));
@@ -305,7 +315,7 @@ impl PearlConfig {
             capacity: self.replay_buffer_size.div_ceil(round).max(1),
             batch_size: self.meta_batch_size,
             samples_per_insert: updates_per_round * f64::from(self.meta_batch_size),
-            min_size: self.num_initial_steps.div_ceil(round).max(1),
+            min_size: self.initial_env_steps(tasks).div_ceil(round).max(1),
             // Actors may run two rounds' updates ahead of the learner (and it two batches
             // ahead of them): slack enough for their bursts, never a backlog of stale rounds.
             error_buffer: (2.0 * updates_per_round * f64::from(self.meta_batch_size))

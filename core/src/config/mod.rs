@@ -811,7 +811,7 @@ impl RunConfig {
             "model.shared_trunk",
             "needs at least one hidden layer",
         )?;
-        let registered = crate::algos::registry::spec(&self.algo);
+        let registered = crate::algos::registry::spec(self);
         check(
             self.actors.mid_batch_reset || registered.masks_padding,
             "actors.mid_batch_reset",
@@ -872,7 +872,18 @@ impl RunConfig {
         if let (true, AlgoConfig::Dqn(dqn)) = (self.model.lstm_size > 0, &self.algo) {
             dqn.replay.validate_sequences()?;
         }
-        if let (Some(replay), None, 0) =
+        if let Some(pearl) = self.algo.as_pearl() {
+            // PEARL's table counts rounds; its first update waits for the initial env steps.
+            let initial = pearl.initial_env_steps(&self.tasks);
+            check(
+                self.stop.total_env_steps > initial,
+                "stop.total_env_steps",
+                &format!(
+                    "must exceed algo.num_initial_steps x tasks.num_train ({initial} env \
+                     steps): the learner samples nothing until the rounds hold that many"
+                ),
+            )?;
+        } else if let (Some(replay), None, 0) =
             (registered.replay, registered.demo_dir, self.model.lstm_size)
         {
             // One transition per env step (a table the learner fills from demos is exempt): a
@@ -1123,11 +1134,13 @@ mod tests {
             RunConfig::from_toml(&text, "t")
         };
         let pearl = load("").unwrap();
-        let replay = pearl.algo.as_pearl().unwrap().replay();
-        // Defaults: rounds of 200 steps, 1M steps held, 1000 updates per 100 rounds of 64 tasks.
+        let replay = pearl.algo.as_pearl().unwrap().replay(&pearl.tasks);
+        // Defaults: rounds of 200 steps, 1M steps held, 1000 updates per 100 rounds of 64 tasks,
+        // 100 initial steps for each of 100 training tasks (50 rounds).
         assert_eq!(replay.capacity, 5000);
         assert_eq!(replay.batch_size, 64);
         assert_eq!(replay.samples_per_insert, 640.0);
+        assert_eq!(replay.min_size, 50);
         let refused = |extra: &str, key: &str| {
             let err = load(extra).unwrap_err().to_string();
             assert!(err.contains(key), "{extra}: {err}");
@@ -1141,6 +1154,11 @@ mod tests {
             "algo.num_steps_prior",
         );
         refused("meta_batch_size = 0", "algo.meta_batch_size");
+        // The initial collection is per training task: 2,000 x 100 tasks outlasts the budget.
+        refused(
+            "num_initial_steps = 2000\n[stop]\ntotal_env_steps = 100000",
+            "algo.num_initial_steps x tasks.num_train (200000 env steps)",
+        );
         let text = "[env]\nid = \"PointGoal-v0\"\n[algo]\nname = \"pearl\"\n\
                     [actors]\nenvs_per_actor = 4\n";
         let err = RunConfig::from_toml(text, "t").unwrap_err().to_string();

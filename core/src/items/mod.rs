@@ -83,7 +83,7 @@ mod tests {
             let text =
                 format!("[env]\nid = \"MinAtar/Breakout-v1\"\n{extra}[algo]\nname = \"dqn\"\n");
             let config = RunConfig::from_toml(&text, "t").unwrap();
-            let replay = crate::algos::registry::spec(&config.algo).replay.unwrap();
+            let replay = crate::algos::registry::spec(&config).replay.unwrap();
             let table = transition::table_spec(&config, &replay).unwrap();
             let want = match extra.is_empty() {
                 true => u8s(&["obs", "next_obs"]),

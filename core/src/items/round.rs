@@ -65,7 +65,7 @@ pub fn signature(obs_space: &Space, action_space: &Space, steps: u64) -> Signatu
 /// samples-per-insert rate limiter in rounds ([`PearlConfig::replay`]).
 pub fn table_spec(config: &RunConfig, pearl: &PearlConfig) -> Result<TableSpec, EnvError> {
     let env = envs::make_configured(&config.env)?;
-    let replay = pearl.replay();
+    let replay = pearl.replay(&config.tasks);
     Ok(TableSpec {
         name: config.replay.table.clone(),
         max_size: replay.capacity,

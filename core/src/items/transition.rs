@@ -276,7 +276,7 @@ mod tests {
         let text = "[env]\nid = \"Pendulum-v1\"\nframe_stack = 3\nprev_action_reward = true\n\
                     [algo]\nname = \"sac\"\n";
         let config = RunConfig::from_toml(text, "t").unwrap();
-        let replay = crate::algos::registry::spec(&config.algo)
+        let replay = crate::algos::registry::spec(&config)
             .replay
             .expect("sac replays");
         let table = table_spec(&config, &replay).unwrap();
