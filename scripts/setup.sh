@@ -59,18 +59,18 @@ fi
 # Meta-World (`MetaWorld/` ids): metaworld 3.1.1 pins mujoco 3.3.0 and fails on the mujoco 4.0
 # that gymnasium's MuJoCo envs use above, so it goes with its own mujoco (and scipy, which it
 # imports) into a directory of its own that only Meta-World processes put on sys.path: the
-# rest of the venv keeps mujoco 4.0. Wheels only; the pins are what metaworld 3.1.1 resolves to.
+# rest of the venv keeps mujoco 4.0. Wheels only; the pins are in metaworld-requirements.txt.
 metaworld_dir="$venv/metaworld"
-METAWORLD_VERSION="3.1.1"
-if [ ! -f "$metaworld_dir/.fleetrl-$METAWORLD_VERSION" ]; then
-  log "installing metaworld==$METAWORLD_VERSION with mujoco 3.3.0 into $metaworld_dir"
+metaworld_pins="$root/scripts/metaworld-requirements.txt"
+metaworld_stamp="$metaworld_dir/.fleetrl-$(sha256sum "$metaworld_pins" | cut -c1-12)"
+if [ ! -f "$metaworld_stamp" ]; then
+  log "installing metaworld (scripts/metaworld-requirements.txt) into $metaworld_dir"
   rm -rf "$metaworld_dir"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-    --only-binary=:all: --target "$metaworld_dir" "metaworld==$METAWORLD_VERSION" \
-    "mujoco==3.3.0" "scipy==1.17.1" "etils[epath]==1.15.0" "zipp==4.1.2"
-  touch "$metaworld_dir/.fleetrl-$METAWORLD_VERSION"
+    --only-binary=:all: --target "$metaworld_dir" -r "$metaworld_pins"
+  touch "$metaworld_stamp"
 else
-  log "metaworld $METAWORLD_VERSION already installed in $metaworld_dir"
+  log "metaworld already installed in $metaworld_dir"
 fi
 # The embedded Python (fleetrl-core's `python` feature) links libpython: the binaries' rpath
 # resolves it through .venv/libpython, a link to the venv's base Python library directory.

@@ -79,9 +79,10 @@ mkdir -p "$context"
 for f in libtorch.tar app.tar data.tar; do ln -f "$work/$f" "$context/$f"; done
 if [[ $python == 1 ]]; then ln -f "$work/base-python.tar" "$context/base.tar"; else ln -f "$work/base.tar" "$context/base.tar"; fi
 cp "$here/Dockerfile.local" "$context/Dockerfile"
-extra_path=""
-[[ $python == 0 ]] || extra_path=":/opt/fleetrl/python/bin:/usr/local/bin:/usr/bin:/bin"
+extra_path="" venv=""
+[[ $python == 0 ]] || { extra_path=":/opt/fleetrl/python/bin:/usr/local/bin:/usr/bin:/bin"; venv=/opt/fleetrl/python; }
 echo "[build-local] docker build -t $tag"
-DOCKER_BUILDKIT=0 docker build --quiet --build-arg "EXTRA_PATH=$extra_path" -t "$tag" "$context" >/dev/null
+DOCKER_BUILDKIT=0 docker build --quiet --build-arg "EXTRA_PATH=$extra_path" \
+  --build-arg "FLEETRL_VENV=$venv" -t "$tag" "$context" >/dev/null
 size=$(docker image inspect "$tag" --format '{{.Size}}')
 echo "[build-local] built $tag: $((size / 1000000)) MB"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The base layer of `build-local.sh --python`: a minimal Debian bookworm root filesystem
 # (debootstrap from the Debian mirror) with python3 and a virtualenv /opt/fleetrl/python
-# holding gymnasium (with MuJoCo) and ale-py, plus the image's user. Written as a reproducible
+# holding gymnasium (with MuJoCo) and ale-py, Meta-World in /opt/fleetrl/python/metaworld
+# (with the mujoco it pins), plus the image's user. Written as a reproducible
 # tarball; the root filesystem is cached in ROOTFS and reused while it is complete.
 #
 # usage: debian-python.sh ROOTFS OUT.tar
@@ -26,6 +27,14 @@ if [[ ! -f "$rootfs/.complete" ]]; then
   python3 -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
     --python-version "$chroot_py" --target "$site" "${packages[@]}"
   chroot "$rootfs" /opt/fleetrl/python/bin/python -c 'import gymnasium, mujoco, ale_py'
+  # Meta-World with the mujoco it pins, in the directory of its own that MetaWorld/ ids put
+  # first on sys.path (FLEETRL_VENV/metaworld; see scripts/metaworld-requirements.txt).
+  python3 -m pip install --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+    --python-version "$chroot_py" --target "$rootfs/opt/fleetrl/python/metaworld" \
+    -r "$(dirname "${BASH_SOURCE[0]}")/../../scripts/metaworld-requirements.txt"
+  chroot "$rootfs" /opt/fleetrl/python/bin/python -c \
+    'import sys; sys.path.insert(0, "/opt/fleetrl/python/metaworld"); import metaworld, mujoco
+assert mujoco.__version__ == "3.3.0", mujoco.__version__'
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* \
     "$rootfs"/usr/share/doc "$rootfs"/usr/share/man "$rootfs"/usr/share/locale
   grep -q '^fleetrl:' "$rootfs/etc/passwd" || {

@@ -97,6 +97,7 @@ impl Env for PointGoal {
     /// Every episode starts at the origin; the seed does not matter.
     fn reset(&mut self, _seed: Option<u64>) -> Vec<f32> {
         self.position = [0.0; 2];
+        self.score = 0.0;
         self.position.to_vec()
     }
 
@@ -134,6 +135,12 @@ impl Env for PointGoal {
     /// The sparse robot's score; the dense goal env's score is its reward.
     fn score_reward(&self) -> Option<f32> {
         self.sparse.then_some(self.score)
+    }
+
+    /// The sparse robot: whether the last step was within the goal's radius (an episode that
+    /// got there succeeded, as the PEARL paper counts it); the dense goal env has no flag.
+    fn success(&self) -> Option<bool> {
+        self.sparse.then_some(self.score > 0.0)
     }
 
     fn set_task(&mut self, task: &Task) -> Result<(), EnvError> {
@@ -178,6 +185,8 @@ mod tests {
         let [gx, gy] = env.goal();
         let toward = Action::Continuous(vec![gx, gy]);
         let mut rewards = Vec::new();
+        let mut successes = Vec::new();
+        assert_eq!(PointGoal::new().success(), None);
         for i in 0..10 {
             let step = env.step(&toward).unwrap();
             let distance = 1.0 - 0.1 * (i + 1) as f32;
@@ -187,7 +196,11 @@ mod tests {
                 step.reward
             );
             rewards.push(env.score_reward().unwrap());
+            successes.push(env.success().unwrap());
         }
+        // Success is being within the radius (the 8th step lands on its edge).
+        assert!(!successes[..7].iter().any(|&s| s), "{successes:?}");
+        assert!(successes[8..].iter().all(|&s| s), "{successes:?}");
         // After 7 unit steps the point is 0.3 from the goal, after 8 0.2, after 9 0.1.
         assert!(rewards[..7].iter().all(|&r| r == 0.0), "{rewards:?}");
         assert!((rewards[8] - 0.9).abs() < 1e-4, "{rewards:?}");

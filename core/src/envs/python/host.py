@@ -406,8 +406,8 @@ def use_metaworld(path):
     if importlib.util.find_spec("metaworld") is None:
         raise ImportError(
             f"MetaWorld/ ids need the metaworld package in {path}: run scripts/setup.sh, or "
-            f"`pip install --no-deps --only-binary=:all: --target {path} metaworld==3.1.1 "
-            "mujoco==3.3.0 scipy==1.17.1 etils[epath]==1.15.0 zipp==4.1.2`"
+            f"`pip install --no-deps --only-binary=:all: --target {path} "
+            "-r scripts/metaworld-requirements.txt` from a fleetrl checkout"
         )
     import metaworld
 
