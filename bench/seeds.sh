@@ -2,7 +2,8 @@
 # Every preset on seeds nobody tuned on (100-104 by default), through the real binaries
 # (`fleetrl train --config <preset> --set seed=<seed>`, each preset's own budget and target):
 # one row per preset with the solved rate, the median and worst env steps to solve (over the
-# solved seeds), the worst final evaluation, and the median wall time; then every run.
+# solved seeds), the worst and median final evaluations, and the median wall time (a preset
+# without a stop target runs its budget: no solved rate, its final evaluations); then every run.
 #   bash bench/seeds.sh
 #   SEEDS="100 101 102" PRESETS="cartpole-ppo cartpole-dqn" bash bench/seeds.sh
 # The default presets are the ones this 2-core machine trains in minutes: the CartPole family,
@@ -48,19 +49,27 @@ for preset in presets:
     solved = [s["total_env_steps"] for s in done if s["solved"]]
     worst_eval = min((s["final_eval_return"] for s in done), default=float("nan"))
     walls = [s["wall_seconds"] for s in done]
+    median_eval = statistics.median([s["final_eval_return"] for s in done]) if done else float("nan")
     target = done[0]["target_return"] if done else None
-    rows.append(
-        f"| {preset} | {target} | {len(solved)}/{len(seeds)} | "
-        f"{statistics.median(solved):,.0f} | {max(solved):,} | {worst_eval:.1f} | "
-        f"{statistics.median(walls):.1f} |" if solved else
-        f"| {preset} | {target} | 0/{len(seeds)} | - | - | {worst_eval:.1f} | "
-        f"{statistics.median(walls) if walls else float('nan'):.1f} |")
+    wall = statistics.median(walls) if walls else float("nan")
+    if target is None:
+        # A fixed-budget preset (no stop target): nothing to solve, the final evaluations say
+        # how it ended.
+        rows.append(f"| {preset} | none | {len(done)}/{len(seeds)} ran | - | - | "
+                    f"{worst_eval:.1f} | {median_eval:.1f} | {wall:.1f} |")
+    elif solved:
+        rows.append(f"| {preset} | {target} | {len(solved)}/{len(seeds)} | "
+                    f"{statistics.median(solved):,.0f} | {max(solved):,} | {worst_eval:.1f} | "
+                    f"{median_eval:.1f} | {wall:.1f} |")
+    else:
+        rows.append(f"| {preset} | {target} | 0/{len(seeds)} | - | - | {worst_eval:.1f} | "
+                    f"{median_eval:.1f} | {wall:.1f} |")
 print(f"Seeds {', '.join(seeds)}; each preset's own budget and target; load average at the end: "
       f"{open('/proc/loadavg').read().split()[0]}")
 print()
 print("| preset | target | solved | median steps to solve | worst steps to solve | "
-      "worst final eval | median wall s |")
-print("|---|---|---|---|---|---|---|")
+      "worst final eval | median final eval | median wall s |")
+print("|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))
 print()
 print("| preset | seed | solved | env steps | final eval | wall s |")

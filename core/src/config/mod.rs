@@ -883,6 +883,16 @@ impl RunConfig {
                      steps): the learner samples nothing until the rounds hold that many"
                 ),
             )?;
+            check(
+                initial <= pearl.replay_buffer_size,
+                "algo.num_initial_steps",
+                &format!(
+                    "x tasks.num_train ({initial} env steps) must fit in \
+                     algo.replay_buffer_size ({}): the table would evict rounds before the \
+                     first update could start",
+                    pearl.replay_buffer_size
+                ),
+            )?;
         } else if let (Some(replay), None, 0) =
             (registered.replay, registered.demo_dir, self.model.lstm_size)
         {
@@ -1158,6 +1168,11 @@ mod tests {
         refused(
             "num_initial_steps = 2000\n[stop]\ntotal_env_steps = 100000",
             "algo.num_initial_steps x tasks.num_train (200000 env steps)",
+        );
+        refused(
+            "num_initial_steps = 2000\nreplay_buffer_size = 100000\n\
+             [stop]\ntotal_env_steps = 1000000",
+            "must fit in algo.replay_buffer_size (100000)",
         );
         let text = "[env]\nid = \"PointGoal-v0\"\n[algo]\nname = \"pearl\"\n\
                     [actors]\nenvs_per_actor = 4\n";
