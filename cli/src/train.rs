@@ -324,12 +324,18 @@ async fn run_loop(
         if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
             next_eval = steps + config.eval_interval_env_steps();
             let eval = evaluate_now(config, learner, started).await?;
-            let what = match eval.adaptation_returns.first() {
-                Some(before) => format!(
+            let what = match eval.adaptation_returns.as_slice() {
+                [before, _, ..] => format!(
                     "adapted return {:.2} (before adapting {before:.2})",
                     eval.mean_return
                 ),
-                None => format!(
+                // A task-agnostic run (`tasks.multi_task`) plays the held-out tasks once each,
+                // with nothing to adapt.
+                [_] => format!(
+                    "return {:.2} on {} held-out tasks",
+                    eval.mean_return, config.tasks.num_test
+                ),
+                [] => format!(
                     "mean return {:.1} over {} episodes",
                     eval.mean_return, config.eval.episodes
                 ),
