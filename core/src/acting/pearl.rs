@@ -223,11 +223,33 @@ impl PearlActing {
     }
 }
 
-/// PEARL's meta-test on each of `tasks`: `n_exploration_eps` episodes, the first with `z`
-/// from the prior and each next with `z` drawn from the posterior over every transition
-/// before it, then one episode with the posterior's mean and the policy's mean action. The
-/// result's returns are each task's adapted (last) episode, and its adaptation curve the mean
-/// over tasks of every episode in order (exploration first). Returns are scores.
+/// The meta-test's `z` for one episode: a fresh draw from the prior for an exploration
+/// episode, whatever `context` holds; the mean of the posterior over `context` for the
+/// adapted one.
+fn meta_test_z(
+    model: &PearlModel,
+    context: &Context,
+    adapted: bool,
+    limit: usize,
+    rng: &mut SmallRng,
+) -> Tensor {
+    if adapted {
+        context.posterior(model, limit, rng).0
+    } else {
+        let (mu, var) = model.prior(1);
+        PearlModel::sample_z(&mu, &var)
+    }
+}
+
+/// PEARL's meta-test on each of `tasks`: `n_exploration_eps` exploration episodes, each with
+/// its own `z` drawn from the prior, then one adapted episode with the mean of the posterior
+/// over every exploration transition and the policy's mean action. This is how the paper's
+/// code (oyster's `num_exp_traj_eval`) and garage (`adapt_policy` after the exploration
+/// episodes) meta-test: no belief is updated between exploration episodes, so on a sparse
+/// task each of them is an independent guess at the goal, where a posterior over episodes
+/// that scored nothing would send every next one to the same wrong place. The result's
+/// returns are each task's adapted (last) episode, and its adaptation curve the mean over
+/// tasks of every episode in order (exploration first). Returns are scores.
 pub fn pearl_evaluate(
     model: &PearlModel,
     config: &RunConfig,
@@ -252,13 +274,8 @@ pub fn pearl_evaluate(
         acting.start(task, &config.env.id, seed.wrapping_add(1000 * i as u64))?;
         let mut context = Context::default();
         for (e, sum) in sums.iter_mut().enumerate() {
-            let (mu, var) = context.posterior(model, limit, &mut rng);
             let adapted = e + 1 == episodes;
-            let z = if adapted {
-                mu
-            } else {
-                PearlModel::sample_z(&mu, &var)
-            };
+            let z = meta_test_z(model, &context, adapted, limit, &mut rng);
             let score = acting.episode(model, &z, adapted, &mut context, max_steps)?;
             *sum += score;
             if adapted {
@@ -279,4 +296,70 @@ pub fn pearl_evaluate(
         adaptation: sums.into_iter().map(|s| s / n).collect(),
         successes: adapted_success,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelConfig;
+    use rand::SeedableRng;
+    use tch::Device;
+
+    /// Exploration episodes draw `z` from the prior even when the context so far points
+    /// elsewhere; the adapted episode takes the posterior's mean. The encoder here maps every
+    /// transition to `N(40, softplus(0))`, so the posterior's mean is 40 in every dimension.
+    #[test]
+    fn exploration_draws_from_the_prior_and_adaptation_uses_the_posterior() {
+        let pearl = PearlConfig {
+            latent_dim: 5,
+            encoder_hidden_sizes: vec![8],
+            ..PearlConfig::default()
+        };
+        let env = crate::envs::make("PointRobotSparse-v0").unwrap();
+        let model = PearlModel::new(
+            &ModelConfig::default(),
+            &pearl,
+            &env.observation_space(),
+            &env.action_space(),
+            Device::Cpu,
+        )
+        .unwrap();
+        tch::no_grad(|| {
+            for (name, mut p) in model.var_store().variables() {
+                if !name.starts_with("encoder.") {
+                    continue;
+                }
+                if p.size() == [10] {
+                    // The output layer's bias: means 40, variances softplus(0).
+                    let bias = [40.0f32; 5].into_iter().chain([0.0; 5]).collect::<Vec<_>>();
+                    p.copy_(&Tensor::from_slice(&bias));
+                } else {
+                    p.copy_(&p.zeros_like());
+                }
+            }
+        });
+        let mut context = Context::default();
+        for i in 0..20 {
+            context.push(&RoundStep {
+                obs: &[0.1 * i as f32, 0.0],
+                action: &[1.0, 0.0],
+                reward: -1.0,
+                score: 0.0,
+                terminated: false,
+                next_obs: &[0.1 * (i + 1) as f32, 0.0],
+            });
+        }
+        let mut rng = SmallRng::seed_from_u64(0);
+        for _ in 0..20 {
+            let z = meta_test_z(&model, &context, false, 1024, &mut rng);
+            let largest = z.abs().max().double_value(&[]);
+            assert!(largest < 10.0, "an exploration z is not a prior draw: {z}");
+        }
+        let z = meta_test_z(&model, &context, true, 1024, &mut rng);
+        let off = (z - 40.0).abs().max().double_value(&[]);
+        assert!(
+            off < 1e-3,
+            "the adapted z is not the posterior's mean 40 (off by {off})"
+        );
+    }
 }

@@ -140,11 +140,60 @@ pub fn save(
     let meta_json = serde_json::to_string_pretty(meta).expect("meta always serialises");
     std::fs::write(tmp.join("meta.json"), meta_json).map_err(io(&tmp))?;
     std::fs::write(tmp.join("config.toml"), config.to_toml()).map_err(io(&tmp))?;
-    if final_dir.exists() {
-        std::fs::remove_dir_all(&final_dir).map_err(io(&final_dir))?;
-    }
-    std::fs::rename(&tmp, &final_dir).map_err(io(&final_dir))?;
+    replace_dir(&tmp, &final_dir)?;
     Ok(final_dir)
+}
+
+/// Moves the finished `tmp` to `final_dir`. A checkpoint already there is the same version
+/// written again (with newer counters): the two are swapped in one step where the system
+/// can (Linux's `RENAME_EXCHANGE`), so a reader of that path, such as the evaluation of the
+/// earlier write while the learner writes its final checkpoint, always finds a whole
+/// checkpoint. Elsewhere the old one is removed first and a reader can miss it for a moment.
+fn replace_dir(tmp: &Path, final_dir: &Path) -> Result<(), CheckpointError> {
+    match std::fs::rename(tmp, final_dir) {
+        Ok(()) => return Ok(()),
+        // rename(2) does not replace a non-empty directory.
+        Err(_) if final_dir.is_dir() => {}
+        Err(e) => return Err(io(final_dir)(e)),
+    }
+    if exchange(tmp, final_dir).is_ok() {
+        // `tmp` now holds the old checkpoint.
+        return std::fs::remove_dir_all(tmp).map_err(io(tmp));
+    }
+    std::fs::remove_dir_all(final_dir).map_err(io(final_dir))?;
+    std::fs::rename(tmp, final_dir).map_err(io(final_dir))
+}
+
+/// Swaps two directory entries atomically.
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let path = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+    };
+    let (a, b) = (path(a)?, path(b)?);
+    // SAFETY: both are valid NUL-terminated paths that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_a: &Path, _b: &Path) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
 }
 
 /// [`save`], then deletes all but the newest `keep` (at least one) checkpoints under `dir`; a
@@ -261,6 +310,52 @@ mod tests {
         );
         assert_eq!(list(&dir).len(), 2);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The same version written again while another thread reads it: every read finds a
+    /// whole checkpoint (the learner's final checkpoint can rewrite the version a
+    /// `fleetrl train` evaluation is loading).
+    #[test]
+    fn rewriting_a_version_never_hides_it_from_a_reader() {
+        let dir = std::env::temp_dir().join(format!("fleetrl-ckpt-rw-{}", std::process::id()));
+        let config = RunConfig::default();
+        let meta = CheckpointMeta {
+            policy_version: 9,
+            updates: 9,
+            env_steps: 900,
+            env_id: "CartPole-v1".into(),
+            progress: RunProgress::default(),
+        };
+        let model = vec![(
+            "pi.out.weight".to_string(),
+            Tensor::zeros([64, 64], tch::kind::FLOAT_CPU),
+        )];
+        let state = vec![("adam.steps".to_string(), Tensor::from(9i64))];
+        let path = save(&dir, &model, &state, &meta, &config).unwrap();
+        let writer = {
+            let (dir, config) = (dir.clone(), config.clone());
+            std::thread::spawn(move || {
+                for _ in 0..100 {
+                    save(&dir, &model, &state, &meta, &config).unwrap();
+                }
+            })
+        };
+        let (mut reads, mut failures) = (0, Vec::new());
+        while !writer.is_finished() {
+            reads += 1;
+            if let Err(e) = load(&path) {
+                failures.push(e.to_string());
+            }
+        }
+        writer.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(reads > 0);
+        assert!(
+            failures.is_empty(),
+            "{} of {reads} reads failed during 100 rewrites, e.g. {}",
+            failures.len(),
+            failures[0]
+        );
     }
 
     #[test]

@@ -242,9 +242,9 @@ pub struct PearlConfig {
     pub reward_scale: f64,
     /// Episodes between posterior updates while collecting with the posterior.
     pub update_post_train: u32,
-    /// Meta-test: episodes played on an unseen task before the adapted one, the first with
-    /// `z` from the prior and each next one with `z` from the posterior over all before it
-    /// (garage's `MetaEvaluator.n_exploration_eps`).
+    /// Meta-test: episodes played on an unseen task before the adapted one, each with its
+    /// own `z` from the prior; the adapted one uses the posterior over all of them (garage's
+    /// `MetaEvaluator.n_exploration_eps`, oyster's `num_exp_traj_eval`).
     pub n_exploration_eps: u32,
 }
 
