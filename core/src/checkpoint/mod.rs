@@ -157,8 +157,11 @@ fn replace_dir(tmp: &Path, final_dir: &Path) -> Result<(), CheckpointError> {
         Err(e) => return Err(io(final_dir)(e)),
     }
     if exchange(tmp, final_dir).is_ok() {
-        // `tmp` now holds the old checkpoint.
-        return std::fs::remove_dir_all(tmp).map_err(io(tmp));
+        // `tmp` now holds the old copy; the new one is in place whether or not it goes.
+        if let Err(error) = std::fs::remove_dir_all(tmp) {
+            tracing::warn!(%error, path = %tmp.display(), "cannot remove a replaced checkpoint");
+        }
+        return Ok(());
     }
     std::fs::remove_dir_all(final_dir).map_err(io(final_dir))?;
     std::fs::rename(tmp, final_dir).map_err(io(final_dir))
