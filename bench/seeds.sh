@@ -4,6 +4,7 @@
 # one row per preset with the solved rate, the median and worst env steps to solve (over the
 # solved seeds), the worst and median final evaluations, and the median wall time (a preset
 # without a stop target runs its budget: no solved rate, its final evaluations); then every run.
+# Progress goes to stderr: each run as it starts and its result as it ends.
 #   bash bench/seeds.sh
 #   SEEDS="100 101 102" PRESETS="cartpole-ppo cartpole-dqn" bash bench/seeds.sh
 # The default presets are the ones this 2-core machine trains in minutes: the CartPole family,
@@ -25,6 +26,14 @@ for preset in $presets; do
     if ! target/release/fleetrl train --config "$preset" --set "seed=$seed" \
       --out "$out/$preset-$seed" >/dev/null 2>"$out/$preset-$seed.log"; then
       echo "[seeds] $preset seed $seed failed; its log: $out/$preset-$seed.log" >&2
+    else
+      # Each run's result as it lands (MuJoCo and MinAtar runs take minutes each).
+      .venv/bin/python - "$out/$preset-$seed/summary.json" >&2 <<'PY' || true
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("[seeds]   {:,} env steps, final eval {:.1f}, solved {}, {:.0f} s".format(
+    s["total_env_steps"], s["final_eval_return"], s["solved"], s["wall_seconds"]))
+PY
     fi
   done
 done
