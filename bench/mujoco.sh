@@ -9,6 +9,8 @@
 #   PRESETS="hopper-td3" SEEDS="0 1" BUDGET=200000 bash bench/mujoco.sh
 #   PRESETS="hopper-sac halfcheetah-td3 halfcheetah-sac" bash bench/mujoco.sh
 #   SB3=0 bash bench/mujoco.sh                    # fleetrl only
+#   FLEETRL=0 bash bench/mujoco.sh                # SB3 only (run beside an SB3=0 run, one lane
+#                                                 # a core, to halve the wall time of many seeds)
 # Installs stable-baselines3 into the project venv the first time (unless SB3=0). Writes
 # bench/results/mujoco_<env>.png (PLOT_DIR= to change).
 set -euo pipefail
@@ -17,6 +19,7 @@ cd "$root"
 bash scripts/setup.sh >&2
 py=.venv/bin/python
 sb3=${SB3:-1}
+fleetrl=${FLEETRL:-1}
 budget=${BUDGET:-100000}
 if [ "$sb3" != 0 ]; then
   "$py" -c 'import stable_baselines3' 2>/dev/null ||
@@ -39,12 +42,14 @@ for preset in ${PRESETS:-hopper-td3}; do
   algo=${preset##*-}
   env_id=$(sed -n 's/^id = "gym:\(.*\)"/\1/p' "configs/$preset.toml")
   for seed in ${SEEDS:-0}; do
-    dir="$out/fleetrl-$preset-$seed"
-    echo "[bench] fleetrl $preset seed $seed, $budget steps (load $(load))" >&2
-    t=$(now)
-    target/release/fleetrl train --config "$preset" --set seed="$seed" \
-      --set stop.total_env_steps="$budget" --out "$dir" >/dev/null 2>"$dir.log"
-    row fleetrl "$preset" "$seed" "$dir/summary.json" "$(python3 -c "print($(now) - $t)")" | tee -a "$table"
+    if [ "$fleetrl" != 0 ]; then
+      dir="$out/fleetrl-$preset-$seed"
+      echo "[bench] fleetrl $preset seed $seed, $budget steps (load $(load))" >&2
+      t=$(now)
+      target/release/fleetrl train --config "$preset" --set seed="$seed" \
+        --set stop.total_env_steps="$budget" --out "$dir" >/dev/null 2>"$dir.log"
+      row fleetrl "$preset" "$seed" "$dir/summary.json" "$(python3 -c "print($(now) - $t)")" | tee -a "$table"
+    fi
     if [ "$sb3" != 0 ]; then
       echo "[bench] sb3 $algo $env_id seed $seed, $budget steps (load $(load))" >&2
       t=$(now)
@@ -53,7 +58,7 @@ for preset in ${PRESETS:-hopper-td3}; do
     fi
   done
   png="$plot_dir/mujoco_$preset.png"
-  target/release/fleetrl plot "$out"/fleetrl-"$preset"-*/ $(ls "$out"/sb3-"$preset"-*.json 2>/dev/null) \
+  target/release/fleetrl plot $(ls -d "$out"/fleetrl-"$preset"-*/ "$out"/sb3-"$preset"-*.json 2>/dev/null) \
     --title "$env_id: fleetrl $preset vs SB3 $algo (RL-Zoo)" --out "$png" >&2
   echo "[bench] curves: $png" >&2
 done
