@@ -23,9 +23,12 @@ out=$(mktemp -d)
 for preset in $presets; do
   for seed in $seeds; do
     echo "[seeds] $preset seed $seed..." >&2
-    if ! target/release/fleetrl train --config "$preset" --set "seed=$seed" \
-      --out "$out/$preset-$seed" >/dev/null 2>"$out/$preset-$seed.log"; then
-      echo "[seeds] $preset seed $seed failed; its log: $out/$preset-$seed.log" >&2
+    rc=0
+    target/release/fleetrl train --config "$preset" --set "seed=$seed" \
+      --out "$out/$preset-$seed" >/dev/null 2>"$out/$preset-$seed.log" || rc=$?
+    if [ "$rc" != 0 ]; then
+      # The status says how: 1 an error (in the log), 130 interrupted, 128+N killed by signal N.
+      echo "[seeds] $preset seed $seed failed (exit status $rc); its log: $out/$preset-$seed.log" >&2
     else
       # Each run's result as it lands (MuJoCo and MinAtar runs take minutes each).
       .venv/bin/python - "$out/$preset-$seed/summary.json" >&2 <<'PY' || true
