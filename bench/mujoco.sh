@@ -9,8 +9,11 @@
 #   PRESETS="hopper-td3" SEEDS="0 1" BUDGET=200000 bash bench/mujoco.sh
 #   PRESETS="hopper-sac halfcheetah-td3 halfcheetah-sac" bash bench/mujoco.sh
 #   SB3=0 bash bench/mujoco.sh                    # fleetrl only
-#   FLEETRL=0 bash bench/mujoco.sh                # SB3 only (run beside an SB3=0 run, one lane
-#                                                 # a core, to halve the wall time of many seeds)
+#   FLEETRL=0 bash bench/mujoco.sh                # SB3 only
+# To run many seeds in two lanes, one a core (SB3=0 beside FLEETRL=0), give SB3 one torch
+# thread (OMP_NUM_THREADS=1): with its default two, beside a fleetrl run on this 2-core machine,
+# SB3's SAC fell to about 9 updates a second (2026-11-27: 41.8k in 80 minutes), its threads
+# waiting on each other. The lanes' wall times are not comparable with a run alone.
 # Installs stable-baselines3 into the project venv the first time (unless SB3=0). Writes
 # bench/results/mujoco_<env>.png (PLOT_DIR= to change).
 set -euo pipefail
@@ -58,8 +61,11 @@ for preset in ${PRESETS:-hopper-td3}; do
     fi
   done
   png="$plot_dir/mujoco_$preset.png"
+  title="fleetrl $preset vs SB3 $algo (RL-Zoo)"
+  [ "$sb3" = 0 ] && title="fleetrl $preset"
+  [ "$fleetrl" = 0 ] && title="SB3 $algo (RL-Zoo settings of $preset)"
   target/release/fleetrl plot $(ls -d "$out"/fleetrl-"$preset"-*/ "$out"/sb3-"$preset"-*.json 2>/dev/null) \
-    --title "$env_id: fleetrl $preset vs SB3 $algo (RL-Zoo)" --out "$png" >&2
+    --title "$env_id: $title" --out "$png" >&2
   echo "[bench] curves: $png" >&2
 done
 echo
