@@ -11,9 +11,11 @@
 #   SB3=0 bash bench/mujoco.sh                    # fleetrl only
 #   FLEETRL=0 bash bench/mujoco.sh                # SB3 only
 # To run many seeds in two lanes, one a core (SB3=0 beside FLEETRL=0), give SB3 one torch
-# thread (OMP_NUM_THREADS=1): with its default two, beside a fleetrl run on this 2-core machine,
-# SB3's SAC fell to about 9 updates a second (2026-11-27: 41.8k in 80 minutes), its threads
-# waiting on each other. The lanes' wall times are not comparable with a run alone.
+# thread (SB3_TORCH_THREADS=1; bench/sb3_runs.py sets torch's thread count from it, default 2,
+# so OMP_NUM_THREADS alone does not do it): with two, beside a fleetrl run on this 2-core
+# machine, SB3's SAC fell to about 9 updates a second (2026-11-27: 41.8k in 80 minutes), its
+# main thread waiting at an OpenMP barrier for the other. With one it trained HalfCheetah at
+# 59 env steps/s beside fleetrl. The lanes' wall times are not comparable with a run alone.
 # Installs stable-baselines3 into the project venv the first time (unless SB3=0). Writes
 # bench/results/mujoco_<env>.png (PLOT_DIR= to change).
 set -euo pipefail

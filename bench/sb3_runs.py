@@ -6,6 +6,7 @@ bench/sb3_minatar.py and bench/sb3_mujoco.py.
 
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -29,6 +30,9 @@ class Evaluate(BaseCallback):
         mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=self.episodes, deterministic=True)
         self.eval_seconds += time.time() - t
         self.evals.append((self.num_timesteps, float(mean), time.time() - self.t0))
+        # Progress as fleetrl's launcher gives it: runs take minutes to hours here.
+        print(f"[sb3] eval at {self.num_timesteps} steps: mean return {mean:.1f} over "
+              f"{self.episodes} episodes ({time.time() - self.t0:.0f} s)", file=sys.stderr, flush=True)
 
     def _on_step(self):
         if self.num_timesteps >= self.next_eval:
