@@ -5,11 +5,14 @@
 //! `fleetrl_learner_update_seconds` histogram (`_sum` / `_count`) in a real run to see the pipeline's share.
 //!
 //! `cargo run --release -p fleetrl-core --example offpolicy_timing -- <preset> [key=value]...`
-//! (presets on gymnasium envs, `gym:` ids, need the embedded Python: add `--features python`)
+//! (presets on gymnasium envs, `gym:` ids, need the embedded Python: add `--features python`).
+//! `learner.device=cuda` times the update and the decode on the GPU, as the learner runs them
+//! there: the clock is read after the device has finished the timed calls.
 
 use std::time::Instant;
 
 use anyhow::Context;
+use tch::Device;
 
 use fleetrl_core::algos::registry::{build, build_model, spec};
 use fleetrl_core::algos::Batch;
@@ -60,15 +63,23 @@ fn stacked(obs: &Space, action: &Space, b: usize) -> TensorMap {
     ])
 }
 
-/// Mean seconds of `f` over `n` calls, after 10 warm-up calls.
-fn time(n: usize, mut f: impl FnMut()) -> f64 {
+/// Mean seconds of `f` over `n` calls, after 10 warm-up calls, until `device` has finished
+/// the work they queued.
+fn time(device: Device, n: usize, mut f: impl FnMut()) -> f64 {
+    let sync = || {
+        if let Device::Cuda(i) = device {
+            tch::Cuda::synchronize(i as i64);
+        }
+    };
     for _ in 0..10 {
         f();
     }
+    sync();
     let start = Instant::now();
     for _ in 0..n {
         f();
     }
+    sync();
     start.elapsed().as_secs_f64() / n as f64
 }
 
@@ -85,30 +96,31 @@ fn main() -> anyhow::Result<()> {
     // An error here (a `gym:` id in this example, which has no embedded Python) says what to do.
     let env = make_configured(&config.env)?;
     let (obs, action) = (env.observation_space(), env.action_space());
-    let cpu = tch::Device::Cpu;
-    let mut algo = build(&config, &obs, &action, &[cpu]).expect("model");
+    let cpu = Device::Cpu;
+    let device = config.learner.resolve_devices(config.algo.name())?[0];
+    let mut algo = build(&config, &obs, &action, &[device]).expect("model");
     let b = spec(&config).replay.expect("off-policy").batch_size as usize;
     let sample = stacked(&obs, &action, b);
-    let batch = Batch::Transitions(TransitionBatch::from_stacked(&sample, cpu).expect("batch"));
+    let batch = Batch::Transitions(TransitionBatch::from_stacked(&sample, device).expect("batch"));
 
-    let update = time(300, || {
+    let update = time(device, 300, || {
         algo.update(&batch).expect("a transition batch");
     });
-    let decode = time(300, || {
-        TransitionBatch::from_stacked(&sample, cpu).expect("batch");
+    let decode = time(device, 300, || {
+        TransitionBatch::from_stacked(&sample, device).expect("batch");
     });
-    let export = time(300, || {
+    let export = time(device, 300, || {
         algo.trained().model().export().expect("export");
     });
     let weights = algo.trained().model().export().expect("export");
     let mut actor = build_model(&config, &obs, &action, cpu).expect("model");
-    let import = time(300, || actor.import(&weights).expect("import"));
+    let import = time(cpu, 300, || actor.import(&weights).expect("import"));
     let one = tch::Tensor::zeros([1, obs.flat_dim() as i64], (tch::Kind::Float, cpu));
-    let act = time(2000, || {
+    let act = time(cpu, 2000, || {
         actor.act(&one, false);
     });
     println!(
-        "{} {}: update (batch {b}) {:.3} ms | decode batch {:.1} us | export weights {:.1} us | \
+        "{} {} on {device:?}: update (batch {b}) {:.3} ms | decode batch {:.1} us | export weights {:.1} us | \
          import weights {:.1} us | act (1 env) {:.1} us | learner bound {:.0} updates/s",
         config.env.id,
         config.algo.name(),

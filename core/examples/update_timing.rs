@@ -1,10 +1,12 @@
 //! Microbenchmark of the learner's hot path: one PPO update of the `cartpole-ppo` preset
 //! (20 epochs over a 256-step batch) and one actor inference step, on synthetic data.
 //!
-//! `cargo run --release -p fleetrl-core --example update_timing -- [update_threads] [rollouts]`
+//! `cargo run --release -p fleetrl-core --example update_timing -- [update_threads] [rollouts] [device]`
 //!
 //! `rollouts` (default 2, the preset's `learner.batch_rollouts`) sets the batch: rollouts of
-//! 32 steps x 4 envs, as the preset's actors send them.
+//! 32 steps x 4 envs, as the preset's actors send them. `device` (`cpu` by default, `cuda`)
+//! is where the update runs; the update reads its metrics back, so its time includes the
+//! device's work.
 
 use std::time::Instant;
 
@@ -50,6 +52,9 @@ fn main() {
     let rollouts: usize = std::env::args()
         .nth(2)
         .map_or(2, |s| s.parse().expect("rollouts is a number"));
+    let device = std::env::args().nth(3).map_or(tch::Device::Cpu, |s| {
+        fleetrl_core::config::parse_device(&s).expect("device is cpu, cuda or cuda:N")
+    });
     let preset = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/cartpole-ppo.toml");
     let config = RunConfig::load(preset, &[]).expect("preset loads");
     let env = make("CartPole-v1").expect("CartPole-v1 is registered");
@@ -57,7 +62,7 @@ fn main() {
         &config.model,
         &env.observation_space(),
         &env.action_space(),
-        tch::Device::Cpu,
+        device,
     )
     .expect("model builds");
     let batch = synthetic_batch(32, 4 * rollouts);
@@ -74,12 +79,12 @@ fn main() {
     }
     let per = start.elapsed().as_secs_f64() / updates as f64;
     println!(
-        "update ({threads} thread(s), {rollouts} rollout(s), {steps} steps): {:.2} ms -> learner \
+        "update on {device:?} ({threads} thread(s), {rollouts} rollout(s), {steps} steps): {:.2} ms -> learner \
          bound {:.0} env steps/s",
         per * 1e3,
         steps / per
     );
-    let obs = Tensor::randn([4, 4], (tch::Kind::Float, tch::Device::Cpu));
+    let obs = Tensor::randn([4, 4], (tch::Kind::Float, device));
     let start = Instant::now();
     for _ in 0..2000 {
         let _ = ppo.model().act(&obs, false);
