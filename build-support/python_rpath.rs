@@ -3,7 +3,7 @@
 //! search path to `.venv/libpython` (a link scripts/setup.sh makes to the venv's Python
 //! library directory), as `.cargo/config.toml` does for libtorch. Binaries in target/*/ and
 //! test binaries in target/*/deps/ both resolve to the project's `.venv`. The learner's build
-//! script (learner/build.rs) calls `main` from its own.
+//! scripts (learner/build.rs, core/build.rs) call `main` from their own.
 
 /// Prints the link argument (this is the whole build script of every other package).
 pub(crate) fn main() {

@@ -98,6 +98,7 @@ fn main() -> anyhow::Result<()> {
     let (obs, action) = (env.observation_space(), env.action_space());
     let cpu = Device::Cpu;
     let device = config.learner.resolve_devices(config.algo.name())?[0];
+    fleetrl_core::config::check_available(&[device])?;
     let mut algo = build(&config, &obs, &action, &[device]).expect("model");
     let b = spec(&config).replay.expect("off-policy").batch_size as usize;
     let sample = stacked(&obs, &action, b);

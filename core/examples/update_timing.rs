@@ -55,8 +55,10 @@ fn main() {
     let device = std::env::args().nth(3).map_or(tch::Device::Cpu, |s| {
         fleetrl_core::config::parse_device(&s).expect("device is cpu, cuda or cuda:N")
     });
-    let preset = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/cartpole-ppo.toml");
-    let config = RunConfig::load(preset, &[]).expect("preset loads");
+    fleetrl_core::config::check_available(&[device]).expect("the device is usable");
+    // Found in ./configs or beside the binary's workspace, so a copied binary runs from a
+    // checkout's root.
+    let config = RunConfig::load("cartpole-ppo", &[]).expect("configs/cartpole-ppo.toml loads");
     let env = make("CartPole-v1").expect("CartPole-v1 is registered");
     let model = ActorCritic::new(
         &config.model,

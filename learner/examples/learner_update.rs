@@ -128,7 +128,7 @@ fn main() -> anyhow::Result<()> {
         }
         pool.run(&master, jobs);
         replicas.reduce(optim.flat_grads());
-        optim.step(2.5e-4, 0.5);
+        let _ = optim.clipped_step(2.5e-4, 0.5);
         for d in &devices {
             if let Device::Cuda(index) = d {
                 tch::Cuda::synchronize(*index as i64);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use fleetrl_core::algos::{registry, Algorithm};
 use fleetrl_core::checkpoint;
-use fleetrl_core::config::RunConfig;
+use fleetrl_core::config::{check_available, RunConfig};
 use fleetrl_core::envs;
 use fleetrl_core::items::{rollout, round, transition};
 use fleetrl_core::replay_client;
@@ -37,21 +37,7 @@ pub(crate) fn build_algorithm(
     checkpoint_dir: &Path,
 ) -> anyhow::Result<Restored> {
     let devices = config.learner.resolve_devices(config.algo.name())?;
-    if let Some(gpu) = devices.iter().find(|d| d.is_cuda()) {
-        let visible = tch::Cuda::device_count();
-        if !tch::Cuda::is_available() {
-            bail!(
-                "the learner is configured for {gpu:?} but CUDA is not available to libtorch \
-                 (no GPU visible, or fleet-learner was built with FLEETRL_LINK_CUDA=0)"
-            );
-        }
-        if let Some(missing) = devices
-            .iter()
-            .find(|d| matches!(d, tch::Device::Cuda(n) if *n as i64 >= visible))
-        {
-            bail!("learner device {missing:?} does not exist: libtorch sees {visible} GPU(s)");
-        }
-    }
+    check_available(&devices)?;
     tracing::info!(?devices, "learner devices");
     tch::manual_seed(config.seed as i64);
     let env = envs::make_configured(&config.env)?;

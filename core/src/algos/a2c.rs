@@ -113,14 +113,14 @@ impl A2c {
         );
         self.optim.zero_grad();
         loss.backward();
-        let grad_norm = self.optim.step(lr, c.clip_grad_norm);
+        let grad_norm = self.optim.clipped_step(lr, c.clip_grad_norm);
         self.trained.updates += 1;
         self.trained.env_steps += batch.env_steps();
         let mut metrics = Metrics(vec![
             ("policy_loss", pg.double_value(&[])),
             ("value_loss", vf.double_value(&[])),
             ("entropy", entropy.double_value(&[])),
-            ("grad_norm", grad_norm),
+            ("grad_norm", grad_norm.double_value(&[])),
             ("learning_rate", lr),
             (
                 "explained_variance",

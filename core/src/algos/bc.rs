@@ -84,7 +84,7 @@ impl Bc {
         );
         self.optim.zero_grad();
         loss.backward();
-        self.optim.step(self.config.learning_rate, 0.0);
+        self.optim.step(self.config.learning_rate);
         self.trained.updates += 1;
         Update {
             metrics: Metrics(vec![("bc_loss", loss.double_value(&[]))]),

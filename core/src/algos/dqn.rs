@@ -69,7 +69,7 @@ impl Dqn {
         let c = &self.config;
         self.optim.zero_grad();
         loss.backward();
-        let grad_norm = self.optim.step(c.learning_rate, c.clip_grad_norm);
+        let grad_norm = self.optim.clipped_step(c.learning_rate, c.clip_grad_norm);
         self.trained.updates += 1;
         if self.trained.updates.is_multiple_of(c.target.period) {
             self.target.copy_from(&self.trained.model, c.target.tau);
@@ -79,7 +79,7 @@ impl Dqn {
             metrics: Metrics(vec![
                 ("q_loss", loss.double_value(&[])),
                 ("q_mean", mean(&q.detach())),
-                ("grad_norm", grad_norm),
+                ("grad_norm", grad_norm.double_value(&[])),
             ]),
             td_errors: td,
         }

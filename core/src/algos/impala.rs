@@ -85,7 +85,7 @@ impl Impala {
         let loss = &pg + &vf * c.value_loss_coeff - &entropy * c.entropy_loss_coeff;
         self.optim.zero_grad();
         loss.backward();
-        let grad_norm = self.optim.step(lr, c.clip_grad_norm);
+        let grad_norm = self.optim.clipped_step(lr, c.clip_grad_norm);
         let n = log_rho.len().max(1) as f64;
         let mean_ratio = log_rho.iter().map(|l| (*l as f64).exp()).sum::<f64>() / n;
         let ev = explained_variance(&values, &targets.vs);
@@ -93,7 +93,7 @@ impl Impala {
             pg.double_value(&[]),
             vf.double_value(&[]),
             entropy.double_value(&[]),
-            grad_norm,
+            grad_norm.double_value(&[]),
             mean_ratio,
             ev,
         ]

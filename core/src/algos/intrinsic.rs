@@ -195,7 +195,7 @@ impl Intrinsic {
         let loss = &distill + &vf * 0.5;
         self.optim.zero_grad();
         loss.backward();
-        self.optim.step(lr, 0.0);
+        self.optim.step(lr);
         [distill.double_value(&[]), vf.double_value(&[])]
     }
 

@@ -381,7 +381,7 @@ impl Maml {
                 let (MetaLoss { loss, .. }, _) = self.meta_loss(&tasks, None, true);
                 self.optim.zero_grad();
                 loss.backward();
-                self.optim.step(self.config.outer_lr, 0.0);
+                self.optim.step(self.config.outer_lr);
                 metrics.push(("meta_loss", loss.double_value(&[])));
             }
             MetaOptimizer::Trpo => {

@@ -172,8 +172,8 @@ impl Pearl {
             self.qf_optim.zero_grad();
             self.context_optim.zero_grad();
             (&qf_loss + &kl * c.kl_lambda).backward();
-            self.qf_optim.step(c.qf_lr, 0.0);
-            self.context_optim.step(c.context_lr, 0.0);
+            self.qf_optim.step(c.qf_lr);
+            self.context_optim.step(c.context_lr);
 
             let model = &self.trained.model;
             let obs_z = PearlModel::with_z(&obs, &z_rows.detach());
@@ -189,7 +189,7 @@ impl Pearl {
             let vf_loss = (&v - v_target).square().mean(Kind::Float);
             self.vf_optim.zero_grad();
             vf_loss.backward();
-            self.vf_optim.step(c.vf_lr, 0.0);
+            self.vf_optim.step(c.vf_lr);
 
             let regulariser = pi_mean.square().mean(Kind::Float) * c.policy_mean_reg_coeff
                 + log_std.square().mean(Kind::Float) * c.policy_std_reg_coeff
@@ -201,7 +201,7 @@ impl Pearl {
             let policy_loss = (&log_pi - &min_q).mean(Kind::Float) + regulariser;
             self.pi_optim.zero_grad();
             policy_loss.backward();
-            self.pi_optim.step(c.policy_lr, 0.0);
+            self.pi_optim.step(c.policy_lr);
             polyak(&self.target_vs, model.var_store(), c.soft_target_tau);
 
             let values = [

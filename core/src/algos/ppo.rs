@@ -514,7 +514,7 @@ impl Ppo {
                 self.replicas.broadcast(self.optim.flat_params());
                 let outs = self.backward(&mb, spec);
                 self.replicas.reduce(self.optim.flat_grads());
-                let grad_norm = self.optim.step(lr, c.clip_grad_norm);
+                let grad_norm = self.optim.clipped_step(lr, c.clip_grad_norm);
                 last = Some((outs, grad_norm));
             }
         }
@@ -529,7 +529,7 @@ impl Ppo {
             ("entropy", ent),
             ("approx_kl", approx_kl),
             ("clip_fraction", clip_fraction),
-            ("grad_norm", grad_norm),
+            ("grad_norm", grad_norm.double_value(&[])),
             ("learning_rate", lr),
             ("clip_range", clip),
             (

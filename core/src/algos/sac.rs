@@ -25,7 +25,7 @@ pub fn soft_target(
     discount: &Tensor,
     min_q: &Tensor,
     log_prob: &Tensor,
-    alpha: f64,
+    alpha: &Tensor,
 ) -> Tensor {
     reward + discount * (min_q - log_prob * alpha)
 }
@@ -107,8 +107,10 @@ impl Sac {
         }
     }
 
-    fn alpha(&self) -> f64 {
-        self.log_alpha.exp().double_value(&[])
+    /// The temperature as a detached 0-dim tensor: reading it to the host before the update
+    /// would stall a GPU's stream.
+    fn alpha(&self) -> Tensor {
+        self.log_alpha.exp().detach()
     }
 }
 
@@ -124,13 +126,13 @@ impl Sac {
                 .target
                 .qs(&batch.next_obs, &next_action)
                 .min_dim(0, false);
-            soft_target(&batch.reward, &batch.discount, &min_q, &log_prob, alpha)
+            soft_target(&batch.reward, &batch.discount, &min_q, &log_prob, &alpha)
         });
         let qs = self.trained.model.qs(&batch.obs, &batch.action);
         let q_loss = critic_loss(&qs, &y, &batch.weights) * 0.5;
         self.qf_optim.zero_grad();
         q_loss.backward();
-        self.qf_optim.step(self.config.qf_lr, 0.0);
+        self.qf_optim.step(self.config.qf_lr);
 
         let (unit, log_prob) = self.trained.model.sample_action(&batch.obs);
         let action = self.trained.model.to_env_scale(&unit);
@@ -143,16 +145,16 @@ impl Sac {
             &batch.next_obs,
             &self.config.caps,
         );
-        let policy_loss = (&log_prob * alpha - min_q).mean(Kind::Float) + &caps;
+        let policy_loss = (&log_prob * &alpha - min_q).mean(Kind::Float) + &caps;
         self.pi_optim.zero_grad();
         policy_loss.backward();
-        self.pi_optim.step(self.config.policy_lr, 0.0);
+        self.pi_optim.step(self.config.policy_lr);
 
         if let Some(optim) = self.alpha_optim.as_mut() {
             let loss = alpha_loss(&self.log_alpha, &log_prob, self.target_entropy);
             optim.zero_grad();
             loss.backward();
-            optim.step(self.config.policy_lr, 0.0);
+            optim.step(self.config.policy_lr);
         }
         self.trained.updates += 1;
         if self
@@ -169,7 +171,7 @@ impl Sac {
                 ("q_loss", q_loss.double_value(&[])),
                 ("policy_loss", policy_loss.double_value(&[])),
                 ("caps_loss", caps.double_value(&[])),
-                ("alpha", alpha),
+                ("alpha", alpha.double_value(&[])),
                 ("entropy", -mean(&log_prob.detach())),
                 ("q_mean", mean(&qs.detach())),
             ]),
@@ -233,7 +235,7 @@ mod tests {
             &Tensor::from_slice(&[0.5f32]),
             &Tensor::from_slice(&[4.0f32]),
             &Tensor::from_slice(&[-2.0f32]),
-            0.5,
+            &Tensor::from(0.5f32),
         );
         // 1 + 0.5 * (4 - 0.5 * -2) = 3.5
         assert_eq!(Vec::<f32>::try_from(&y).unwrap(), vec![3.5]);

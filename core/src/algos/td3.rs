@@ -105,7 +105,7 @@ impl Td3 {
         let q_loss = critic_loss(&qs, &y, &batch.weights);
         self.qf_optim.zero_grad();
         q_loss.backward();
-        self.qf_optim.step(self.config.qf_lr, 0.0);
+        self.qf_optim.step(self.config.qf_lr);
         self.trained.updates += 1;
         if self
             .trained
@@ -123,7 +123,7 @@ impl Td3 {
                 .mean(Kind::Float);
             self.pi_optim.zero_grad();
             policy_loss.backward();
-            self.pi_optim.step(self.config.policy_lr, 0.0);
+            self.pi_optim.step(self.config.policy_lr);
             self.last_policy_loss = policy_loss.double_value(&[]);
             self.target
                 .copy_from(&self.trained.model, self.config.target.tau);

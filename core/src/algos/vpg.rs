@@ -43,7 +43,7 @@ pub fn fit_baseline(
             .mean(Kind::Float);
         optim.zero_grad();
         loss.backward();
-        optim.step(lr, clip_grad_norm);
+        let _ = optim.clipped_step(lr, clip_grad_norm);
         last = loss.double_value(&[]);
     }
     last
@@ -120,7 +120,9 @@ impl Vpg {
                 - entropy_bonus(&h, &options, None);
             self.policy_optim.zero_grad();
             loss.backward();
-            self.policy_optim.step(c.learning_rate, c.clip_grad_norm);
+            let _ = self
+                .policy_optim
+                .clipped_step(c.learning_rate, c.clip_grad_norm);
             policy_loss = loss.double_value(&[]);
             entropy = h.mean(Kind::Float).double_value(&[]);
         }

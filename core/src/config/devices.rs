@@ -58,6 +58,40 @@ pub fn parse_device(name: &str) -> Result<Device, UnknownDevice> {
     }
 }
 
+/// A device this machine's libtorch cannot run on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnavailableDevice {
+    /// A GPU was asked for and libtorch has no CUDA.
+    #[error(
+        "{0:?} was asked for but CUDA is not available to libtorch (no GPU visible, or the \
+         binary was built with FLEETRL_LINK_CUDA=0)"
+    )]
+    NoCuda(Device),
+    /// A GPU index past the last GPU libtorch sees.
+    #[error("device {0:?} does not exist: libtorch sees {1} GPU(s)")]
+    NoSuchGpu(Device, i64),
+}
+
+/// `Ok` when every one of `devices` exists on this machine. Configs are checked without it
+/// (a launcher validates a config for a learner on another machine); the process that puts
+/// tensors on the devices checks with it first.
+pub fn check_available(devices: &[Device]) -> Result<(), UnavailableDevice> {
+    let Some(gpu) = devices.iter().find(|d| d.is_cuda()) else {
+        return Ok(());
+    };
+    if !tch::Cuda::is_available() {
+        return Err(UnavailableDevice::NoCuda(*gpu));
+    }
+    let visible = tch::Cuda::device_count();
+    match devices
+        .iter()
+        .find(|d| matches!(d, Device::Cuda(n) if *n as i64 >= visible))
+    {
+        Some(missing) => Err(UnavailableDevice::NoSuchGpu(*missing, visible)),
+        None => Ok(()),
+    }
+}
+
 fn invalid(key: &'static str, message: String) -> ConfigError {
     ConfigError::Invalid { key, message }
 }

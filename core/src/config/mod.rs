@@ -22,7 +22,9 @@ pub use algo::{
     A2cConfig, AlgoConfig, EntropyMethod, ImpalaConfig, IntrinsicConfig, PgOptions, PpoConfig,
     TrpoConfig, VpgConfig, VtraceClips, ALGO_NAMES,
 };
-pub use devices::{parse_device, BroadcastDtype, DeviceList, UnknownDevice};
+pub use devices::{
+    check_available, parse_device, BroadcastDtype, DeviceList, UnavailableDevice, UnknownDevice,
+};
 pub use meta::{MamlConfig, MetaOptimizer, PearlConfig};
 pub use offpolicy::{
     BcConfig, BcLoss, BcPolicy, CapsOptions, DqnConfig, Exploration, NoiseKind, ReplayOptions,

@@ -223,14 +223,29 @@ impl Adam {
         let _ = self.flat_grad.zero_();
     }
 
-    /// Clips the global gradient norm to `max_grad_norm` (0 disables), then takes one Adam step
-    /// with learning rate `lr`. Returns the gradient norm before clipping.
-    pub fn step(&mut self, lr: f64, max_grad_norm: f64) -> f64 {
+    /// Clips the global gradient norm to `max_grad_norm` (0 disables), then takes one step with
+    /// learning rate `lr`. Returns the norm before clipping as a 0-dim tensor on the
+    /// parameters' device. Clipping scales on the device (PyTorch's `clip_grad_norm_`: by
+    /// `min(1, max / (norm + 1e-6))`), so nothing waits for the norm here: on a GPU a host read
+    /// stalls the stream until every queued kernel has run. Read it where it is reported.
+    pub fn clipped_step(&mut self, lr: f64, max_grad_norm: f64) -> Tensor {
+        let norm = {
+            let _guard = tch::no_grad_guard();
+            let norm = self.flat_grad.norm();
+            if max_grad_norm > 0.0 {
+                let scale = ((&norm + 1e-6).reciprocal() * max_grad_norm).clamp_max(1.0);
+                let _ = self.flat_grad.g_mul_(&scale);
+            }
+            norm
+        };
+        self.step(lr);
+        norm
+    }
+
+    /// Takes one step with learning rate `lr`, without clipping; it reads nothing back from the
+    /// device.
+    pub fn step(&mut self, lr: f64) {
         let _guard = tch::no_grad_guard();
-        let norm = self.flat_grad.norm().double_value(&[]);
-        if max_grad_norm > 0.0 && norm > max_grad_norm {
-            let _ = self.flat_grad.g_mul_scalar_(max_grad_norm / (norm + 1e-6));
-        }
         if self.weight_decay > 0.0 {
             let _ = self.flat_grad.g_add_(&(&self.flat * self.weight_decay));
         }
@@ -245,7 +260,7 @@ impl Adam {
                 let _ = self.exp_avg_sq.addcmul_(grad, &(grad * (1.0 - alpha)));
                 let denom = root(&self.exp_avg_sq).g_add_scalar_(self.eps);
                 let _ = self.flat.addcdiv_(&self.scaled(grad * -lr), &denom);
-                return norm;
+                return;
             }
             Rule::Sgd => {
                 // exp_avg is the momentum buffer (PyTorch starts it at the first gradient).
@@ -256,7 +271,7 @@ impl Adam {
                     let _ = self.exp_avg.g_add_(grad);
                 }
                 let _ = self.flat.g_add_(&self.scaled(&self.exp_avg * -lr));
-                return norm;
+                return;
             }
         }
         let t = self.steps as i32;
@@ -270,7 +285,6 @@ impl Adam {
         let _ = self
             .flat
             .addcdiv_(&self.scaled(&self.exp_avg * (-lr / bias1)), &denom);
-        norm
     }
 
     /// Steps taken so far.
@@ -339,7 +353,7 @@ mod tests {
             .with_lr_factor("c", 2.0);
         optim.zero_grad();
         (&a + &b + &c).sum(Kind::Float).backward();
-        optim.step(0.1, 0.0);
+        optim.step(0.1);
         let v = |t: &Tensor| t.double_value(&[0]);
         assert!((v(&a) - 0.9).abs() < 1e-6 && (v(&b) - 1.0).abs() < 1e-9);
         assert!((v(&c) - 0.8).abs() < 1e-6, "{}", v(&c));
@@ -358,7 +372,7 @@ mod tests {
                 optim.zero_grad();
                 let g_t = Tensor::from_slice(&[g[0] as f32, g[1] as f32]);
                 (&w * &g_t).sum(Kind::Float).backward();
-                optim.step(lr, 0.0);
+                optim.step(lr);
                 for i in 0..2 {
                     match rule {
                         Rule::Rmsprop => {
@@ -397,7 +411,7 @@ mod tests {
         let mut adam = Adam::new(&vs, 1e-8);
         let loss = (&w * Tensor::from_slice(&[2.0f32, -0.5, 0.0])).sum(Kind::Float);
         loss.backward();
-        adam.step(0.1, 0.0);
+        adam.step(0.1);
         // m_hat = g, v_hat = g^2, so the step is lr * g / (|g| + eps): sign(g) * 0.1; 0 for g = 0.
         let got = Vec::<f32>::try_from(&w).unwrap();
         let want = [0.9f32, -1.9, 3.0];
@@ -437,7 +451,7 @@ mod tests {
             .var_copy("w", &Tensor::from_slice(&[2.0f32, -4.0]));
         let mut adam = Adam::new(&vs, 1e-8).with_weight_decay(0.5);
         adam.zero_grad();
-        adam.step(0.1, 0.0);
+        adam.step(0.1);
         let m = Vec::<f32>::try_from(&adam.exp_avg).unwrap();
         assert!(
             (m[0] - 0.1).abs() < 1e-6 && (m[1] + 0.2).abs() < 1e-6,
@@ -451,6 +465,24 @@ mod tests {
     }
 
     #[test]
+    fn a_gradient_within_the_max_norm_is_left_as_it_is() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let w = vs.root().var_copy("w", &Tensor::from_slice(&[0.0f32, 0.0]));
+        let mut adam = Adam::new(&vs, 1e-8);
+        (&w * Tensor::from_slice(&[0.3f32, 0.4]))
+            .sum(Kind::Float)
+            .backward();
+        let norm = adam.clipped_step(0.1, 1.0).double_value(&[]);
+        assert!((norm - 0.5).abs() < 1e-6, "{norm}");
+        let m = Vec::<f32>::try_from(&adam.exp_avg).unwrap();
+        // m = (1 - beta1) * grad, the gradient unscaled
+        assert!(
+            (m[0] - 0.03).abs() < 1e-7 && (m[1] - 0.04).abs() < 1e-7,
+            "{m:?}"
+        );
+    }
+
+    #[test]
     fn clipping_scales_the_gradient_to_the_max_norm() {
         let vs = nn::VarStore::new(Device::Cpu);
         let w = vs.root().var_copy("w", &Tensor::from_slice(&[0.0f32, 0.0]));
@@ -458,7 +490,7 @@ mod tests {
         (&w * Tensor::from_slice(&[3.0f32, 4.0]))
             .sum(Kind::Float)
             .backward();
-        let norm = adam.step(0.1, 1.0);
+        let norm = adam.clipped_step(0.1, 1.0).double_value(&[]);
         assert!((norm - 5.0).abs() < 1e-5);
         let m = Vec::<f32>::try_from(&adam.exp_avg).unwrap();
         // m = (1 - beta1) * clipped grad = 0.1 * [0.6, 0.8]
@@ -474,7 +506,7 @@ mod tests {
         let w = vs.root().var_copy("w", &Tensor::from_slice(&[1.0f32, 2.0]));
         let mut adam = Adam::new(&vs, 1e-8);
         (&w * 3.0).sum(Kind::Float).backward();
-        adam.step(0.01, 0.0);
+        adam.step(0.01);
         let vs2 = nn::VarStore::new(Device::Cpu);
         let _w2 = vs2
             .root()

@@ -1,0 +1,13 @@
+//! Core's timing examples (`offpolicy_timing`, `update_timing`) take a `cuda` device, so they
+//! keep libtorch's CUDA library linked (see build-support/link_cuda.rs); its library and tests
+//! get only the libpython search path every package that links core gets.
+
+#[path = "../build-support/link_cuda.rs"]
+mod link_cuda;
+#[path = "../build-support/python_rpath.rs"]
+mod python_rpath;
+
+fn main() {
+    python_rpath::main();
+    link_cuda::main(&["examples"]);
+}
