@@ -5,7 +5,9 @@
 #   3. `fleetrl train --config cartpole-ppo` with learner.device=cuda, and the same run on CPU.
 #   4. `minatar-breakout-ppo` (the MinAtar paper's conv policy) at a fixed budget, learner on
 #      the device and on the CPU: what the GPU buys a whole run where the network is not tiny;
-#   5. `minatar-breakout-dqn` the same way: replay batches to the device, an update per env step.
+#   5. `minatar-breakout-dqn` the same way: replay batches to the device, an update per env step;
+#   6. the off-policy gradient step alone (core/examples/offpolicy_timing), for DQN on MinAtar
+#      and SAC on Pendulum, on the device and on the CPU: what bounds step 5's run.
 # Prints one markdown table and exits non-zero if any check failed.
 #   bash scripts/gpu-check.sh
 #   DEVICE=cpu bash scripts/gpu-check.sh    # rehearsal without a GPU: every step on the CPU
@@ -31,9 +33,11 @@ if [ "${1:-}" = --pack ]; then
   bash scripts/setup.sh >&2 || { log "setup failed"; exit 1; }
   # No `python` feature: the binaries then need libtorch alone, not this machine's libpython.
   cargo build --release --no-default-features -p fleetrl -p fleet-learner -p fleet-actor \
-    -p fleet-replay-server --bins --example learner_update >&2 || { log "build failed"; exit 1; }
+    -p fleet-replay-server -p fleetrl-core --bins --example learner_update \
+    --example offpolicy_timing >&2 || { log "build failed"; exit 1; }
   mkdir -p "$dir"
-  for b in fleetrl fleet-learner fleet-actor fleet-replay-server examples/learner_update; do
+  for b in fleetrl fleet-learner fleet-actor fleet-replay-server examples/learner_update \
+    examples/offpolicy_timing; do
     cp "target/release/$b" "$dir/" && strip "$dir/$(basename "$b")" || exit 1
   done
   log "packed into $dir ($(du -sh "$dir" | cut -f1)); run there:" \
@@ -73,7 +77,8 @@ if [ "$device" != cpu ] && [ "$available" != True ]; then
   exit 2
 fi
 if [ -z "${FLEETRL_BIN_DIR:-}" ]; then
-  cargo build --release --bins >&2 || { log "build failed"; exit 1; }
+  cargo build --release --bins >&2 &&
+    cargo build --release -p fleetrl-core --example offpolicy_timing >&2 || { log "build failed"; exit 1; }
 fi
 
 # 2. The learner update, fleetrl vs PyTorch eager, on the device.
@@ -123,6 +128,23 @@ dqn=(--set "stop.total_env_steps=${DQN_STEPS:-20000}" --set algo.replay.min_size
   --set algo.explore.epsilon_decay_steps=10000 --set eval.interval_env_steps=10000)
 train minatar-breakout-dqn "$on" "${dqn[@]}"
 [ "$device" = cpu ] || train minatar-breakout-dqn cpu "${dqn[@]}"
+
+# 6. The gradient step alone, without the pipeline around it.
+timing="$bin/offpolicy_timing"
+[ -n "${FLEETRL_BIN_DIR:-}" ] || timing=target/release/examples/offpolicy_timing
+for preset in minatar-breakout-dqn pendulum-sac; do
+  for d in "$on" $([ "$device" = cpu ] || echo cpu); do
+    log "offpolicy_timing $preset learner.device=$d..."
+    line=$(RUST_BACKTRACE=0 "$timing" "$preset" "learner.device=$d" 2>&1 |
+      grep -m1 -E 'update \(batch|Error|panicked')
+    case "$line" in
+      *"update (batch"*)
+        row "$preset update alone, on $d" ok "$(sed 's/.*update (batch \([0-9]*\)) \([0-9.]*\) ms.*/\2 ms per update, batch \1/' <<<"$line")"
+        ;;
+      *) row "$preset update alone, on $d" FAIL "$line" ;;
+    esac
+  done
+done
 
 printf '| check | result | detail |\n|---|---|---|\n'
 printf '%s\n' "${rows[@]}"
