@@ -8,6 +8,7 @@
 //! - [`config`]: the run configuration every binary reads.
 //! - [`checkpoint`]: learner checkpoints (weights, optimiser state, counters).
 //! - [`cpu`]: CPU settings for the threads and process that train.
+//! - [`suggest`]: "did you mean" for mistyped presets, env ids and algorithm names.
 //!
 //! Torch-free plumbing (gRPC settings, telemetry, the launcher, the demo file format) is in
 //! `fleetrl-runtime`; replay table declarations are in `fleetrl_proto::table`.
@@ -23,4 +24,5 @@ pub mod items;
 pub mod models;
 pub mod optim;
 pub mod replay_client;
+pub mod suggest;
 pub mod tasks;

@@ -123,7 +123,19 @@ fn fleetrl_train_names_the_mistake_itself() -> anyhow::Result<()> {
     let stderr = train("env.id=CartPol-v1")?;
     assert!(
         stderr.contains("exited before listening")
-            && stderr.contains("unknown environment `CartPol-v1`"),
+            && stderr.contains("unknown environment `CartPol-v1` (did you mean `CartPole-v1`?)"),
+        "{stderr}"
+    );
+
+    // A mistyped preset: the nearest preset is named, before anything starts.
+    let stderr = failing(
+        "fleetrl",
+        &["train", "--config", "cartpole-pp", "--out", &out],
+    )?;
+    assert!(
+        stderr.contains(
+            "no config file or preset named `cartpole-pp` (did you mean `cartpole-ppo`?)"
+        ),
         "{stderr}"
     );
 

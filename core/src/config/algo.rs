@@ -258,7 +258,9 @@ impl<'de> Deserialize<'de> for AlgoConfig {
             "pearl" => AlgoConfig::Pearl(rest.try_into().map_err(err)?),
             other => {
                 return Err(D::Error::custom(format!(
-                    "unknown algo.name `{other}`; expected one of {ALGO_NAMES:?}"
+                    "unknown algo.name `{other}`{}; expected one of {}",
+                    crate::suggest::did_you_mean(other, ALGO_NAMES.iter().copied()),
+                    ALGO_NAMES.join(", ")
                 )))
             }
         })

@@ -10,7 +10,7 @@ mod offpolicy;
 mod overrides;
 mod ppod;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +46,22 @@ pub enum ConfigError {
         path: PathBuf,
         /// The IO error.
         source: std::io::Error,
+    },
+    /// A bare name (no `/`, no `.toml`) that is neither a file nor a preset.
+    #[error(
+        "no config file or preset named `{name}`{hint}; the presets: {list}",
+        hint = crate::suggest::did_you_mean(name, presets.iter().map(String::as_str)),
+        list = if presets.is_empty() {
+            "none found (no configs/ in the current directory or beside the binary)".to_string()
+        } else {
+            presets.join(", ")
+        }
+    )]
+    UnknownPreset {
+        /// What was asked for.
+        name: String,
+        /// Every preset found, sorted.
+        presets: Vec<String>,
     },
     /// The TOML is malformed or has unknown or mistyped keys.
     #[error("invalid config {origin}: {message}")]
@@ -598,9 +614,18 @@ impl RunConfig {
     /// Loads a file or preset, then applies `key=value` overrides in order.
     pub fn load(spec: &str, overrides: &[String]) -> Result<RunConfig, ConfigError> {
         let path = resolve_preset(spec);
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-            path: path.clone(),
-            source,
+        let text = std::fs::read_to_string(&path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound && is_bare_name(spec) {
+                ConfigError::UnknownPreset {
+                    name: spec.to_string(),
+                    presets: presets(),
+                }
+            } else {
+                ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                }
+            }
         })?;
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             origin: path.display().to_string(),
@@ -1010,20 +1035,46 @@ impl RunConfig {
 /// directory, then beside the running binary's workspace (`<repo>/target/release/..`).
 pub fn resolve_preset(spec: &str) -> PathBuf {
     let direct = PathBuf::from(spec);
-    if direct.exists() || spec.contains('/') || spec.ends_with(".toml") {
+    if direct.exists() || !is_bare_name(spec) {
         return direct;
     }
     let file = format!("{spec}.toml");
-    let mut candidates = vec![Path::new("configs").join(&file)];
-    if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(4) {
-            candidates.push(dir.join("configs").join(&file));
-        }
-    }
-    candidates
+    preset_dirs()
         .into_iter()
+        .map(|dir| dir.join(&file))
         .find(|p| p.exists())
         .unwrap_or(direct)
+}
+
+/// Whether `spec` names a preset rather than a file: no `/` and no `.toml`.
+fn is_bare_name(spec: &str) -> bool {
+    !spec.contains('/') && !spec.ends_with(".toml")
+}
+
+/// Where presets are looked up, in order: `configs/` in the current directory, then in each
+/// of the four directories above the running binary.
+fn preset_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![PathBuf::from("configs")];
+    if let Ok(exe) = std::env::current_exe() {
+        dirs.extend(exe.ancestors().skip(1).take(4).map(|d| d.join("configs")));
+    }
+    dirs
+}
+
+/// The names of every preset in [`preset_dirs`], sorted, without repeats.
+fn presets() -> Vec<String> {
+    let mut names: Vec<String> = preset_dirs()
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flatten()
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            (path.extension()? == "toml").then(|| path.file_stem()?.to_str().map(String::from))?
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// `Ok` when `ok`, else [`ConfigError::Invalid`] for `key` with `message`.
@@ -1041,6 +1092,7 @@ pub(crate) fn check(ok: bool, key: &'static str, message: &str) -> Result<(), Co
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     /// Each activation against its definition at -1, 0 and 2, and by its config name.
     #[test]
@@ -1199,6 +1251,26 @@ mod tests {
             }
         }
         assert!(checked >= 30, "only {checked} presets in {}", dir.display());
+    }
+
+    /// A mistyped preset name says which preset was probably meant and lists them all (the
+    /// test binary finds `configs/` above `target/`); a path that does not exist stays a file
+    /// error.
+    #[test]
+    fn a_mistyped_preset_names_the_nearest_and_lists_the_presets() {
+        let err = RunConfig::load("cartpole-pp", &[]).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "no config file or preset named `cartpole-pp` (did you mean `cartpole-ppo`?); \
+                 the presets: acrobot-ppo, "
+            ),
+            "{err}"
+        );
+        assert!(err.contains(", pendulum-sac, "), "{err}");
+        let err = RunConfig::load("no/such.toml", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("cannot read config no/such.toml"), "{err}");
     }
 
     #[test]

@@ -80,11 +80,12 @@ pub use vec_env::{note_success, Episode, VecEnv, VecStep};
 pub enum EnvError {
     /// No environment is registered under this id.
     #[error(
-        "unknown environment `{0}` (native: {known}; gymnasium ids take the `gym:` prefix, \
+        "unknown environment `{0}`{hint} (native: {known}; gymnasium ids take the `gym:` prefix, \
          e.g. gym:Hopper-v5, EnvPool task ids the `envpool:` prefix, e.g. envpool:Hopper-v5, \
          the meta-RL task families HalfCheetahVel-v0 and HalfCheetahDir-v0 run on gymnasium's \
          MuJoCo, and Meta-World ML1 envs take the `MetaWorld/` prefix, e.g. MetaWorld/reach-v3, \
          in a build with the `python` feature)",
+        hint = crate::suggest::did_you_mean(.0, KNOWN_ENVS.iter().copied()),
         known = KNOWN_ENVS.join(", ")
     )]
     UnknownEnv(String),
