@@ -1,6 +1,12 @@
 //! Child processes: the role binaries started by the launcher and the test sandbox, with their
 //! logs in files, stopped in order, and never outliving their parent (SIGTERM if it dies).
+//!
+//! A role's stderr is its log file. Its stdout is read to the end by a thread of the parent,
+//! which copies every line into the same log (both append) and picks out the listening line:
+//! a role that prints, e.g. a Python env's `print`, never fills a pipe nobody reads and stalls.
 
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -8,8 +14,8 @@ use std::time::Duration;
 
 use crate::telemetry::parse_listening;
 use anyhow::{bail, Context};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::sync::oneshot;
 
 /// A running role process.
 #[derive(Debug)]
@@ -17,6 +23,9 @@ pub struct Role {
     /// Name for messages and logs, e.g. `actor-3`.
     pub name: String,
     child: Child,
+    /// The first address the role says it listens on; closed without one if its stdout ends
+    /// first. Taken by [`Role::listening_addr`].
+    listening: Option<oneshot::Receiver<SocketAddr>>,
 }
 
 /// Where the role binaries are: `FLEETRL_BIN_DIR`, else beside this executable (for a test
@@ -60,8 +69,8 @@ fn command(binary: &str, args: &[String], log: &Path) -> anyhow::Result<Command>
             path.display()
         );
     }
-    let log_file =
-        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let log_file = append_to(log)?;
     let mut cmd = Command::new(&path);
     // The children use this process's token (in their environment, not on a command line
     // that `ps` shows), whatever token file the environment names.
@@ -98,12 +107,15 @@ impl Role {
         args: &[String],
         log: &Path,
     ) -> anyhow::Result<Role> {
-        let child = command(binary, args, log)?
+        let mut child = command(binary, args, log)?
             .spawn()
             .with_context(|| format!("starting {binary}"))?;
+        let stdout = child.stdout.take().context("the child's stdout is piped")?;
+        let listening = copy_stdout(name, stdout, append_to(log)?)?;
         Ok(Role {
             name: name.to_string(),
             child,
+            listening: Some(listening),
         })
     }
 
@@ -113,20 +125,13 @@ impl Role {
         patience: Duration,
         log: &Path,
     ) -> anyhow::Result<SocketAddr> {
-        let stdout = self.child.stdout.take().context("stdout already taken")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let found = tokio::time::timeout(patience, async {
-            while let Some(line) = lines.next_line().await? {
-                if let Some(addr) = parse_listening(&line) {
-                    return Ok(Some(addr));
-                }
-            }
-            Ok::<_, std::io::Error>(None)
-        })
-        .await;
-        match found {
-            Ok(Ok(Some(addr))) => Ok(addr),
-            Ok(_) => bail!(
+        let listening = self
+            .listening
+            .take()
+            .context("the listening address was already asked for")?;
+        match tokio::time::timeout(patience, listening).await {
+            Ok(Ok(addr)) => Ok(addr),
+            Ok(Err(_)) => bail!(
                 "{} exited before listening{}\n(its whole log: {})",
                 self.name,
                 first_errors(log).map_or_else(String::new, |e| format!(":\n{e}")),
@@ -174,6 +179,48 @@ impl Role {
             let _ = self.child.kill().await;
         }
     }
+}
+
+/// `log` opened to append, as the child's stderr and as the copy of its stdout both write it.
+fn append_to(log: &Path) -> anyhow::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))
+}
+
+/// Starts a thread that reads `stdout` until the role closes it, appending each line to `log`;
+/// the first listening line's address goes to the returned receiver as well.
+fn copy_stdout(
+    name: &str,
+    stdout: ChildStdout,
+    mut log: File,
+) -> anyhow::Result<oneshot::Receiver<SocketAddr>> {
+    let stdout = File::from(stdout.into_owned_fd().context("the child's stdout")?);
+    let (found, listening) = oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("{name}-stdout"))
+        .spawn(move || {
+            let mut found = Some(found);
+            let mut reader = BufReader::new(stdout);
+            let mut line = Vec::new();
+            // Bytes, not `String`s: output that is not UTF-8 must not stop the copy.
+            while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+                if let Some(addr) = parse_listening(&String::from_utf8_lossy(&line)) {
+                    if let Some(found) = found.take() {
+                        let _ = found.send(addr);
+                    }
+                }
+                if !line.ends_with(b"\n") {
+                    line.push(b'\n');
+                }
+                // A log that cannot be written must not stall the role either: keep reading.
+                let _ = log.write_all(&line);
+                line.clear();
+            }
+        })
+        .context("starting the thread that copies a role's stdout")?;
+    Ok(listening)
 }
 
 /// The error a role printed before it exited: its log's `error:` line and the `caused by:`

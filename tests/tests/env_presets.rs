@@ -2,8 +2,8 @@
 //! two actors on loopback): PPO learns native Acrobot-v1 and MountainCar-v0 to gymnasium's
 //! thresholds; MuJoCo Hopper-v5 and Atari Pong (gymnasium hosted in the actors, Rust Atari
 //! preprocessing, the Nature CNN) run end to end for a few thousand steps; PPO solves CartPole
-//! hosted in EnvPool; and an actor
-//! without gymnasium, or a wrong gymnasium id, fails with an error that says what to do.
+//! hosted in EnvPool; a hosted env that prints on every step does not stall the run; and an
+//! actor without gymnasium, or a wrong gymnasium id, fails with an error that says what to do.
 //!
 //! The learning budgets are several times what seed 0 needed here (see each test). The
 //! tests run one at a time so that they do not compete for the CPU.
@@ -206,4 +206,61 @@ fn missing_gymnasium_and_wrong_ids_are_clear_errors() {
         stderr.contains("`Hoper-v5` is not a registered gymnasium env id"),
         "names the wrong id: {stderr}"
     );
+}
+
+/// A hosted env that prints on every step (a user's own gymnasium env with a debug `print`):
+/// the roles' stdout is copied into their logs, so the run goes on. Before, an actor's stdout
+/// was a pipe nobody read, and after about 64 KiB of prints (here some 300 steps) the actor
+/// blocked in `print` and the run stalled for good. The wall-clock limit only bounds the test:
+/// a stalled run stops on it with a fraction of the budget.
+#[test]
+fn a_hosted_env_that_prints_does_not_stall_the_run() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("fleetrl-printing-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("fleetrl_printing_env.py"),
+        "import gymnasium as gym\n\
+         from gymnasium.envs.classic_control import CartPoleEnv\n\
+         class Printing(CartPoleEnv):\n\
+         \x20   def step(self, action):\n\
+         \x20       print('stepping ' + 'x' * 200)\n\
+         \x20       return super().step(action)\n\
+         gym.register('Printing-v0', entry_point=Printing, max_episode_steps=500)\n",
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let run = fleetrl_tests::cli::fleetrl_command(&[
+        "train",
+        "--config",
+        "cartpole-ppo",
+        "--set",
+        "env.id=gym:fleetrl_printing_env:Printing-v0",
+        "--set",
+        "stop.total_env_steps=8192",
+        "--set",
+        "stop.max_wall_seconds=300",
+        "--set",
+        "eval.episodes=2",
+        "--out",
+    ])
+    .arg(&out)
+    .env("PYTHONPATH", &dir)
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert!(
+        summary["total_env_steps"].as_u64() >= Some(8192),
+        "stopped short: {summary:#}"
+    );
+    let actor_log = std::fs::read_to_string(out.join("logs/actor-0.log")).unwrap();
+    assert!(
+        actor_log.matches("stepping xxx").count() > 1000,
+        "the actor's prints are in its log"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
