@@ -206,6 +206,19 @@ fn missing_gymnasium_and_wrong_ids_are_clear_errors() {
         stderr.contains("`Hoper-v5` is not a registered gymnasium env id"),
         "names the wrong id: {stderr}"
     );
+    let (status, stderr, _) = train_preset(
+        "bad-module",
+        "cartpole-ppo",
+        &["env.id=gym:fleetrl_no_such_module:Mine-v0"],
+        &[],
+    )
+    .unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr
+            .contains("names the Python module `fleetrl_no_such_module`, which is not importable"),
+        "names the module to put on PYTHONPATH: {stderr}"
+    );
 }
 
 /// A hosted env that prints on every step (a user's own gymnasium env with a debug `print`):

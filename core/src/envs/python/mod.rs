@@ -153,6 +153,12 @@ fn py_error(py: Python<'_>, library: Host, id: &str, err: PyErr) -> EnvError {
         "NameNotFound" | "NamespaceNotFound" | "VersionNotFound" | "DeprecatedEnv" => {
             format!("`{id}` is not a registered gymnasium env id")
         }
+        // gymnasium's `module:EnvId`: the user's own module must be importable.
+        "ModuleNotFoundError" | "ImportError" if id.contains(':') => format!(
+            "`{id}` names the Python module `{}`, which is not importable: put its directory \
+             on PYTHONPATH (or install it into .venv)",
+            id.split(':').next().unwrap_or_default()
+        ),
         "DependencyNotInstalled" | "ModuleNotFoundError" | "ImportError" => format!(
             "`{id}` needs a Python package that is not installed in .venv \
              (MuJoCo envs: `.venv/bin/pip install mujoco`, ALE/ envs: `ale-py`, envpool: ids: \
