@@ -16,7 +16,7 @@ use fleetrl_runtime::net::Channel;
 use crate::eval_cmd::evaluate_checkpoint;
 use crate::progress::Progress;
 use crate::summary::{Evaluation, Summary};
-use fleetrl_runtime::launch::Role;
+use fleetrl_runtime::launch::{self, Role};
 
 const START_PATIENCE: Duration = Duration::from_secs(120);
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -115,11 +115,12 @@ impl Cluster {
     async fn supervise(&mut self) -> anyhow::Result<()> {
         for role in [&mut self.replay, &mut self.learner] {
             if let Some(status) = role.exited() {
+                let log = self.logs.join(format!("{}.log", role.name));
                 anyhow::bail!(
-                    "{} exited ({status}); see {}/{}.log",
+                    "{} exited ({status}){}\n(its whole log: {})",
                     role.name,
-                    self.logs.display(),
-                    role.name
+                    launch::errors_in(&log),
+                    log.display()
                 );
             }
         }
@@ -129,9 +130,12 @@ impl Cluster {
             };
             self.restarts += 1;
             if self.restarts > MAX_ACTOR_RESTARTS {
+                let log = self.logs.join(format!("actor-{id}.log"));
                 anyhow::bail!(
-                    "actors keep exiting (last: actor-{id}, {status}); see {}",
-                    self.logs.display()
+                    "actors keep exiting (last: actor-{id}, {status}){}\n(its whole log: {}; the \
+                     others' beside it)",
+                    launch::errors_in(&log),
+                    log.display()
                 );
             }
             tracing::warn!(actor = id, %status, "actor exited; starting a new one");

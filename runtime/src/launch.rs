@@ -134,7 +134,7 @@ impl Role {
             Ok(Err(_)) => bail!(
                 "{} exited before listening{}\n(its whole log: {})",
                 self.name,
-                first_errors(log).map_or_else(String::new, |e| format!(":\n{e}")),
+                errors_in(log),
                 log.display()
             ),
             Err(_) => bail!(
@@ -221,6 +221,12 @@ fn copy_stdout(
         })
         .context("starting the thread that copies a role's stdout")?;
     Ok(listening)
+}
+
+/// What a role that stopped said was wrong, for a message that ends with it: `":\n"` and its
+/// log's error lines (see [`first_errors`]), or nothing when the log has none.
+pub fn errors_in(log: &Path) -> String {
+    first_errors(log).map_or_else(String::new, |e| format!(":\n{e}"))
 }
 
 /// The error a role printed before it exited: its log's `error:` line and the `caused by:`

@@ -2,8 +2,9 @@
 //! two actors on loopback): PPO learns native Acrobot-v1 and MountainCar-v0 to gymnasium's
 //! thresholds; MuJoCo Hopper-v5 and Atari Pong (gymnasium hosted in the actors, Rust Atari
 //! preprocessing, the Nature CNN) run end to end for a few thousand steps; PPO solves CartPole
-//! hosted in EnvPool; a hosted env that prints on every step does not stall the run; and an
-//! actor without gymnasium, or a wrong gymnasium id, fails with an error that says what to do.
+//! hosted in EnvPool; a hosted env that prints on every step does not stall the run, one that
+//! returns a NaN reward ends it with that reason; and an actor without gymnasium, or a wrong
+//! gymnasium id or module, fails with an error that says what to do.
 //!
 //! The learning budgets are several times what seed 0 needed here (see each test). The
 //! tests run one at a time so that they do not compete for the CPU.
@@ -221,6 +222,27 @@ fn missing_gymnasium_and_wrong_ids_are_clear_errors() {
     );
 }
 
+/// A directory holding `MODULE.py`, a gymnasium env registered as `ID` that is CartPole with
+/// `step` replaced by `step_body` (Python, indented 8 spaces, with `action` in scope and
+/// `CartPoleEnv.step` as the original), for `gym:MODULE:ID` with the directory on PYTHONPATH.
+fn own_env(module: &str, id: &str, step_body: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("fleetrl-{module}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = format!(
+        "import gymnasium as gym\n\
+         from gymnasium.envs.classic_control import CartPoleEnv\n\
+         class Own(CartPoleEnv):\n\
+         \x20   steps = 0\n\
+         \x20   def step(self, action):\n\
+         \x20       Own.steps += 1\n\
+         {step_body}\n\
+         gym.register('{id}', entry_point=Own, max_episode_steps=500)\n"
+    );
+    std::fs::write(dir.join(format!("{module}.py")), source).unwrap();
+    dir
+}
+
 /// A hosted env that prints on every step (a user's own gymnasium env with a debug `print`):
 /// the roles' stdout is copied into their logs, so the run goes on. Before, an actor's stdout
 /// was a pipe nobody read, and after about 64 KiB of prints (here some 300 steps) the actor
@@ -229,20 +251,11 @@ fn missing_gymnasium_and_wrong_ids_are_clear_errors() {
 #[test]
 fn a_hosted_env_that_prints_does_not_stall_the_run() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!("fleetrl-printing-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("fleetrl_printing_env.py"),
-        "import gymnasium as gym\n\
-         from gymnasium.envs.classic_control import CartPoleEnv\n\
-         class Printing(CartPoleEnv):\n\
-         \x20   def step(self, action):\n\
-         \x20       print('stepping ' + 'x' * 200)\n\
-         \x20       return super().step(action)\n\
-         gym.register('Printing-v0', entry_point=Printing, max_episode_steps=500)\n",
-    )
-    .unwrap();
+    let dir = own_env(
+        "fleetrl_printing_env",
+        "Printing-v0",
+        "        print('stepping ' + 'x' * 200)\n        return CartPoleEnv.step(self, action)",
+    );
     let out = dir.join("run");
     let run = fleetrl_tests::cli::fleetrl_command(&[
         "train",
@@ -274,6 +287,41 @@ fn a_hosted_env_that_prints_does_not_stall_the_run() {
     assert!(
         actor_log.matches("stepping xxx").count() > 1000,
         "the actor's prints are in its log"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A hosted env whose 300th step returns a NaN reward: the replay table refuses the rollout,
+/// the actor stops with that error, and once restarted actors keep failing the run ends with
+/// the actor's own error in its message (here within 20 s). Before, the actor's inserter
+/// waited for good on permits the refused items held, and the run stalled without a word.
+#[test]
+fn an_env_that_returns_nan_ends_the_run_with_the_reason() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = own_env(
+        "fleetrl_nan_env",
+        "Nan-v0",
+        "        obs, reward, terminated, truncated, info = CartPoleEnv.step(self, action)\n\
+         \x20       if Own.steps == 300:\n\
+         \x20           reward = float('nan')\n\
+         \x20       return obs, reward, terminated, truncated, info",
+    );
+    let (status, stderr, _) = train_preset(
+        "nan-env",
+        "cartpole-ppo",
+        &[
+            "env.id=gym:fleetrl_nan_env:Nan-v0",
+            "stop.total_env_steps=1000000",
+            "stop.max_wall_seconds=300",
+        ],
+        &[("PYTHONPATH", dir.to_str().unwrap())],
+    )
+    .unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("actors keep exiting")
+            && stderr.contains("field `reward`: holds NaN or infinity"),
+        "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -236,3 +236,48 @@ async fn sampling_runs_only_prefetch_batches_ahead_of_its_reader() {
     shard.role.stop(Duration::from_secs(10)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A shard that rejects an item (here a NaN, which the table refuses) ends the writer, and
+/// every insert after it fails at once with that error instead of waiting for permits that
+/// the rejected items hold: before, an actor that kept producing blocked in `insert` forever,
+/// and its run stalled without a word in any log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_item_fails_the_writer_instead_of_stalling_it() {
+    let dir = std::env::temp_dir().join(format!("fleetrl-replay-reject-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut shard = ReplayProcess::start(&dir, "reject", TABLES, None)
+        .await
+        .unwrap();
+    let mut options = WriterOptions::new("replay");
+    options.max_in_flight = 2;
+    let (writer, writer_task) = Writer::spawn(vec![shard.addr.to_string()], options);
+    let poisoned = TensorMap::from_pairs([
+        ("obs", Tensor::from_slice(&[4], &[f32::NAN; 4])),
+        ("id", Tensor::scalar(0i64)),
+    ]);
+    writer.insert(poisoned, 1.0).await.unwrap();
+    // Far more than the writer's window (2): without the fix the third insert or so waits
+    // for good.
+    let inserting = tokio::time::timeout(Duration::from_secs(60), async {
+        for id in 1..1_000 {
+            if writer.insert(transition(id), 1.0).await.is_err() {
+                return id;
+            }
+        }
+        panic!("every insert after a rejected item was taken");
+    });
+    inserting
+        .await
+        .expect("an insert failed rather than waiting");
+    drop(writer);
+    let error = tokio::time::timeout(Duration::from_secs(60), writer_task.finish())
+        .await
+        .expect("the writer ended")
+        .unwrap_err();
+    assert!(
+        format!("{error:#}").contains("holds NaN or infinity"),
+        "the writer's error names the rejection: {error:#}"
+    );
+    shard.role.stop(Duration::from_secs(10)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -81,7 +81,16 @@ impl Writer {
             reconnects,
             permits,
         } = counters.clone();
-        let task = tokio::spawn(dispatch(shards, options, inbox, counters));
+        // However the dispatcher ends, an insert waiting for a permit must hear of it: with
+        // every permit held by items that will never be acknowledged, it would wait forever.
+        let task = tokio::spawn({
+            let permits = permits.clone();
+            async move {
+                let ended = dispatch(shards, options, inbox, counters).await;
+                permits.close();
+                ended
+            }
+        });
         (
             Writer {
                 items,
