@@ -108,7 +108,8 @@ pub(crate) async fn follow_weights(
 const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// Sends the episodes finished since the last report every `interval`, and an empty report
-/// after [`HEARTBEAT`] without one; never ends (a failed report is kept for the next one).
+/// after [`HEARTBEAT`] without one; never ends (a report that failed is kept for the next one,
+/// one the learner refused as invalid is dropped).
 pub(crate) async fn report_episodes(
     channel: Channel,
     actor_id: u32,
@@ -137,11 +138,19 @@ pub(crate) async fn report_episodes(
             lengths: episodes.iter().map(|e| e.length).collect(),
             env_steps,
         };
-        if let Err(status) = client.report_episodes(request).await {
-            tracing::warn!(%status, "episode report failed; keeping it for the next one");
-            let mut progress = progress.lock().expect("progress lock poisoned");
-            progress.episodes.extend(episodes);
-            progress.env_steps += env_steps;
+        match client.report_episodes(request).await {
+            Ok(_) => {}
+            // The learner refused what it was sent (a NaN return from the env): sending it
+            // again gets the same answer and would hold back every later episode with it.
+            Err(status) if status.code() == tonic::Code::InvalidArgument => {
+                tracing::error!(%status, dropped = episodes.len(), "episode report refused; dropping it");
+            }
+            Err(status) => {
+                tracing::warn!(%status, "episode report failed; keeping it for the next one");
+                let mut progress = progress.lock().expect("progress lock poisoned");
+                progress.episodes.extend(episodes);
+                progress.env_steps += env_steps;
+            }
         }
     }
 }
