@@ -21,6 +21,9 @@ use fleetrl_runtime::launch::{self, Role};
 const START_PATIENCE: Duration = Duration::from_secs(120);
 const STOP_GRACE: Duration = Duration::from_secs(30);
 const MAX_ACTOR_RESTARTS: u32 = 10;
+/// How long a run may show no movement at all (no env step reported, none trained, no update)
+/// before the launcher says so.
+const STALL_WARNING: Duration = Duration::from_secs(120);
 
 /// The running cluster.
 struct Cluster {
@@ -299,6 +302,7 @@ async fn run_loop(
     let mut ticker = tokio::time::interval(Duration::from_millis(250));
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
+    let mut stall = StallWatch::new(Instant::now());
     loop {
         tokio::select! {
             _ = &mut interrupted => {
@@ -311,6 +315,15 @@ async fn run_loop(
         cluster.supervise().await?;
         let status = learner.get_status(GetStatusRequest {}).await?.into_inner();
         progress.update(&status);
+        if let Some(still) = stall.check(&status, Instant::now()) {
+            progress.println(&format!(
+                "warning: nothing has moved for {} s (no env step reported or trained, no \
+                 update): an env stuck in `step`, a role waiting on another, or one update that \
+                 takes this long; the roles' logs are in {}",
+                still.as_secs(),
+                cluster.logs.display()
+            ));
+        }
         let steps = status.env_steps_trained;
         if steps >= config.stop.total_env_steps {
             progress.finish("step budget reached");
@@ -352,6 +365,8 @@ async fn run_loop(
                 "eval at {} steps: {what}{success} (version {})",
                 eval.env_steps, eval.policy_version
             ));
+            // The run waited for the evaluation; that was not a stall.
+            stall = StallWatch::new(Instant::now());
             let solved = target.is_some_and(|t| eval.mean_return >= t);
             evaluations.push(eval);
             if solved {
@@ -359,6 +374,46 @@ async fn run_loop(
                 return Ok((Outcome::Solved, evaluations, status));
             }
         }
+    }
+}
+
+/// Notices a run in which nothing moves for [`STALL_WARNING`]: once per stall, again only
+/// after something moved.
+struct StallWatch {
+    /// Env steps reported, env steps trained and updates, as last seen.
+    counters: (u64, u64, u64),
+    /// When they last changed.
+    since: Instant,
+    warned: bool,
+}
+
+impl StallWatch {
+    fn new(now: Instant) -> StallWatch {
+        StallWatch {
+            counters: (0, 0, 0),
+            since: now,
+            warned: false,
+        }
+    }
+
+    /// How long nothing has moved, the first time that reaches [`STALL_WARNING`].
+    fn check(&mut self, status: &LearnerStatus, now: Instant) -> Option<Duration> {
+        let counters = (
+            status.env_steps_reported,
+            status.env_steps_trained,
+            status.updates,
+        );
+        if counters != self.counters {
+            *self = StallWatch::new(now);
+            self.counters = counters;
+            return None;
+        }
+        let still = now.duration_since(self.since);
+        if still < STALL_WARNING || self.warned {
+            return None;
+        }
+        self.warned = true;
+        Some(still)
     }
 }
 
@@ -426,4 +481,41 @@ async fn finish(
     );
     summary.write(&out.join("summary.json"))?;
     Ok((summary, matches!(outcome, Outcome::Interrupted)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(reported: u64, trained: u64, updates: u64) -> LearnerStatus {
+        LearnerStatus {
+            env_steps_reported: reported,
+            env_steps_trained: trained,
+            updates,
+            ..LearnerStatus::default()
+        }
+    }
+
+    /// Warned once when nothing moves for the whole period, not before; any counter that
+    /// moves starts the period again, and a later stall is warned again.
+    #[test]
+    fn a_stall_is_warned_once_and_movement_resets_it() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut watch = StallWatch::new(t0);
+        assert_eq!(watch.check(&status(10, 0, 0), at(1)), None);
+        assert_eq!(watch.check(&status(10, 0, 0), at(100)), None);
+        assert_eq!(
+            watch.check(&status(10, 0, 0), at(121)),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(watch.check(&status(10, 0, 0), at(500)), None);
+        // Only the updates move: that is movement.
+        assert_eq!(watch.check(&status(10, 0, 1), at(501)), None);
+        assert_eq!(watch.check(&status(10, 0, 1), at(600)), None);
+        assert_eq!(
+            watch.check(&status(10, 0, 1), at(621)),
+            Some(Duration::from_secs(120))
+        );
+    }
 }
