@@ -111,38 +111,114 @@ impl Supervisor {
         };
         health::set(&health, false).await;
         let _ = stop.send(true);
-        let (part, cause) = self.describe(ended);
-        tracing::error!(%part, %cause, "stopping the actor");
-        self.drain(grace, &[Part::Acting, Part::Inserter]).await;
-        Err(Fault { part, cause })
+        let first = self.describe(ended);
+        tracing::error!(part = %first.part, cause = %first.cause, "stopping the actor");
+        let rest = self.drain(grace, &[Part::Acting, Part::Inserter]).await;
+        // A part that merely ended is often the consequence of another's failure (the acting
+        // thread fails, so the inserter's input closes and it ends): the failure is the fault.
+        let fault = match first.failed {
+            true => first,
+            false => rest.into_iter().find(|e| e.failed).unwrap_or(first),
+        };
+        Err(Fault {
+            part: fault.part,
+            cause: fault.cause,
+        })
     }
 
     /// Waits up to `grace` for each of `parts` (logging how they ended), then aborts the rest.
-    async fn drain(&mut self, grace: Duration, parts: &[Part]) {
+    /// Returns how those that ended in time ended.
+    async fn drain(&mut self, grace: Duration, parts: &[Part]) -> Vec<Ended> {
         let deadline = tokio::time::Instant::now() + grace;
+        let mut ended = Vec::new();
         while self.parts.values().any(|p| parts.contains(p)) {
             match tokio::time::timeout_at(deadline, self.tasks.join_next_with_id()).await {
-                Ok(Some(ended)) => {
-                    let (part, cause) = self.describe(ended);
-                    tracing::info!(%part, %cause, "stopped");
+                Ok(Some(outcome)) => {
+                    let e = self.describe(outcome);
+                    tracing::info!(part = %e.part, cause = %e.cause, "stopped");
+                    ended.push(e);
                 }
                 Ok(None) | Err(_) => break,
             }
         }
         self.tasks.abort_all();
+        ended
     }
 
-    fn describe(&mut self, ended: Result<(Id, Outcome), tokio::task::JoinError>) -> (Part, String) {
-        let (id, cause) = match ended {
-            Ok((id, Ok(()))) => (id, "ended".to_string()),
-            Ok((id, Err(error))) => (id, format!("failed: {error:#}")),
-            Err(error) if error.is_panic() => (error.id(), format!("panicked: {error}")),
-            Err(error) => (error.id(), format!("was cancelled: {error}")),
+    fn describe(&mut self, ended: Result<(Id, Outcome), tokio::task::JoinError>) -> Ended {
+        let (id, cause, failed) = match ended {
+            Ok((id, Ok(()))) => (id, "ended".to_string(), false),
+            Ok((id, Err(error))) => (id, format!("failed: {error:#}"), true),
+            Err(error) if error.is_panic() => (error.id(), format!("panicked: {error}"), true),
+            Err(error) => (error.id(), format!("was cancelled: {error}"), false),
         };
         let part = self
             .parts
             .remove(&id)
             .expect("every task is spawned with its part");
-        (part, cause)
+        Ended {
+            part,
+            cause,
+            failed,
+        }
+    }
+}
+
+/// How a part ended.
+struct Ended {
+    part: Part,
+    /// "ended", "failed: ...", "panicked: ...".
+    cause: String,
+    /// An error or a panic, not a plain end.
+    failed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The acting thread fails a moment after the inserter has ended (its input closed): the
+    /// actor's fault is the acting thread's error, not "the inserter ended".
+    #[tokio::test]
+    async fn a_failure_is_the_fault_even_when_another_part_ended_first() {
+        let mut supervisor = Supervisor::default();
+        supervisor.spawn(Part::Inserter, async { Ok::<_, anyhow::Error>(()) });
+        supervisor.spawn_blocking(Part::Acting, || {
+            std::thread::sleep(Duration::from_millis(200));
+            Err(anyhow::anyhow!("the env broke"))
+        });
+        let (stop, _stopped) = watch::channel(false);
+        let (health, _service) = tonic_health::server::health_reporter();
+        let fault = supervisor
+            .run(
+                std::future::pending(),
+                stop,
+                health,
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(fault.part, Part::Acting);
+        assert_eq!(fault.to_string(), "the acting thread failed: the env broke");
+    }
+
+    /// When the only part that stopped merely ended, that is the fault.
+    #[tokio::test]
+    async fn a_part_that_ends_alone_is_the_fault() {
+        let mut supervisor = Supervisor::default();
+        supervisor.spawn(Part::Reporter, async { Ok::<_, anyhow::Error>(()) });
+        supervisor.spawn(Part::Weights, std::future::pending::<anyhow::Result<()>>());
+        let (stop, _stopped) = watch::channel(false);
+        let (health, _service) = tonic_health::server::health_reporter();
+        let fault = supervisor
+            .run(
+                std::future::pending(),
+                stop,
+                health,
+                Duration::from_millis(100),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(fault.to_string(), "the episode reporter ended");
     }
 }
