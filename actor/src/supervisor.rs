@@ -177,6 +177,16 @@ struct Ended {
 mod tests {
     use super::*;
 
+    /// Runs `supervisor` with no shutdown until a part ends; its fault.
+    async fn fault_of(supervisor: Supervisor, grace: Duration) -> Fault {
+        let (stop, _stopped) = watch::channel(false);
+        let (health, _service) = tonic_health::server::health_reporter();
+        supervisor
+            .run(std::future::pending(), stop, health, grace)
+            .await
+            .unwrap_err()
+    }
+
     /// The acting thread fails a moment after the inserter has ended (its input closed): the
     /// actor's fault is the acting thread's error, not "the inserter ended".
     #[tokio::test]
@@ -187,17 +197,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(200));
             Err(anyhow::anyhow!("the env broke"))
         });
-        let (stop, _stopped) = watch::channel(false);
-        let (health, _service) = tonic_health::server::health_reporter();
-        let fault = supervisor
-            .run(
-                std::future::pending(),
-                stop,
-                health,
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap_err();
+        let fault = fault_of(supervisor, Duration::from_secs(30)).await;
         assert_eq!(fault.part, Part::Acting);
         assert_eq!(fault.to_string(), "the acting thread failed: the env broke");
     }
@@ -208,17 +208,7 @@ mod tests {
         let mut supervisor = Supervisor::default();
         supervisor.spawn(Part::Reporter, async { Ok::<_, anyhow::Error>(()) });
         supervisor.spawn(Part::Weights, std::future::pending::<anyhow::Result<()>>());
-        let (stop, _stopped) = watch::channel(false);
-        let (health, _service) = tonic_health::server::health_reporter();
-        let fault = supervisor
-            .run(
-                std::future::pending(),
-                stop,
-                health,
-                Duration::from_millis(100),
-            )
-            .await
-            .unwrap_err();
+        let fault = fault_of(supervisor, Duration::from_millis(100)).await;
         assert_eq!(fault.to_string(), "the episode reporter ended");
     }
 }
