@@ -48,7 +48,8 @@ enum Command {
     },
     /// Evaluate a checkpoint's deterministic policy.
     Eval {
-        /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN).
+        /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN), or a run directory (or its
+        /// checkpoints/) for the newest one.
         #[arg(long)]
         checkpoint: PathBuf,
         /// Episodes to play.
@@ -69,7 +70,8 @@ enum Command {
     /// Record demonstrations: play a checkpoint's policy (or a scripted controller, or the
     /// keyboard) and write each episode as a demo file (format: fleetrl-demo, see the README).
     Record {
-        /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN) whose policy plays.
+        /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN) whose policy plays, or a run
+        /// directory (or its checkpoints/) for the newest one.
         #[arg(
             long,
             required_unless_present_any = ["scripted", "keyboard"],
@@ -153,6 +155,19 @@ fn default_out(config: &str) -> PathBuf {
     PathBuf::from("runs").join(format!("{stem}-{secs}"))
 }
 
+/// The checkpoint `--checkpoint` means (a run directory or its `checkpoints/` mean the newest
+/// one, which is then named on stderr).
+fn resolve_checkpoint(path: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    let resolved = fleetrl_core::checkpoint::resolve(path)?;
+    if resolved != path {
+        eprintln!(
+            "[fleetrl] using the newest checkpoint, {}",
+            resolved.display()
+        );
+    }
+    Ok(resolved)
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     telemetry::exit_code(run().await)
@@ -199,6 +214,7 @@ async fn run() -> anyhow::Result<()> {
             env,
             task,
         } => {
+            let checkpoint = resolve_checkpoint(&checkpoint)?;
             tokio::task::spawn_blocking(move || {
                 eval_cmd::run(&checkpoint, episodes, seed, env.as_deref(), task)
             })
@@ -221,7 +237,9 @@ async fn run() -> anyhow::Result<()> {
                 min_return,
             };
             let player = match (checkpoint, scripted, keyboard) {
-                (Some(checkpoint), _, _) => record_cmd::Player::Checkpoint(checkpoint),
+                (Some(checkpoint), _, _) => {
+                    record_cmd::Player::Checkpoint(resolve_checkpoint(&checkpoint)?)
+                }
                 (None, Some(env_id), _) => record_cmd::Player::Scripted(env_id),
                 (None, None, Some(env_id)) => record_cmd::Player::Keyboard(env_id),
                 (None, None, None) => anyhow::bail!("give --checkpoint, --scripted or --keyboard"),

@@ -50,6 +50,12 @@ pub enum CheckpointError {
     /// `config.toml` is malformed.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Neither a checkpoint nor a directory with one under it.
+    #[error(
+        "no checkpoint at {0}: give a checkpoint directory (RUN/checkpoints/ckpt-NNNNNNNN, which \
+         holds meta.json), or a run directory or its checkpoints/ for the newest one"
+    )]
+    NotFound(PathBuf),
 }
 
 /// Counters saved with a checkpoint (all zero for a fresh run).
@@ -240,6 +246,17 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     })
 }
 
+/// The checkpoint `path` means: itself when it is one (it holds `meta.json`), else the newest
+/// under `path/checkpoints` (a run directory), else the newest under `path`.
+pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
+    if path.join("meta.json").is_file() {
+        return Ok(path.to_path_buf());
+    }
+    latest(&path.join("checkpoints"))
+        .or_else(|| latest(path))
+        .ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
+}
+
 /// The newest checkpoint directory under `dir`, if any.
 pub fn latest(dir: &Path) -> Option<PathBuf> {
     let mut all = list(dir);
@@ -302,6 +319,26 @@ mod tests {
         prune(&dir, 2).unwrap();
         let newest = latest(&dir).unwrap();
         assert!(newest.ends_with("ckpt-00000003"));
+        // A checkpoint, the directory above it, and a run directory all mean it.
+        assert_eq!(resolve(&newest).unwrap(), newest);
+        assert_eq!(resolve(&dir).unwrap(), newest);
+        let run = dir.parent().unwrap();
+        let run_dir = run.join(format!("fleetrl-ckpt-run-{}", std::process::id()));
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let _ = std::fs::remove_file(run_dir.join("checkpoints"));
+        std::os::unix::fs::symlink(&dir, run_dir.join("checkpoints")).unwrap();
+        assert_eq!(
+            resolve(&run_dir).unwrap(),
+            run_dir.join("checkpoints/ckpt-00000003")
+        );
+        std::fs::remove_dir_all(&run_dir).unwrap();
+        let err = resolve(Path::new("/nonexistent/run"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("no checkpoint at /nonexistent/run: "),
+            "{err}"
+        );
         let ckpt = load(&newest).unwrap();
         assert_eq!(ckpt.meta.policy_version, 3);
         assert_eq!(ckpt.meta.progress.episodes, 12);
