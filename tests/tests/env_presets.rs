@@ -3,8 +3,9 @@
 //! thresholds; MuJoCo Hopper-v5 and Atari Pong (gymnasium hosted in the actors, Rust Atari
 //! preprocessing, the Nature CNN) run end to end for a few thousand steps; PPO solves CartPole
 //! hosted in EnvPool; a hosted env that prints on every step does not stall the run, one that
-//! returns a NaN reward ends it with that reason; and an actor without gymnasium, or a wrong
-//! gymnasium id or module, fails with an error that says what to do.
+//! returns a NaN reward or a misshapen observation ends it with that reason; and an actor
+//! without gymnasium, or a wrong gymnasium id or module, fails with an error that says what to
+//! do.
 //!
 //! The learning budgets are several times what seed 0 needed here (see each test). The
 //! tests run one at a time so that they do not compete for the CPU.
@@ -321,6 +322,40 @@ fn an_env_that_returns_nan_ends_the_run_with_the_reason() {
     assert!(
         stderr.contains("actors keep exiting")
             && stderr.contains("field `reward`: holds NaN or infinity"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A hosted env whose 300th step returns an observation of the wrong shape: the run ends with
+/// both shapes named, not numpy's broadcast error alone.
+#[test]
+fn an_env_whose_observation_changes_shape_ends_the_run_naming_both() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = own_env(
+        "fleetrl_shape_env",
+        "Shape-v0",
+        "        obs, reward, terminated, truncated, info = CartPoleEnv.step(self, action)\n\
+         \x20       if Own.steps == 300:\n\
+         \x20           obs = list(obs) + [0.0]\n\
+         \x20       return obs, reward, terminated, truncated, info",
+    );
+    let (status, stderr, _) = train_preset(
+        "shape-env",
+        "cartpole-ppo",
+        &[
+            "env.id=gym:fleetrl_shape_env:Shape-v0",
+            "stop.max_wall_seconds=300",
+        ],
+        &[("PYTHONPATH", dir.to_str().unwrap())],
+    )
+    .unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "the env returned an observation of shape (5,) where its observation space has \
+             shape (4,)"
+        ),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -189,11 +189,17 @@ class Looped:
         for i, env in enumerate(self.envs):
             o, r, term, trunc, _ = env.step(a[i])
             reward[i], terminated[i], truncated[i] = r, term, trunc
-            if term or trunc:
-                self.final[i] = o
-                final = self.final
-                o, _ = env.reset()
-            obs[i] = o
+            try:
+                if term or trunc:
+                    self.final[i] = o
+                    final = self.final
+                    o, _ = env.reset()
+                obs[i] = o
+            except ValueError as e:
+                raise ValueError(
+                    f"the env returned an observation of shape {np.shape(o)} where its "
+                    f"observation space has shape {obs.shape[1:]} ({e})"
+                ) from e
         return (obs, reward, terminated, truncated, final)
 
     def close(self):
