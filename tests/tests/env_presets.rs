@@ -292,65 +292,54 @@ fn a_hosted_env_that_prints_does_not_stall_the_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A hosted env whose 300th step returns a NaN reward: the replay table refuses the rollout,
-/// the actor stops with that error, and once restarted actors keep failing the run ends with
-/// the actor's own error in its message (here within 20 s). Before, the actor's inserter
-/// waited for good on permits the refused items held, and the run stalled without a word.
-#[test]
-fn an_env_that_returns_nan_ends_the_run_with_the_reason() {
+/// Trains `cartpole-ppo` on an [`own_env`] whose 300th step passes its result through
+/// `spoil` (Python, one line: a statement on `obs` or `reward`) and returns the run's stderr;
+/// the run must fail (within its 300 s wall-clock limit, which only bounds a stall).
+fn run_failing_with(module: &str, spoil: &str) -> String {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = own_env(
-        "fleetrl_nan_env",
-        "Nan-v0",
+    let step = format!(
         "        obs, reward, terminated, truncated, info = CartPoleEnv.step(self, action)\n\
          \x20       if Own.steps == 300:\n\
-         \x20           reward = float('nan')\n\
-         \x20       return obs, reward, terminated, truncated, info",
+         \x20           {spoil}\n\
+         \x20       return obs, reward, terminated, truncated, info"
     );
+    let dir = own_env(module, "Spoilt-v0", &step);
+    // Not `module` itself: the run's own directory is named after it and made afresh.
     let (status, stderr, _) = train_preset(
-        "nan-env",
+        &format!("{module}-run"),
         "cartpole-ppo",
         &[
-            "env.id=gym:fleetrl_nan_env:Nan-v0",
+            &format!("env.id=gym:{module}:Spoilt-v0"),
             "stop.total_env_steps=1000000",
             "stop.max_wall_seconds=300",
         ],
         &[("PYTHONPATH", dir.to_str().unwrap())],
     )
     .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(!status.success(), "{stderr}");
+    stderr
+}
+
+/// A hosted env whose 300th step returns a NaN reward: the replay table refuses the rollout,
+/// the actor stops with that error, and once restarted actors keep failing the run ends with
+/// the actor's own error in its message (here within 20 s). Before, the actor's inserter
+/// waited for good on permits the refused items held, and the run stalled without a word.
+#[test]
+fn an_env_that_returns_nan_ends_the_run_with_the_reason() {
+    let stderr = run_failing_with("fleetrl_nan_env", "reward = float('nan')");
     assert!(
         stderr.contains("actors keep exiting")
             && stderr.contains("field `reward`: holds NaN or infinity"),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A hosted env whose 300th step returns an observation of the wrong shape: the run ends with
 /// both shapes named, not numpy's broadcast error alone.
 #[test]
 fn an_env_whose_observation_changes_shape_ends_the_run_naming_both() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = own_env(
-        "fleetrl_shape_env",
-        "Shape-v0",
-        "        obs, reward, terminated, truncated, info = CartPoleEnv.step(self, action)\n\
-         \x20       if Own.steps == 300:\n\
-         \x20           obs = list(obs) + [0.0]\n\
-         \x20       return obs, reward, terminated, truncated, info",
-    );
-    let (status, stderr, _) = train_preset(
-        "shape-env",
-        "cartpole-ppo",
-        &[
-            "env.id=gym:fleetrl_shape_env:Shape-v0",
-            "stop.max_wall_seconds=300",
-        ],
-        &[("PYTHONPATH", dir.to_str().unwrap())],
-    )
-    .unwrap();
-    assert!(!status.success(), "{stderr}");
+    let stderr = run_failing_with("fleetrl_shape_env", "obs = list(obs) + [0.0]");
     assert!(
         stderr.contains(
             "the env returned an observation of shape (5,) where its observation space has \
@@ -358,5 +347,4 @@ fn an_env_whose_observation_changes_shape_ends_the_run_naming_both() {
         ),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
