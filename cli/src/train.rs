@@ -119,12 +119,7 @@ impl Cluster {
         for role in [&mut self.replay, &mut self.learner] {
             if let Some(status) = role.exited() {
                 let log = self.logs.join(format!("{}.log", role.name));
-                anyhow::bail!(
-                    "{} exited ({status}){}\n(its whole log: {})",
-                    role.name,
-                    launch::errors_in(&log),
-                    log.display()
-                );
+                anyhow::bail!("{} exited ({status}){}", role.name, launch::quote_log(&log));
             }
         }
         for id in 0..self.actors.len() {
@@ -135,10 +130,8 @@ impl Cluster {
             if self.restarts > MAX_ACTOR_RESTARTS {
                 let log = self.logs.join(format!("actor-{id}.log"));
                 anyhow::bail!(
-                    "actors keep exiting (last: actor-{id}, {status}){}\n(its whole log: {}; the \
-                     others' beside it)",
-                    launch::errors_in(&log),
-                    log.display()
+                    "actors keep exiting (last: actor-{id}, {status}){}",
+                    launch::quote_log(&log)
                 );
             }
             tracing::warn!(actor = id, %status, "actor exited; starting a new one");

@@ -131,12 +131,7 @@ impl Role {
             .context("the listening address was already asked for")?;
         match tokio::time::timeout(patience, listening).await {
             Ok(Ok(addr)) => Ok(addr),
-            Ok(Err(_)) => bail!(
-                "{} exited before listening{}\n(its whole log: {})",
-                self.name,
-                errors_in(log),
-                log.display()
-            ),
+            Ok(Err(_)) => bail!("{} exited before listening{}", self.name, quote_log(log)),
             Err(_) => bail!(
                 "{} did not start listening within {patience:?}; see {}",
                 self.name,
@@ -223,10 +218,11 @@ fn copy_stdout(
     Ok(listening)
 }
 
-/// What a role that stopped said was wrong, for a message that ends with it: `":\n"` and its
-/// log's error lines (see [`first_errors`]), or nothing when the log has none.
-pub fn errors_in(log: &Path) -> String {
-    first_errors(log).map_or_else(String::new, |e| format!(":\n{e}"))
+/// The end of a message about a role that stopped: `":\n"` and its log's error lines (see
+/// [`first_errors`]) when it has any, then where its whole log is.
+pub fn quote_log(log: &Path) -> String {
+    let errors = first_errors(log).map_or_else(String::new, |e| format!(":\n{e}"));
+    format!("{errors}\n(its whole log: {})", log.display())
 }
 
 /// The error a role printed before it exited: its log's `error:` line and the `caused by:`

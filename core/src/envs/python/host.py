@@ -196,6 +196,8 @@ class Looped:
                     o, _ = env.reset()
                 obs[i] = o
             except ValueError as e:
+                if np.shape(o) == obs.shape[1:]:
+                    raise  # not the observation's shape: e.g. the env's own reset failed
                 raise ValueError(
                     f"the env returned an observation of shape {np.shape(o)} where its "
                     f"observation space has shape {obs.shape[1:]} ({e})"
