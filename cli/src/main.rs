@@ -195,8 +195,17 @@ async fn run() -> anyhow::Result<()> {
             }
             let out = out.unwrap_or_else(|| default_out(&config));
             let (summary, interrupted) = train::train(run, &out, resume.as_deref()).await?;
-            println!("{}", serde_json::to_string_pretty(&summary)?);
-            eprintln!("[fleetrl] wrote {}", out.join("summary.json").display());
+            match summary {
+                Some(summary) => {
+                    println!("{}", serde_json::to_string_pretty(&summary)?);
+                    eprintln!("[fleetrl] wrote {}", out.join("summary.json").display());
+                }
+                None => eprintln!(
+                    "[fleetrl] interrupted before any evaluation finished: no summary.json; \
+                     its checkpoints are in {} (`--resume latest` with the same --out continues the run)",
+                    out.join("checkpoints").display()
+                ),
+            }
             if interrupted {
                 std::process::exit(130);
             }

@@ -12,6 +12,7 @@ use fleetrl_proto::v1::{
 };
 use fleetrl_runtime::net;
 use fleetrl_runtime::net::Channel;
+use tokio::sync::{oneshot, watch};
 
 use crate::eval_cmd::evaluate_checkpoint;
 use crate::progress::Progress;
@@ -159,12 +160,14 @@ enum Outcome {
     Interrupted,
 }
 
-/// Runs training to its stop condition and writes `out/summary.json`. Returns the summary.
+/// Runs training to its stop condition and writes `out/summary.json`. Returns the summary
+/// (none if the run was interrupted before any evaluation finished) and whether the run was
+/// interrupted.
 pub(crate) async fn train(
     config: RunConfig,
     out: &Path,
     resume: Option<&str>,
-) -> anyhow::Result<(Summary, bool)> {
+) -> anyhow::Result<(Option<Summary>, bool)> {
     if config.actors.count == 0 {
         anyhow::bail!(
             "actors.count = 0: `fleetrl train` needs at least one actor to collect experience \
@@ -181,20 +184,16 @@ pub(crate) async fn train(
         Cluster::start(&config_path, out, config.actors.count, resume).await?;
     let channel = net::connect(&addrs.learner, START_PATIENCE).await?;
     let mut learner = LearnerServiceClient::new(channel);
-    let result = run_loop(&config, &mut cluster, &mut learner, started).await;
-    let finished = match result {
-        Ok((outcome, evaluations, status)) => {
-            finish(
-                &config,
-                out,
-                &mut learner,
-                outcome,
-                evaluations,
-                status,
-                started,
-            )
-            .await
-        }
+    let mut run = Running {
+        config: &config,
+        cluster: &mut cluster,
+        learner: &mut learner,
+        progress: Progress::new(config.stop.total_env_steps),
+        interrupts: watch_interrupts()?,
+        started,
+    };
+    let finished = match run.train().await {
+        Ok((outcome, evaluations, status)) => run.finish(out, outcome, evaluations, status).await,
         Err(e) => Err(e),
     };
     cluster.stop().await;
@@ -282,91 +281,241 @@ fn run_token(out: &Path) -> anyhow::Result<()> {
 
 type LoopResult = (Outcome, Vec<Evaluation>, LearnerStatus);
 
-async fn run_loop(
-    config: &RunConfig,
-    cluster: &mut Cluster,
-    learner: &mut LearnerServiceClient<Channel>,
+/// A run between its start and its summary: what the loop, the evaluations and the finish
+/// share.
+struct Running<'a> {
+    config: &'a RunConfig,
+    cluster: &'a mut Cluster,
+    learner: &'a mut LearnerServiceClient<Channel>,
+    progress: Progress,
+    /// How many Ctrl-Cs the launcher has received (see [`watch_interrupts`]).
+    interrupts: watch::Receiver<u32>,
     started: Instant,
-) -> anyhow::Result<LoopResult> {
-    let target = config.stop.target_return;
-    let mut progress = Progress::new(config.stop.total_env_steps);
-    let mut evaluations = Vec::new();
-    let mut next_eval = config.eval_interval_env_steps();
-    let mut ticker = tokio::time::interval(Duration::from_millis(250));
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
-    let mut stall = StallWatch::new(Instant::now());
-    loop {
-        tokio::select! {
-            _ = &mut interrupted => {
-                let status = learner.get_status(GetStatusRequest {}).await?.into_inner();
-                progress.finish("interrupted");
-                return Ok((Outcome::Interrupted, evaluations, status));
+}
+
+/// Counts the Ctrl-Cs the launcher receives. The first ends training (the run then evaluates
+/// its latest checkpoint and writes the summary); a second skips what is left of that
+/// evaluation. Either one also ends an evaluation in progress, so that an env stuck in `step`
+/// cannot hold the run.
+fn watch_interrupts() -> anyhow::Result<watch::Receiver<u32>> {
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("listening for Ctrl-C")?;
+    let (tx, rx) = watch::channel(0);
+    tokio::spawn(async move {
+        while sigint.recv().await.is_some() {
+            tx.send_modify(|n| *n += 1);
+        }
+    });
+    Ok(rx)
+}
+
+/// Resolves once the launcher has received `n` Ctrl-Cs in all; never if it cannot listen for
+/// them.
+async fn interrupted(interrupts: &mut watch::Receiver<u32>, n: u32) {
+    if interrupts.wait_for(|&got| got >= n).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+impl Running<'_> {
+    /// Trains until a stop condition: the outcome, the evaluations made, the last status.
+    async fn train(&mut self) -> anyhow::Result<LoopResult> {
+        let config = self.config;
+        let target = config.stop.target_return;
+        let mut evaluations = Vec::new();
+        let mut next_eval = config.eval_interval_env_steps();
+        let mut ticker = tokio::time::interval(Duration::from_millis(250));
+        let mut stall = StallWatch::new(Instant::now());
+        loop {
+            tokio::select! {
+                _ = interrupted(&mut self.interrupts, 1) => return self.interrupted(evaluations).await,
+                _ = ticker.tick() => {}
             }
-            _ = ticker.tick() => {}
-        }
-        cluster.supervise().await?;
-        let status = learner.get_status(GetStatusRequest {}).await?.into_inner();
-        progress.update(&status);
-        if let Some(still) = stall.check(&status, Instant::now()) {
-            progress.println(&format!(
-                "warning: nothing has moved for {} s (no env step reported or trained, no \
-                 update): an env stuck in `step`, a role waiting on another, or one update that \
-                 takes this long; the roles' logs are in {}",
-                still.as_secs(),
-                cluster.logs.display()
-            ));
-        }
-        let steps = status.env_steps_trained;
-        if steps >= config.stop.total_env_steps {
-            progress.finish("step budget reached");
-            return Ok((Outcome::Budget, evaluations, status));
-        }
-        let wall = config.stop.max_wall_seconds;
-        if wall > 0.0 && started.elapsed().as_secs_f64() >= wall {
-            progress.finish("wall-clock limit reached");
-            return Ok((Outcome::WallClock, evaluations, status));
-        }
-        let on_target = config.eval.on_target_training_return
-            && target.is_some_and(|t| status.recent_return >= t);
-        let evaluated_at = evaluations.last().map_or(0, |e: &Evaluation| e.env_steps);
-        let fresh = steps > evaluated_at;
-        if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
-            next_eval = steps + config.eval_interval_env_steps();
-            let eval = evaluate_now(config, learner, started).await?;
-            let what = match eval.adaptation_returns.as_slice() {
-                [before, _, ..] => format!(
-                    "adapted return {:.2} (before adapting {before:.2})",
-                    eval.mean_return
-                ),
-                // A task-agnostic run (`tasks.multi_task`) plays the held-out tasks once each,
-                // with nothing to adapt.
-                [_] => format!(
-                    "return {:.2} on {} held-out tasks",
-                    eval.mean_return, config.tasks.num_test
-                ),
-                [] => format!(
-                    "mean return {:.1} over {} episodes",
-                    eval.mean_return, config.eval.episodes
-                ),
-            };
-            let success = eval
-                .success_rate
-                .map(|s| format!(", success {:.0}%", 100.0 * s))
-                .unwrap_or_default();
-            progress.println(&format!(
-                "eval at {} steps: {what}{success} (version {})",
-                eval.env_steps, eval.policy_version
-            ));
-            // The run waited for the evaluation; that was not a stall.
-            stall = StallWatch::new(Instant::now());
-            let solved = target.is_some_and(|t| eval.mean_return >= t);
-            evaluations.push(eval);
-            if solved {
-                progress.finish("solved");
-                return Ok((Outcome::Solved, evaluations, status));
+            self.cluster.supervise().await?;
+            let status = self.status().await?;
+            self.progress.update(&status);
+            if let Some(still) = stall.check(&status, Instant::now()) {
+                self.progress.println(&format!(
+                    "warning: nothing has moved for {} s (no env step reported or trained, no \
+                     update): an env stuck in `step`, a role waiting on another, or one update \
+                     that takes this long; the roles' logs are in {}",
+                    still.as_secs(),
+                    self.cluster.logs.display()
+                ));
+            }
+            let steps = status.env_steps_trained;
+            if steps >= config.stop.total_env_steps {
+                self.progress.finish("step budget reached");
+                return Ok((Outcome::Budget, evaluations, status));
+            }
+            let wall = config.stop.max_wall_seconds;
+            if wall > 0.0 && self.started.elapsed().as_secs_f64() >= wall {
+                self.progress.finish("wall-clock limit reached");
+                return Ok((Outcome::WallClock, evaluations, status));
+            }
+            let on_target = config.eval.on_target_training_return
+                && target.is_some_and(|t| status.recent_return >= t);
+            let evaluated_at = evaluations.last().map_or(0, |e: &Evaluation| e.env_steps);
+            let fresh = steps > evaluated_at;
+            if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
+                next_eval = steps + config.eval_interval_env_steps();
+                let Some(eval) = self.evaluate().await? else {
+                    return self.interrupted(evaluations).await;
+                };
+                self.report(&eval);
+                // The run waited for the evaluation; that was not a stall.
+                stall = StallWatch::new(Instant::now());
+                let solved = target.is_some_and(|t| eval.mean_return >= t);
+                evaluations.push(eval);
+                if solved {
+                    self.progress.finish("solved");
+                    return Ok((Outcome::Solved, evaluations, status));
+                }
             }
         }
+    }
+
+    async fn status(&mut self) -> anyhow::Result<LearnerStatus> {
+        Ok(self
+            .learner
+            .get_status(GetStatusRequest {})
+            .await?
+            .into_inner())
+    }
+
+    /// The end of training by Ctrl-C.
+    async fn interrupted(&mut self, evaluations: Vec<Evaluation>) -> anyhow::Result<LoopResult> {
+        let status = self.status().await?;
+        self.progress
+            .finish("interrupted: evaluating the latest checkpoint (Ctrl-C again to skip it)");
+        Ok((Outcome::Interrupted, evaluations, status))
+    }
+
+    /// Prints an evaluation's result.
+    fn report(&self, eval: &Evaluation) {
+        let what = match eval.adaptation_returns.as_slice() {
+            [before, _, ..] => format!(
+                "adapted return {:.2} (before adapting {before:.2})",
+                eval.mean_return
+            ),
+            // A task-agnostic run (`tasks.multi_task`) plays the held-out tasks once each,
+            // with nothing to adapt.
+            [_] => format!(
+                "return {:.2} on {} held-out tasks",
+                eval.mean_return, self.config.tasks.num_test
+            ),
+            [] => format!(
+                "mean return {:.1} over {} episodes",
+                eval.mean_return, self.config.eval.episodes
+            ),
+        };
+        let success = eval
+            .success_rate
+            .map(|s| format!(", success {:.0}%", 100.0 * s))
+            .unwrap_or_default();
+        self.progress.println(&format!(
+            "eval at {} steps: {what}{success} (version {})",
+            eval.env_steps, eval.policy_version
+        ));
+    }
+
+    /// Checkpoints the learner now and evaluates exactly that checkpoint, still supervising
+    /// the cluster meanwhile; `None` if a Ctrl-C came first.
+    ///
+    /// The evaluation plays on a thread of its own, which an interrupt leaves behind: an env
+    /// stuck in `step` must not hold the run, and the process exits soon after.
+    async fn evaluate(&mut self) -> anyhow::Result<Option<Evaluation>> {
+        let interrupts = *self.interrupts.borrow() + 1;
+        let saved = self
+            .learner
+            .save_checkpoint(SaveCheckpointRequest {})
+            .await?
+            .into_inner();
+        let env_steps = self.status().await?.env_steps_trained;
+        let path = PathBuf::from(&saved.path);
+        let episodes = self.config.eval.episodes as usize;
+        let (done, mut result) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("evaluation".into())
+            .spawn(move || {
+                let _ = done.send(evaluate_checkpoint(&path, episodes, None, None, None));
+            })
+            .context("starting the evaluation's thread")?;
+        let begun = Instant::now();
+        let mut warned = false;
+        let mut ticker = tokio::time::interval(Duration::from_millis(250));
+        let (result, _seed) = loop {
+            tokio::select! {
+                result = &mut result => {
+                    break result.context("the evaluation's thread panicked")??;
+                }
+                _ = interrupted(&mut self.interrupts, interrupts) => return Ok(None),
+                _ = ticker.tick() => {}
+            }
+            self.cluster.supervise().await?;
+            if !warned && begun.elapsed() >= STALL_WARNING {
+                warned = true;
+                self.progress.println(&format!(
+                    "warning: the evaluation of {} has run for {} s; if its env is stuck in \
+                     `step`, Ctrl-C stops the run (training goes on meanwhile)",
+                    saved.path,
+                    begun.elapsed().as_secs()
+                ));
+            }
+        };
+        Ok(Some(Evaluation {
+            env_steps,
+            policy_version: saved.policy_version,
+            mean_return: result.mean(),
+            std_return: result.std(),
+            success_rate: result.success_rate(),
+            adaptation_returns: result.adaptation,
+            wall_seconds: self.started.elapsed().as_secs_f64(),
+            checkpoint: saved.path,
+        }))
+    }
+
+    /// Evaluates the final policy (unless the run was solved by its last evaluation) and
+    /// writes `out/summary.json`. A Ctrl-C during that evaluation skips it: the run is then
+    /// interrupted, its summary reports the last evaluation that finished, and there is no
+    /// summary if none had. Returns the summary and whether the run was interrupted.
+    async fn finish(
+        &mut self,
+        out: &Path,
+        mut outcome: Outcome,
+        mut evaluations: Vec<Evaluation>,
+        status: LearnerStatus,
+    ) -> anyhow::Result<(Option<Summary>, bool)> {
+        if !matches!(outcome, Outcome::Solved) {
+            match self.evaluate().await? {
+                Some(eval) => evaluations.push(eval),
+                None => {
+                    self.progress
+                        .println("interrupted: the final evaluation is skipped");
+                    outcome = Outcome::Interrupted;
+                }
+            }
+        }
+        let interrupted = matches!(outcome, Outcome::Interrupted);
+        let Some(last) = evaluations.last() else {
+            return Ok((None, interrupted));
+        };
+        let reason = match outcome {
+            Outcome::Solved => "solved",
+            Outcome::Budget => "step_budget",
+            Outcome::WallClock => "wall_clock",
+            Outcome::Interrupted => "interrupted",
+        };
+        let summary = Summary::new(
+            self.config,
+            &status,
+            last,
+            &evaluations,
+            self.started.elapsed().as_secs_f64(),
+            reason,
+        );
+        summary.write(&out.join("summary.json"))?;
+        Ok((Some(summary), interrupted))
     }
 }
 
@@ -408,72 +557,6 @@ impl StallWatch {
         self.warned = true;
         Some(still)
     }
-}
-
-/// Checkpoints the learner now and evaluates exactly that checkpoint.
-async fn evaluate_now(
-    config: &RunConfig,
-    learner: &mut LearnerServiceClient<Channel>,
-    started: Instant,
-) -> anyhow::Result<Evaluation> {
-    let saved = learner
-        .save_checkpoint(SaveCheckpointRequest {})
-        .await?
-        .into_inner();
-    let env_steps = learner
-        .get_status(GetStatusRequest {})
-        .await?
-        .into_inner()
-        .env_steps_trained;
-    let path = PathBuf::from(&saved.path);
-    let episodes = config.eval.episodes as usize;
-    let (result, _seed) =
-        tokio::task::spawn_blocking(move || evaluate_checkpoint(&path, episodes, None, None, None))
-            .await??;
-    Ok(Evaluation {
-        env_steps,
-        policy_version: saved.policy_version,
-        mean_return: result.mean(),
-        std_return: result.std(),
-        success_rate: result.success_rate(),
-        adaptation_returns: result.adaptation,
-        wall_seconds: started.elapsed().as_secs_f64(),
-        checkpoint: saved.path,
-    })
-}
-
-async fn finish(
-    config: &RunConfig,
-    out: &Path,
-    learner: &mut LearnerServiceClient<Channel>,
-    outcome: Outcome,
-    mut evaluations: Vec<Evaluation>,
-    status: LearnerStatus,
-    started: Instant,
-) -> anyhow::Result<(Summary, bool)> {
-    let needs_final_eval = !matches!(outcome, Outcome::Solved);
-    if needs_final_eval {
-        evaluations.push(evaluate_now(config, learner, started).await?);
-    }
-    let last = evaluations
-        .last()
-        .context("at least one evaluation was made")?;
-    let reason = match outcome {
-        Outcome::Solved => "solved",
-        Outcome::Budget => "step_budget",
-        Outcome::WallClock => "wall_clock",
-        Outcome::Interrupted => "interrupted",
-    };
-    let summary = Summary::new(
-        config,
-        &status,
-        last,
-        &evaluations,
-        started.elapsed().as_secs_f64(),
-        reason,
-    );
-    summary.write(&out.join("summary.json"))?;
-    Ok((summary, matches!(outcome, Outcome::Interrupted)))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! a role that prints, e.g. a Python env's `print`, never fills a pipe nobody reads and stalls.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -184,6 +184,9 @@ fn append_to(log: &Path) -> anyhow::Result<File> {
         .with_context(|| format!("opening {}", log.display()))
 }
 
+/// The longest piece of a role's stdout [`copy_stdout`] holds before writing it to the log.
+const MAX_LINE: u64 = 64 * 1024;
+
 /// Starts a thread that reads `stdout` until the role closes it, appending each line to `log`;
 /// the first listening line's address goes to the returned receiver as well.
 fn copy_stdout(
@@ -199,8 +202,13 @@ fn copy_stdout(
             let mut found = Some(found);
             let mut reader = BufReader::new(stdout);
             let mut line = Vec::new();
-            // Bytes, not `String`s: output that is not UTF-8 must not stop the copy.
-            while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            // Bytes, not `String`s: output that is not UTF-8 must not stop the copy. A line
+            // longer than `MAX_LINE` is copied in pieces, so output without newlines cannot
+            // grow the buffer without bound.
+            while matches!(
+                (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line),
+                Ok(n) if n > 0
+            ) {
                 if let Some(addr) = parse_listening(&String::from_utf8_lossy(&line)) {
                     if let Some(found) = found.take() {
                         let _ = found.send(addr);
@@ -281,6 +289,36 @@ mod tests {
         );
         std::fs::write(&log, "\u{1b}[32m INFO\u{1b}[0m nothing wrong\n").unwrap();
         assert_eq!(first_errors(&log), None);
+        std::fs::remove_file(&log).ok();
+    }
+
+    /// Output with no newline is copied whole, in pieces of at most `MAX_LINE` bytes.
+    #[tokio::test]
+    async fn a_long_line_is_copied_in_bounded_pieces() {
+        let log = std::env::temp_dir().join(format!("fleetrl-longline-{}.log", std::process::id()));
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                "head -c 200000 /dev/zero | tr '\\0' a; echo; echo done",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let file = File::create(&log).unwrap();
+        let _listening = copy_stdout("long", child.stdout.take().unwrap(), file).unwrap();
+        child.wait().await.unwrap();
+        let started = std::time::Instant::now();
+        let text = loop {
+            let text = std::fs::read_to_string(&log).unwrap();
+            if text.ends_with("done\n") || started.elapsed() > Duration::from_secs(30) {
+                break text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(text.ends_with("done\n"), "the copy did not finish");
+        assert_eq!(text.matches('a').count(), 200_000);
+        assert!(text.lines().all(|l| l.len() as u64 <= MAX_LINE));
+        assert!(text.lines().count() >= 4, "copied in pieces");
         std::fs::remove_file(&log).ok();
     }
 }

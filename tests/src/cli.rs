@@ -31,3 +31,24 @@ pub fn fleetrl_ok(args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&run.stdout).into_owned()
 }
+
+/// A directory holding `MODULE.py`, a gymnasium env registered as `ID` that is CartPole with
+/// `step` replaced by `step_body` (Python, indented 8 spaces, with `action` in scope and
+/// `CartPoleEnv.step` as the original), for `gym:MODULE:ID` with the directory on PYTHONPATH.
+pub fn own_gym_env(module: &str, id: &str, step_body: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fleetrl-{module}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let source = format!(
+        "import gymnasium as gym\n\
+         from gymnasium.envs.classic_control import CartPoleEnv\n\
+         class Own(CartPoleEnv):\n\
+         \x20   steps = 0\n\
+         \x20   def step(self, action):\n\
+         \x20       Own.steps += 1\n\
+         {step_body}\n\
+         gym.register('{id}', entry_point=Own, max_episode_steps=500)\n"
+    );
+    std::fs::write(dir.join(format!("{module}.py")), source).expect("writing the env's module");
+    dir
+}

@@ -12,6 +12,7 @@
 
 use std::sync::Mutex;
 
+use fleetrl_tests::cli::own_gym_env;
 use fleetrl_tests::train_preset;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -223,27 +224,6 @@ fn missing_gymnasium_and_wrong_ids_are_clear_errors() {
     );
 }
 
-/// A directory holding `MODULE.py`, a gymnasium env registered as `ID` that is CartPole with
-/// `step` replaced by `step_body` (Python, indented 8 spaces, with `action` in scope and
-/// `CartPoleEnv.step` as the original), for `gym:MODULE:ID` with the directory on PYTHONPATH.
-fn own_env(module: &str, id: &str, step_body: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("fleetrl-{module}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let source = format!(
-        "import gymnasium as gym\n\
-         from gymnasium.envs.classic_control import CartPoleEnv\n\
-         class Own(CartPoleEnv):\n\
-         \x20   steps = 0\n\
-         \x20   def step(self, action):\n\
-         \x20       Own.steps += 1\n\
-         {step_body}\n\
-         gym.register('{id}', entry_point=Own, max_episode_steps=500)\n"
-    );
-    std::fs::write(dir.join(format!("{module}.py")), source).unwrap();
-    dir
-}
-
 /// A hosted env that prints on every step (a user's own gymnasium env with a debug `print`):
 /// the roles' stdout is copied into their logs, so the run goes on. Before, an actor's stdout
 /// was a pipe nobody read, and after about 64 KiB of prints (here some 300 steps) the actor
@@ -252,7 +232,7 @@ fn own_env(module: &str, id: &str, step_body: &str) -> std::path::PathBuf {
 #[test]
 fn a_hosted_env_that_prints_does_not_stall_the_run() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = own_env(
+    let dir = own_gym_env(
         "fleetrl_printing_env",
         "Printing-v0",
         "        print('stepping ' + 'x' * 200)\n        return CartPoleEnv.step(self, action)",
@@ -292,7 +272,7 @@ fn a_hosted_env_that_prints_does_not_stall_the_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Trains `cartpole-ppo` on an [`own_env`] whose 300th step passes its result through
+/// Trains `cartpole-ppo` on an [`own_gym_env`] whose 300th step passes its result through
 /// `spoil` (Python, one line: a statement on `obs` or `reward`) and returns the run's stderr;
 /// the run must fail (within its 300 s wall-clock limit, which only bounds a stall).
 fn run_failing_with(module: &str, spoil: &str) -> String {
@@ -303,7 +283,7 @@ fn run_failing_with(module: &str, spoil: &str) -> String {
          \x20           {spoil}\n\
          \x20       return obs, reward, terminated, truncated, info"
     );
-    let dir = own_env(module, "Spoilt-v0", &step);
+    let dir = own_gym_env(module, "Spoilt-v0", &step);
     // Not `module` itself: the run's own directory is named after it and made afresh.
     let (status, stderr, _) = train_preset(
         &format!("{module}-run"),

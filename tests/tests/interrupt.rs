@@ -1,5 +1,5 @@
 //! Ctrl-C on `fleetrl train` checkpoints, evaluates, writes the summary, exits 130, and leaves
-//! no role process behind; `fleetrl set` changes a running learner's hyperparameter, and the
+//! no role process behind, even when the evaluation hangs; `fleetrl set` changes a running learner's hyperparameter, and the
 //! interrupted run's checkpoint records it.
 
 use std::path::{Path, PathBuf};
@@ -26,8 +26,12 @@ struct Endless(Option<Child>);
 
 impl Drop for Endless {
     fn drop(&mut self) {
-        if let Some(child) = self.0.take() {
-            let _ = interrupt(child);
+        if let Some(mut child) = self.0.take() {
+            ctrl_c(&child);
+            if exit_within(&mut child, Duration::from_secs(60)).is_err() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
     }
 }
@@ -82,11 +86,109 @@ fn stop(mut run: Endless) -> anyhow::Result<std::process::ExitStatus> {
 
 /// Ctrl-C on `child` and its exit status.
 fn interrupt(mut child: Child) -> anyhow::Result<std::process::ExitStatus> {
+    ctrl_c(&child);
+    Ok(child.wait()?)
+}
+
+/// Sends Ctrl-C (SIGINT) to `child`.
+fn ctrl_c(child: &Child) {
     // SAFETY: kill(2) on the child we spawned.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
-    Ok(child.wait()?)
+}
+
+/// Waits up to `limit` for `child` to exit.
+fn exit_within(child: &mut Child, limit: Duration) -> anyhow::Result<std::process::ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        anyhow::ensure!(started.elapsed() < limit, "still running after {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// An env that hangs in `step` while the launcher evaluates with it (the actors play it
+/// normally): Ctrl-C still ends the run. The first interrupt abandons the periodic
+/// evaluation and starts the final one, which hangs as well; the second skips it, and the run
+/// exits 130 within seconds, saying there is no summary because no evaluation finished, and
+/// leaves no role behind. Before, the launcher waited on the evaluation and caught every
+/// Ctrl-C: nothing but SIGKILL stopped it.
+#[test]
+fn ctrl_c_ends_a_run_whose_evaluation_hangs() -> anyhow::Result<()> {
+    let dir = fleetrl_tests::cli::own_gym_env(
+        "fleetrl_hung_eval_env",
+        "HungEval-v0",
+        "        if b'fleet-actor' not in open('/proc/self/cmdline', 'rb').read():\n\
+         \x20           open(__file__ + '.evaluating', 'w').close()\n\
+         \x20           import time; time.sleep(3600)\n\
+         \x20       return CartPoleEnv.step(self, action)",
+    );
+    let marker = dir.join("fleetrl_hung_eval_env.py.evaluating");
+    let out = dir.join("run");
+    let stderr_path = dir.join("stderr.txt");
+    let mut run = Endless(Some(
+        fleetrl_tests::cli::fleetrl_command(&[
+            "train",
+            "--config",
+            "cartpole-ppo",
+            "--set",
+            "env.id=gym:fleetrl_hung_eval_env:HungEval-v0",
+            "--set",
+            "stop.total_env_steps=100000000",
+            "--set",
+            "stop.target_return=1e9",
+            "--set",
+            "stop.max_wall_seconds=0",
+            "--set",
+            "eval.interval_env_steps=2048",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .env("PYTHONPATH", &dir)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path)?)
+        .spawn()?,
+    ));
+    let wait_for_evaluation = || -> anyhow::Result<()> {
+        let started = Instant::now();
+        while !marker.exists() {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(180),
+                "no evaluation began: {}",
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::fs::remove_file(&marker)?;
+        Ok(())
+    };
+    wait_for_evaluation()?;
+    let child = run.0.as_mut().expect("the run is going");
+    ctrl_c(child);
+    // The final evaluation, on a fresh checkpoint, hangs too.
+    wait_for_evaluation()?;
+    ctrl_c(child);
+    let status = exit_within(child, Duration::from_secs(60))?;
+    run.0 = None;
+    let stderr = std::fs::read_to_string(&stderr_path)?;
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("the final evaluation is skipped")
+            && stderr.contains("no summary.json")
+            && stderr.contains("--resume latest"),
+        "{stderr}"
+    );
+    assert!(!out.join("summary.json").exists());
+    let leftovers = processes_mentioning(&out.display().to_string());
+    assert!(
+        leftovers.is_empty(),
+        "role processes outlived the launcher: {leftovers:?}"
+    );
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
 }
 
 #[test]
