@@ -359,7 +359,7 @@ impl Running<'_> {
             let fresh = steps > evaluated_at;
             if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
                 next_eval = steps + config.eval_interval_env_steps();
-                let Some(eval) = self.evaluate().await? else {
+                let Some(eval) = self.evaluate(true).await? else {
                     return self.interrupted(evaluations).await;
                 };
                 self.report(&eval);
@@ -420,11 +420,12 @@ impl Running<'_> {
     }
 
     /// Checkpoints the learner now and evaluates exactly that checkpoint, still supervising
-    /// the cluster meanwhile; `None` if a Ctrl-C came first.
+    /// the cluster meanwhile (and, while `training`, showing its progress); `None` if a Ctrl-C
+    /// came first.
     ///
     /// The evaluation plays on a thread of its own, which an interrupt leaves behind: an env
     /// stuck in `step` must not hold the run, and the process exits soon after.
-    async fn evaluate(&mut self) -> anyhow::Result<Option<Evaluation>> {
+    async fn evaluate(&mut self, training: bool) -> anyhow::Result<Option<Evaluation>> {
         let interrupts = *self.interrupts.borrow() + 1;
         let saved = self
             .learner
@@ -453,11 +454,15 @@ impl Running<'_> {
                 _ = ticker.tick() => {}
             }
             self.cluster.supervise().await?;
+            if training {
+                let status = self.status().await?;
+                self.progress.update(&status);
+            }
             if !warned && begun.elapsed() >= STALL_WARNING {
                 warned = true;
                 self.progress.println(&format!(
                     "warning: the evaluation of {} has run for {} s; if its env is stuck in \
-                     `step`, Ctrl-C stops the run (training goes on meanwhile)",
+                     `step`, Ctrl-C stops the run",
                     saved.path,
                     begun.elapsed().as_secs()
                 ));
@@ -487,7 +492,7 @@ impl Running<'_> {
         status: LearnerStatus,
     ) -> anyhow::Result<(Option<Summary>, bool)> {
         if !matches!(outcome, Outcome::Solved) {
-            match self.evaluate().await? {
+            match self.evaluate(false).await? {
                 Some(eval) => evaluations.push(eval),
                 None => {
                     self.progress
