@@ -11,8 +11,7 @@ use tch::{Device, Tensor};
 use super::intrinsic::Intrinsic;
 use super::pg::{explained_variance, linear_schedule, masked_mean, targets, tensor, Samples};
 use super::returns::normalize_advantage;
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::{Algorithm, Metrics, Trained};
 use crate::config::A2cConfig;
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
@@ -133,37 +132,7 @@ impl A2c {
 }
 
 impl Algorithm for A2c {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Rollouts
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.rollouts()?).into())
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.optim.state();
-        state.extend(self.trained.counter_state());
-        state.extend(self.intrinsic.iter().flat_map(Intrinsic::state));
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.optim.load_state(state)?;
-        if let Some(rnd) = &mut self.intrinsic {
-            rnd.load_state(state)?;
-        }
-        self.trained.load_counter(state)?;
-        Ok(())
-    }
+    super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [optim, intrinsic]);
 
     fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
         let crate::config::AlgoConfig::A2c(config) = algo else {

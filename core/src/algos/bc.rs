@@ -11,8 +11,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::{Algorithm, Metrics, Trained, Update};
 use crate::config::{BcConfig, BcLoss};
 use crate::items::transition::TransitionBatch;
 use crate::models::{OffPolicyModel, PolicyKind};
@@ -94,33 +93,7 @@ impl Bc {
 }
 
 impl Algorithm for Bc {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Transitions
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.transitions()?))
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.optim.state();
-        state.extend(self.trained.counter_state());
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.optim.load_state(state)?;
-        self.trained.load_counter(state)?;
-        Ok(())
-    }
+    super::algorithm_parts!(trains_on: Transitions(transitions), state: [optim]);
 }
 
 #[cfg(test)]

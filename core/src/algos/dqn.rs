@@ -14,9 +14,9 @@
 use tch::{Kind, Tensor};
 
 use super::r2d2::sequence_loss;
-use super::target::{load_target, mean, priorities, target_state, td_loss};
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::target::{mean, priorities, td_loss};
+use super::{Algorithm, Batch, BatchError, Metrics, Trained, TrainsOn, Update};
+use crate::checkpoint::TargetNet;
 use crate::config::DqnConfig;
 use crate::items::sequence::SequenceBatch;
 use crate::items::transition::TransitionBatch;
@@ -43,7 +43,7 @@ pub fn td_target(
 pub struct Dqn {
     config: DqnConfig,
     trained: Trained<OffPolicyModel>,
-    target: OffPolicyModel,
+    target: TargetNet<OffPolicyModel>,
     optim: Adam,
 }
 
@@ -56,7 +56,7 @@ impl Dqn {
         Dqn {
             config: config.clone(),
             trained: Trained::new(model, "updates"),
-            target,
+            target: TargetNet(target),
             optim,
         }
     }
@@ -143,27 +143,7 @@ impl Algorithm for Dqn {
         }
     }
 
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.optim.state();
-        state.extend(target_state(&self.target));
-        state.extend(self.trained.counter_state());
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.optim.load_state(state)?;
-        load_target(&mut self.target, state)?;
-        self.trained.load_counter(state)?;
-        Ok(())
-    }
+    super::algorithm_parts!(state: [optim, target]);
 }
 
 #[cfg(test)]

@@ -11,13 +11,12 @@
 //! observation after the unroll (`bootstrap_obs`, re-valued here) and, at time-limit ends, of
 //! the final observation, for which the behaviour value the actor recorded stands in.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Kind};
 
 use super::pg::{explained_variance, floats, linear_schedule, tensor, Samples};
 use super::returns::{normalize_advantage, StepData};
 use super::vtrace::{learner_scores, vtrace, VtraceParams};
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::{Algorithm, Metrics, Trained};
 use crate::config::ImpalaConfig;
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
@@ -131,33 +130,7 @@ impl Impala {
 }
 
 impl Algorithm for Impala {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Rollouts
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.rollouts()?).into())
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.optim.state();
-        state.extend(self.trained.counter_state());
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.optim.load_state(state)?;
-        self.trained.load_counter(state)?;
-        Ok(())
-    }
+    super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [optim]);
 
     fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
         let crate::config::AlgoConfig::Impala(config) = algo else {

@@ -30,7 +30,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::pg::floats;
 use super::returns::{gae, Returns, StepData};
-use crate::checkpoint::{find, StateError};
+use crate::checkpoint::{find, StateError, StatePart};
 use crate::config::{Activation, IntrinsicConfig};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{Mlp, ObsNorm};
@@ -198,9 +198,11 @@ impl Intrinsic {
         self.optim.step(lr);
         [distill.double_value(&[]), vf.double_value(&[])]
     }
+}
 
+impl StatePart for Intrinsic {
     /// The networks, statistics and optimiser state, for checkpoints.
-    pub fn state(&self) -> Vec<(String, Tensor)> {
+    fn save(&self) -> Vec<(String, Tensor)> {
         let mut state: Vec<(String, Tensor)> = self
             .vs
             .variables()
@@ -209,15 +211,15 @@ impl Intrinsic {
             .collect();
         state.extend(
             self.optim
-                .state()
+                .save()
                 .into_iter()
                 .map(|(name, t)| (format!("intrinsic.{name}"), t)),
         );
         state
     }
 
-    /// Restores [`Intrinsic::state`].
-    pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
+    /// Restores [`StatePart::save`]'s tensors.
+    fn restore(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         let _guard = tch::no_grad_guard();
         for (name, mut dst) in self.vs.variables() {
             let key = format!("intrinsic.{name}");
@@ -239,7 +241,7 @@ impl Intrinsic {
                     .map(|s| (s.to_string(), t.shallow_clone()))
             })
             .collect();
-        self.optim.load_state(&own)
+        self.optim.restore(&own)
     }
 }
 
@@ -338,9 +340,9 @@ mod tests {
             target_after.equal(&target_before),
             "the target network must not train"
         );
-        let state = rnd.state();
+        let state = rnd.save();
         let mut fresh = Intrinsic::new(&config(), 4, Device::Cpu);
-        fresh.load_state(&state).unwrap();
+        fresh.restore(&state).unwrap();
         let again = fresh
             .novelty(&after.next_obs)
             .mean(Kind::Float)

@@ -21,8 +21,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::pg::{entropy_bonus, process_advantages};
 use super::trpo::{conjugate_gradient, flat_grad, flat_params, set_params};
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::{Algorithm, Metrics, Trained};
 use crate::config::{MamlConfig, MetaOptimizer, PgOptions};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Dist, Heads};
@@ -406,32 +405,7 @@ impl Maml {
 }
 
 impl Algorithm for Maml {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Rollouts
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.rollouts()?).into())
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.optim.state();
-        state.extend(self.trained.counter_state());
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.optim.load_state(state)?;
-        self.trained.load_counter(state)
-    }
+    super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [optim]);
 }
 
 #[cfg(test)]

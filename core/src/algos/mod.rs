@@ -38,7 +38,7 @@ pub use vpg::Vpg;
 
 use tch::{Device, Tensor};
 
-use crate::checkpoint::StateError;
+use crate::checkpoint::{StateError, StatePart};
 use crate::items::rollout::RolloutBatch;
 use crate::items::round::RoundBatch;
 use crate::items::sequence::SequenceBatch;
@@ -286,24 +286,25 @@ impl<M: Model> Trained<M> {
         }
     }
 
-    /// The update and env-step counters as named checkpoint tensors.
-    pub fn counter_state(&self) -> [(String, Tensor); 2] {
-        [
+    fn env_steps_name(&self) -> String {
+        format!("{}.env_steps", self.counter)
+    }
+}
+
+/// The update and env-step counters.
+impl<M: Model> StatePart for Trained<M> {
+    fn save(&self) -> Vec<(String, Tensor)> {
+        vec![
             (self.counter.to_string(), Tensor::from(self.updates as i64)),
             (self.env_steps_name(), Tensor::from(self.env_steps as i64)),
         ]
     }
 
-    /// Restores the counters [`Trained::counter_state`] wrote (a checkpoint from before env
-    /// steps were kept restores them as 0).
-    pub fn load_counter(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
+    /// A checkpoint from before env steps were kept restores them as 0.
+    fn restore(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         self.updates = crate::checkpoint::counter(state, self.counter)?;
         self.env_steps = crate::checkpoint::counter(state, &self.env_steps_name()).unwrap_or(0);
         Ok(())
-    }
-
-    fn env_steps_name(&self) -> String {
-        format!("{}.env_steps", self.counter)
     }
 }
 
@@ -330,6 +331,59 @@ impl<M: Model> Learned for Trained<M> {
         self.updates
     }
 }
+
+/// Writes the [`Algorithm`] methods every algorithm has alike, inside its `impl Algorithm`:
+/// `trained` and `trained_mut` (its `trained` field), and `state` and `load_state` from the
+/// [`StatePart`] fields listed under `state` plus `trained`'s counters. With `trains_on:
+/// Kind(batch)` also `trains_on` (`TrainsOn::Kind`) and `update`, which hands `Batch::batch()`
+/// to the algorithm's own `train`.
+///
+/// ```ignore
+/// impl Algorithm for Ppo {
+///     algorithm_parts!(trains_on: Rollouts(rollouts), state: [optim, intrinsic]);
+/// }
+/// ```
+macro_rules! algorithm_parts {
+    (trains_on: $kind:ident($batch:ident), state: [$($part:ident),* $(,)?]) => {
+        fn trains_on(&self) -> $crate::algos::TrainsOn {
+            $crate::algos::TrainsOn::$kind
+        }
+
+        #[allow(clippy::useless_conversion)] // off-policy `train`s return an `Update` already
+        fn update(
+            &mut self,
+            batch: &$crate::algos::Batch,
+        ) -> Result<$crate::algos::Update, $crate::algos::BatchError> {
+            Ok(self.train(batch.$batch()?).into())
+        }
+
+        $crate::algos::algorithm_parts!(state: [$($part),*]);
+    };
+    (state: [$($part:ident),* $(,)?]) => {
+        fn trained(&self) -> &dyn $crate::algos::Learned {
+            &self.trained
+        }
+
+        fn trained_mut(&mut self) -> &mut dyn $crate::algos::Learned {
+            &mut self.trained
+        }
+
+        fn state(&self) -> Vec<(String, tch::Tensor)> {
+            let mut state = $crate::checkpoint::StatePart::save(&self.trained);
+            $(state.extend($crate::checkpoint::StatePart::save(&self.$part));)*
+            state
+        }
+
+        fn load_state(
+            &mut self,
+            state: &[(String, tch::Tensor)],
+        ) -> Result<(), $crate::checkpoint::StateError> {
+            $($crate::checkpoint::StatePart::restore(&mut self.$part, state)?;)*
+            $crate::checkpoint::StatePart::restore(&mut self.trained, state)
+        }
+    };
+}
+pub(crate) use algorithm_parts;
 
 /// A learner-side algorithm, on- or off-policy: batches in, named metrics (and new
 /// priorities where it has TD errors) out.

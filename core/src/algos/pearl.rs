@@ -18,8 +18,8 @@ use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
 use super::target::mean;
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Model, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::{Algorithm, Metrics, Model, Trained, Update};
+use crate::checkpoint::TargetNet;
 use crate::config::PearlConfig;
 use crate::items::round::RoundBatch;
 use crate::models::{kl_from_prior, Mlp, ModelError, PearlModel};
@@ -71,7 +71,7 @@ pub struct Pearl {
     config: PearlConfig,
     trained: Trained<PearlModel>,
     /// The target value function, in its own var store (named as the online `vf.*`).
-    target_vs: nn::VarStore,
+    target_vs: TargetNet<nn::VarStore>,
     target_vf: Mlp,
     pi_optim: Adam,
     qf_optim: Adam,
@@ -103,7 +103,7 @@ impl Pearl {
         let pearl = Pearl {
             config: config.clone(),
             trained: Trained::new(model, "updates"),
-            target_vs,
+            target_vs: TargetNet(target_vs),
             target_vf,
             pi_optim,
             qf_optim,
@@ -223,52 +223,7 @@ impl Pearl {
 }
 
 impl Algorithm for Pearl {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Rounds
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.rounds()?))
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.pi_optim.state();
-        state.extend(self.qf_optim.state());
-        state.extend(self.vf_optim.state());
-        state.extend(self.context_optim.state());
-        state.extend(
-            crate::models::weights::named(&self.target_vs)
-                .into_iter()
-                .map(|(n, t)| (format!("target.{n}"), t)),
-        );
-        state.extend(self.trained.counter_state());
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.pi_optim.load_state(state)?;
-        self.qf_optim.load_state(state)?;
-        self.vf_optim.load_state(state)?;
-        self.context_optim.load_state(state)?;
-        let target: Vec<(String, Tensor)> = state
-            .iter()
-            .filter_map(|(n, t)| {
-                n.strip_prefix("target.")
-                    .map(|p| (p.to_string(), t.shallow_clone()))
-            })
-            .collect();
-        crate::models::weights::load_named(&self.target_vs, &target)?;
-        self.trained.load_counter(state)?;
-        Ok(())
-    }
+    super::algorithm_parts!(trains_on: Rounds(rounds), state: [pi_optim, qf_optim, vf_optim, context_optim, target_vs]);
 }
 
 #[cfg(test)]
@@ -344,7 +299,9 @@ mod tests {
             let parts = [&a.tensors[k], &b.tensors[k]];
             (k.clone(), fleetrl_proto::Tensor::stack(&parts).unwrap())
         }));
-        let batch = Batch::Rounds(RoundBatch::from_stacked(&stacked, tch::Device::Cpu).unwrap());
+        let batch = crate::algos::Batch::Rounds(
+            RoundBatch::from_stacked(&stacked, tch::Device::Cpu).unwrap(),
+        );
         let mut last = Update::default();
         for _ in 0..300 {
             last = pearl.update(&batch).unwrap();

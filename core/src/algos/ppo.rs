@@ -18,8 +18,7 @@ use super::pg::{
 use super::replicas::Replicas;
 use super::returns::Returns;
 use super::returns::StepData;
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::{Algorithm, Metrics, Trained};
 use crate::config::{EntropyMethod, PgOptions, PpoConfig};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Heads, RnnState, Sequence};
@@ -543,36 +542,7 @@ impl Ppo {
 }
 
 impl Algorithm for Ppo {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Rollouts
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.rollouts()?).into())
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.optim.state();
-        state.extend(self.trained.counter_state());
-        state.extend(self.intrinsic.iter().flat_map(Intrinsic::state));
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.optim.load_state(state)?;
-        if let Some(rnd) = &mut self.intrinsic {
-            rnd.load_state(state)?;
-        }
-        self.trained.load_counter(state)
-    }
+    super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [optim, intrinsic]);
 
     fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
         let crate::config::AlgoConfig::Ppo(config) = algo else {

@@ -10,10 +10,10 @@
 
 use tch::{nn, Kind, Tensor};
 
-use super::target::{load_target, mean, priorities, target_state};
+use super::target::{mean, priorities};
 use super::td3::critic_loss;
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::{Algorithm, Metrics, Trained, Update};
+use crate::checkpoint::TargetNet;
 use crate::config::{CapsOptions, SacConfig};
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
@@ -69,10 +69,10 @@ pub fn caps_loss(
 pub struct Sac {
     config: SacConfig,
     trained: Trained<OffPolicyModel>,
-    target: OffPolicyModel,
+    target: TargetNet<OffPolicyModel>,
     pi_optim: Adam,
     qf_optim: Adam,
-    /// Holds `log_alpha`.
+    /// Holds `log_alpha` (checkpointed under that name).
     alpha_vs: nn::VarStore,
     log_alpha: Tensor,
     alpha_optim: Option<Adam>,
@@ -98,7 +98,7 @@ impl Sac {
             target_entropy: config.target_entropy.unwrap_or(-dim),
             config: config.clone(),
             trained: Trained::new(model, "updates"),
-            target,
+            target: TargetNet(target),
             pi_optim,
             qf_optim,
             alpha_vs,
@@ -181,47 +181,7 @@ impl Sac {
 }
 
 impl Algorithm for Sac {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Transitions
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.transitions()?))
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.pi_optim.state();
-        state.extend(self.qf_optim.state());
-        if let Some(optim) = &self.alpha_optim {
-            state.extend(optim.state());
-        }
-        state.extend(target_state(&self.target));
-        state.push(("log_alpha".into(), self.log_alpha.detach().copy()));
-        state.extend(self.trained.counter_state());
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.pi_optim.load_state(state)?;
-        self.qf_optim.load_state(state)?;
-        if let Some(optim) = self.alpha_optim.as_mut() {
-            optim.load_state(state)?;
-        }
-        load_target(&mut self.target, state)?;
-        let saved = crate::checkpoint::find(state, "log_alpha")?;
-        tch::no_grad(|| self.log_alpha.copy_(saved));
-        let _ = &self.alpha_vs;
-        self.trained.load_counter(state)?;
-        Ok(())
-    }
+    super::algorithm_parts!(trains_on: Transitions(transitions), state: [pi_optim, qf_optim, alpha_optim, target, alpha_vs]);
 }
 
 #[cfg(test)]

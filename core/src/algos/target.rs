@@ -1,33 +1,7 @@
-//! What the off-policy algorithms share: target networks in checkpoints and TD losses.
+//! What the off-policy algorithms share: TD losses and priorities (target networks are
+//! checkpointed as [`crate::checkpoint::TargetNet`]s).
 
 use tch::Tensor;
-
-use crate::checkpoint::StateError;
-use crate::models::OffPolicyModel;
-
-/// A target model's parameters, named `target.<path>` for checkpoints.
-pub(crate) fn target_state(target: &OffPolicyModel) -> Vec<(String, Tensor)> {
-    target
-        .named_parameters()
-        .into_iter()
-        .map(|(n, t)| (format!("target.{n}"), t))
-        .collect()
-}
-
-/// Restores what [`target_state`] wrote.
-pub(crate) fn load_target(
-    target: &mut OffPolicyModel,
-    state: &[(String, Tensor)],
-) -> Result<(), StateError> {
-    let named: Vec<(String, Tensor)> = state
-        .iter()
-        .filter_map(|(n, t)| {
-            n.strip_prefix("target.")
-                .map(|p| (p.to_string(), t.shallow_clone()))
-        })
-        .collect();
-    Ok(target.load_named(&named)?)
-}
 
 /// Mean of a tensor as f64.
 pub(crate) fn mean(t: &Tensor) -> f64 {

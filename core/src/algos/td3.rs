@@ -9,9 +9,9 @@
 
 use tch::{Kind, Tensor};
 
-use super::target::{load_target, mean, priorities, target_state};
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::target::{mean, priorities};
+use super::{Algorithm, Metrics, Trained, Update};
+use crate::checkpoint::TargetNet;
 use crate::config::Td3Config;
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
@@ -34,7 +34,7 @@ pub fn smoothed_action(unit: &Tensor, noise: &Tensor, std: f64, clip: f64) -> Te
 pub struct Td3 {
     config: Td3Config,
     trained: Trained<OffPolicyModel>,
-    target: OffPolicyModel,
+    target: TargetNet<OffPolicyModel>,
     pi_optim: Adam,
     qf_optim: Adam,
     last_policy_loss: f64,
@@ -51,7 +51,7 @@ impl Td3 {
         Td3 {
             config: config.clone(),
             trained: Trained::new(model, "updates"),
-            target,
+            target: TargetNet(target),
             pi_optim,
             qf_optim,
             last_policy_loss: 0.0,
@@ -141,37 +141,7 @@ impl Td3 {
 }
 
 impl Algorithm for Td3 {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Transitions
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.transitions()?))
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.pi_optim.state();
-        state.extend(self.qf_optim.state());
-        state.extend(target_state(&self.target));
-        state.extend(self.trained.counter_state());
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.pi_optim.load_state(state)?;
-        self.qf_optim.load_state(state)?;
-        load_target(&mut self.target, state)?;
-        self.trained.load_counter(state)?;
-        Ok(())
-    }
+    super::algorithm_parts!(trains_on: Transitions(transitions), state: [pi_optim, qf_optim, target]);
 }
 
 #[cfg(test)]

@@ -18,8 +18,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::pg::{entropy_bonus, explained_variance, tensor, Samples};
 use super::vpg::{fit_baseline, pg_returns};
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::{Algorithm, Metrics, Trained};
 use crate::config::{PgOptions, TrpoConfig};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Dist};
@@ -207,33 +206,7 @@ impl Trpo {
 }
 
 impl Algorithm for Trpo {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Rollouts
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.rollouts()?).into())
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.vf_optim.state();
-        state.extend(self.trained.counter_state());
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.vf_optim.load_state(state)?;
-        self.trained.load_counter(state)?;
-        Ok(())
-    }
+    super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [vf_optim]);
 }
 
 #[cfg(test)]

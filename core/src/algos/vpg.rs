@@ -16,8 +16,7 @@ use super::pg::{
     entropy_bonus, explained_variance, max_entropy_rewards, process_advantages, tensor, Samples,
 };
 use super::returns::{gae, StepData};
-use super::{Algorithm, Batch, BatchError, Learned, Metrics, Trained, TrainsOn, Update};
-use crate::checkpoint::StateError;
+use super::{Algorithm, Metrics, Trained};
 use crate::config::{PgOptions, VpgConfig};
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
@@ -147,35 +146,7 @@ impl Vpg {
 }
 
 impl Algorithm for Vpg {
-    fn trains_on(&self) -> TrainsOn {
-        TrainsOn::Rollouts
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        Ok(self.train(batch.rollouts()?).into())
-    }
-
-    fn trained(&self) -> &dyn Learned {
-        &self.trained
-    }
-
-    fn trained_mut(&mut self) -> &mut dyn Learned {
-        &mut self.trained
-    }
-
-    fn state(&self) -> Vec<(String, Tensor)> {
-        let mut state = self.policy_optim.state();
-        state.extend(self.vf_optim.state());
-        state.extend(self.trained.counter_state());
-        state
-    }
-
-    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.policy_optim.load_state(state)?;
-        self.vf_optim.load_state(state)?;
-        self.trained.load_counter(state)?;
-        Ok(())
-    }
+    super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [policy_optim, vf_optim]);
 }
 
 #[cfg(test)]

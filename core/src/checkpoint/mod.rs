@@ -11,7 +11,7 @@
 
 mod state;
 
-pub use state::{counter, find, StateError};
+pub use state::{counter, find, HasVarStore, StateError, StatePart, TargetNet};
 
 use std::path::{Path, PathBuf};
 

@@ -7,7 +7,7 @@
 //! gradients is then one op and an update a dozen, whatever the number of layers. That matters
 //! for the small networks RL uses, where per-op dispatch, not arithmetic, is the cost.
 
-use crate::checkpoint::{counter, find, StateError};
+use crate::checkpoint::{counter, find, StateError, StatePart};
 use tch::{nn::VarStore, Kind, Tensor};
 
 const BETA1: f64 = 0.9;
@@ -301,9 +301,11 @@ impl Adam {
     pub fn flat_grads(&self) -> &Tensor {
         &self.flat_grad
     }
+}
 
+impl StatePart for Adam {
     /// The optimiser state as named tensors, for a checkpoint.
-    pub fn state(&self) -> Vec<(String, Tensor)> {
+    fn save(&self) -> Vec<(String, Tensor)> {
         let n = &self.name;
         vec![
             (format!("{n}.exp_avg"), self.exp_avg.shallow_clone()),
@@ -312,8 +314,8 @@ impl Adam {
         ]
     }
 
-    /// Restores a state written by [`Adam::state`] for the same network.
-    pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
+    /// Restores a state written by [`StatePart::save`] for the same network.
+    fn restore(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         let _guard = tch::no_grad_guard();
         let n = self.name.clone();
         for (name, dst) in [
@@ -394,9 +396,9 @@ mod tests {
                 }
             }
             assert!(
-                optim.state()[0].0.starts_with(rule.name()),
+                optim.save()[0].0.starts_with(rule.name()),
                 "{:?}",
-                optim.state()[0].0
+                optim.save()[0].0
             );
         }
     }
@@ -512,7 +514,7 @@ mod tests {
             .root()
             .var_copy("w", &Tensor::from_slice(&[1.0f32, 2.0]));
         let mut other = Adam::new(&vs2, 1e-8);
-        other.load_state(&adam.state()).unwrap();
+        other.restore(&adam.save()).unwrap();
         assert_eq!(other.steps(), 1);
         assert!(other
             .exp_avg_sq
