@@ -175,6 +175,7 @@ pub(crate) async fn train(
         );
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let _lock = lock_run_dir(out)?;
     run_token(out)?;
     let config_path = out.join("config.toml");
     std::fs::write(&config_path, config.to_toml())
@@ -256,6 +257,46 @@ pub(crate) async fn set_parameter(
     Ok(())
 }
 
+/// Keeps `out/run.lock` locked while it lives (the lock goes with the process, however it
+/// ends).
+struct RunLock(#[allow(dead_code)] std::fs::File);
+
+/// Locks the run directory `out` for this launcher, so that a second `fleetrl train` into it
+/// is refused instead of overwriting this run's token, config and logs and resuming from the
+/// checkpoints it is writing.
+fn lock_run_dir(out: &Path) -> anyhow::Result<RunLock> {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let path = out.join("run.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock(2) on a descriptor this function owns; Rust opens files close-on-exec, so
+    // the roles do not inherit the lock.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            anyhow::bail!(
+                "{} is in use by another `fleetrl train` (pid {}): give this run another --out, \
+                 or wait until that one ends (it resumes from the directory's checkpoints then)",
+                out.display(),
+                holder.trim()
+            );
+        }
+        return Err(err).with_context(|| format!("locking {}", path.display()));
+    }
+    file.set_len(0)
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(RunLock(file))
+}
+
 /// The run's token: the environment's (`FLEETRL_TOKEN_FILE`, `FLEETRL_TOKEN`), else a fresh
 /// random one. Installed for this process and its children, and written to `out/run.token`
 /// (mode 0600) for tools that talk to the running cluster.
@@ -288,21 +329,29 @@ struct Running<'a> {
     cluster: &'a mut Cluster,
     learner: &'a mut LearnerServiceClient<Channel>,
     progress: Progress,
-    /// How many Ctrl-Cs the launcher has received (see [`watch_interrupts`]).
+    /// How many Ctrl-Cs and SIGTERMs the launcher has received (see [`watch_interrupts`]).
     interrupts: watch::Receiver<u32>,
     started: Instant,
 }
 
-/// Counts the Ctrl-Cs the launcher receives. The first ends training (the run then evaluates
-/// its latest checkpoint and writes the summary); a second skips what is left of that
-/// evaluation. Either one also ends an evaluation in progress, so that an env stuck in `step`
-/// cannot hold the run.
+/// Counts the Ctrl-Cs (SIGINT) and SIGTERMs (what `kill`, `timeout` and job schedulers send)
+/// the launcher receives. The first ends training (the run then evaluates its latest
+/// checkpoint and writes the summary); a second skips what is left of that evaluation. Either
+/// one also ends an evaluation in progress, so that an env stuck in `step` cannot hold the run.
 fn watch_interrupts() -> anyhow::Result<watch::Receiver<u32>> {
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .context("listening for Ctrl-C")?;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigint = signal(SignalKind::interrupt()).context("listening for Ctrl-C")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let (tx, rx) = watch::channel(0);
     tokio::spawn(async move {
-        while sigint.recv().await.is_some() {
+        loop {
+            let got = tokio::select! {
+                got = sigint.recv() => got,
+                got = sigterm.recv() => got,
+            };
+            if got.is_none() {
+                break;
+            }
             tx.send_modify(|n| *n += 1);
         }
     });

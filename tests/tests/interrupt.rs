@@ -1,5 +1,6 @@
-//! Ctrl-C on `fleetrl train` checkpoints, evaluates, writes the summary, exits 130, and leaves
-//! no role process behind, even when the evaluation hangs; `fleetrl set` changes a running learner's hyperparameter, and the
+//! Ctrl-C (or SIGTERM) on `fleetrl train` checkpoints, evaluates, writes the summary, exits
+//! 130, and leaves no role process behind, even when the evaluation hangs; a second launcher
+//! into a run's directory is refused; `fleetrl set` changes a running learner's hyperparameter, and the
 //! interrupted run's checkpoint records it.
 
 use std::path::{Path, PathBuf};
@@ -108,6 +109,62 @@ fn exit_within(child: &mut Child, limit: Duration) -> anyhow::Result<std::proces
         anyhow::ensure!(started.elapsed() < limit, "still running after {limit:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// SIGTERM (what `kill`, `timeout` and job schedulers send) stops the run as Ctrl-C does: a
+/// checkpoint, an evaluation, the summary, exit 130. Before, the launcher died on it at once
+/// and the run had no summary.
+#[test]
+fn sigterm_stops_the_run_like_ctrl_c() -> anyhow::Result<()> {
+    let out = std::env::temp_dir().join(format!("fleetrl-sigterm-{}", std::process::id()));
+    let mut run = start_endless_run(&out)?;
+    let child = run.0.as_mut().expect("the run is going");
+    // SAFETY: kill(2) on the child we spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = exit_within(child, Duration::from_secs(120))?;
+    run.0 = None;
+    assert_eq!(status.code(), Some(130), "stopped runs exit 130");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
+    assert_eq!(summary["stop_reason"], "interrupted", "{summary:#}");
+    std::fs::remove_dir_all(&out)?;
+    Ok(())
+}
+
+/// A second `fleetrl train` into a directory a run is using is refused with an error naming
+/// the directory and the launcher holding it, and the first run is untouched: its token
+/// still lets `fleetrl set` in, and it stops with its summary. Before, the second launcher
+/// replaced the run's token and config, tried to resume from the checkpoints the first was
+/// writing and pruning, and failed on one that had gone.
+#[test]
+fn a_second_run_into_the_same_directory_is_refused() -> anyhow::Result<()> {
+    let out = std::env::temp_dir().join(format!("fleetrl-twice-{}", std::process::id()));
+    let run = start_endless_run(&out)?;
+    let token = std::fs::read_to_string(out.join("run.token"))?;
+    let second = fleetrl_tests::cli::fleetrl_command(&["train", "--config", "cartpole-ppo"])
+        .arg("--out")
+        .arg(&out)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    let pid = run.0.as_ref().expect("the run is going").id();
+    assert!(
+        stderr.contains(&format!(
+            "{} is in use by another `fleetrl train` (pid {pid})",
+            out.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(out.join("run.token"))?, token);
+    let (ok, text) = set(&out, "algo.entropy_loss_coeff=0.01")?;
+    assert!(ok, "{text}");
+    let status = stop(run)?;
+    assert_eq!(status.code(), Some(130));
+    assert!(out.join("summary.json").exists());
+    std::fs::remove_dir_all(&out)?;
+    Ok(())
 }
 
 /// An env that hangs in `step` while the launcher evaluates with it (the actors play it
