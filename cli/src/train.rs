@@ -190,6 +190,7 @@ pub(crate) async fn train(
         cluster: &mut cluster,
         learner: &mut learner,
         progress: Progress::new(config.stop.total_env_steps),
+        last_status: LearnerStatus::default(),
         interrupts: watch_interrupts()?,
         started,
     };
@@ -331,6 +332,8 @@ struct Running<'a> {
     progress: Progress,
     /// How many Ctrl-Cs and SIGTERMs the launcher has received (see [`watch_interrupts`]).
     interrupts: watch::Receiver<u32>,
+    /// The learner's status as last read.
+    last_status: LearnerStatus,
     started: Instant,
 }
 
@@ -425,16 +428,23 @@ impl Running<'_> {
     }
 
     async fn status(&mut self) -> anyhow::Result<LearnerStatus> {
-        Ok(self
+        let status = self
             .learner
             .get_status(GetStatusRequest {})
             .await?
-            .into_inner())
+            .into_inner();
+        self.last_status = status.clone();
+        Ok(status)
     }
 
-    /// The end of training by Ctrl-C.
+    /// The end of training by Ctrl-C or SIGTERM. A signal sent to every process of the run
+    /// (a job scheduler's, systemd's) stops the learner too, after its final checkpoint: the
+    /// summary then holds its last status as the launcher read it.
     async fn interrupted(&mut self, evaluations: Vec<Evaluation>) -> anyhow::Result<LoopResult> {
-        let status = self.status().await?;
+        let status = match self.status().await {
+            Ok(status) => status,
+            Err(_) => self.last_status.clone(),
+        };
         self.progress
             .finish("interrupted: evaluating the latest checkpoint (Ctrl-C again to skip it)");
         Ok((Outcome::Interrupted, evaluations, status))
@@ -541,13 +551,24 @@ impl Running<'_> {
         status: LearnerStatus,
     ) -> anyhow::Result<(Option<Summary>, bool)> {
         if !matches!(outcome, Outcome::Solved) {
-            match self.evaluate(false).await? {
-                Some(eval) => evaluations.push(eval),
-                None => {
+            match self.evaluate(false).await {
+                Ok(Some(eval)) => evaluations.push(eval),
+                Ok(None) => {
                     self.progress
                         .println("interrupted: the final evaluation is skipped");
                     outcome = Outcome::Interrupted;
                 }
+                // The signal reached the learner as well, which has written its final
+                // checkpoint and gone.
+                Err(e) if matches!(outcome, Outcome::Interrupted) => {
+                    self.progress.println(&format!(
+                        "no final evaluation: the learner has stopped too (was every process \
+                         of the run signalled?); its final checkpoint is the newest in {} ({})",
+                        out.join("checkpoints").display(),
+                        e.root_cause()
+                    ));
+                }
+                Err(e) => return Err(e),
             }
         }
         let interrupted = matches!(outcome, Outcome::Interrupted);

@@ -7,14 +7,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Processes whose command line mentions `needle`.
+/// Processes whose command line mentions `needle`: their command lines.
 fn processes_mentioning(needle: &str) -> Vec<String> {
+    pids_mentioning(needle)
+        .into_iter()
+        .map(|(_, cmd)| cmd)
+        .collect()
+}
+
+/// Processes whose command line mentions `needle`: pid and command line.
+fn pids_mentioning(needle: &str) -> Vec<(i32, String)> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
             let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
             if text.contains(needle) {
-                found.push(text);
+                found.push((pid, text));
             }
         }
     }
@@ -116,20 +127,80 @@ fn exit_within(child: &mut Child, limit: Duration) -> anyhow::Result<std::proces
 /// and the run had no summary.
 #[test]
 fn sigterm_stops_the_run_like_ctrl_c() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-sigterm-{}", std::process::id()));
-    let mut run = start_endless_run(&out)?;
+    sigterm_run("fleetrl-sigterm", false)
+}
+
+/// SIGTERM to the launcher and the learner at once, as a job scheduler or systemd signals
+/// every process of a job: the learner writes its final checkpoint and exits, and the launcher
+/// still writes the summary from the evaluations it has, saying why there is no final one.
+/// Before this change the launcher died at once; with SIGTERM handled but not this, it failed
+/// with a connection error and wrote no summary.
+#[test]
+fn sigterm_to_every_process_of_the_run_still_writes_the_summary() -> anyhow::Result<()> {
+    sigterm_run("fleetrl-sigterm-all", true)
+}
+
+/// Starts an endless run in `TEMP/name-PID` with an evaluation every 4,096 env steps, waits for
+/// the first one, then sends SIGTERM to the launcher (and, with `learner_too`, to the learner
+/// in the same instant) and checks the run stops with its summary and exit status 130.
+fn sigterm_run(name: &str, learner_too: bool) -> anyhow::Result<()> {
+    let out = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let stderr_path = std::env::temp_dir().join(format!("{name}-{}.stderr", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut run = Endless(Some(
+        fleetrl_tests::cli::fleetrl_command(&[
+            "train",
+            "--config",
+            "cartpole-ppo",
+            "--set",
+            "stop.total_env_steps=100000000",
+            "--set",
+            "stop.target_return=1e9",
+            "--set",
+            "stop.max_wall_seconds=0",
+            "--set",
+            "eval.interval_env_steps=4096",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path)?)
+        .spawn()?,
+    ));
+    let started = Instant::now();
+    while !std::fs::read_to_string(&stderr_path)?.contains("eval at") {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(180),
+            "no evaluation: {}",
+            std::fs::read_to_string(&stderr_path)?
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let child = run.0.as_mut().expect("the run is going");
-    // SAFETY: kill(2) on the child we spawned.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
+    let mut pids = vec![child.id() as i32];
+    if learner_too {
+        let run_dir = format!("--run-dir {}", out.display());
+        pids.extend(pids_mentioning(&run_dir).into_iter().map(|(pid, _)| pid));
+        assert_eq!(pids.len(), 2, "the launcher and one learner");
+    }
+    for pid in pids {
+        // SAFETY: kill(2) on the run's processes, which this test started.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
     }
     let status = exit_within(child, Duration::from_secs(120))?;
     run.0 = None;
-    assert_eq!(status.code(), Some(130), "stopped runs exit 130");
+    let stderr = std::fs::read_to_string(&stderr_path)?;
+    assert_eq!(status.code(), Some(130), "stopped runs exit 130: {stderr}");
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
     assert_eq!(summary["stop_reason"], "interrupted", "{summary:#}");
+    if learner_too {
+        assert!(stderr.contains("the learner has stopped too"), "{stderr}");
+    }
     std::fs::remove_dir_all(&out)?;
+    std::fs::remove_file(&stderr_path)?;
     Ok(())
 }
 
