@@ -48,33 +48,29 @@ impl Drop for Endless {
     }
 }
 
-/// Starts `fleetrl train --config cartpole-ppo` with no end but Ctrl-C into `out` and waits
-/// until the learner reports progress.
-fn start_endless_run(out: &Path) -> anyhow::Result<Endless> {
+/// `fleetrl train --config cartpole-ppo` with no end but Ctrl-C, into `out` (made afresh),
+/// with `settings` (`KEY=VALUE`) on top; stdout goes nowhere.
+fn endless_command(out: &Path, settings: &[&str]) -> Command {
     let _ = std::fs::remove_dir_all(out);
-    let fleetrl = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cmd = fleetrl_tests::cli::fleetrl_command(&["train", "--config", "cartpole-ppo"]);
+    for setting in [
+        "stop.total_env_steps=100000000",
+        "stop.target_return=1e9",
+        "stop.max_wall_seconds=0",
+    ]
+    .iter()
+    .chain(settings)
+    {
+        cmd.args(["--set", setting]);
+    }
+    cmd.arg("--out").arg(out).stdout(Stdio::null());
+    cmd
+}
+
+/// Starts [`endless_command`] into `out` and waits until the learner reports progress.
+fn start_endless_run(out: &Path) -> anyhow::Result<Endless> {
     let child = Endless(Some(
-        Command::new(fleetrl)
-            .current_dir(root)
-            .args([
-                "train",
-                "--config",
-                "cartpole-ppo",
-                "--set",
-                "stop.total_env_steps=100000000",
-            ])
-            .args([
-                "--set",
-                "stop.target_return=1e9",
-                "--set",
-                "stop.max_wall_seconds=0",
-            ])
-            .arg("--out")
-            .arg(out)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
+        endless_command(out, &[]).stderr(Stdio::null()).spawn()?,
     ));
     let learner_log = out.join("logs/learner.log");
     let started = Instant::now();
@@ -146,26 +142,10 @@ fn sigterm_to_every_process_of_the_run_still_writes_the_summary() -> anyhow::Res
 fn sigterm_run(name: &str, learner_too: bool) -> anyhow::Result<()> {
     let out = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     let stderr_path = std::env::temp_dir().join(format!("{name}-{}.stderr", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
     let mut run = Endless(Some(
-        fleetrl_tests::cli::fleetrl_command(&[
-            "train",
-            "--config",
-            "cartpole-ppo",
-            "--set",
-            "stop.total_env_steps=100000000",
-            "--set",
-            "stop.target_return=1e9",
-            "--set",
-            "stop.max_wall_seconds=0",
-            "--set",
-            "eval.interval_env_steps=4096",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_path)?)
-        .spawn()?,
+        endless_command(&out, &["eval.interval_env_steps=4096"])
+            .stderr(std::fs::File::create(&stderr_path)?)
+            .spawn()?,
     ));
     let started = Instant::now();
     while !std::fs::read_to_string(&stderr_path)?.contains("eval at") {
@@ -258,25 +238,14 @@ fn ctrl_c_ends_a_run_whose_evaluation_hangs() -> anyhow::Result<()> {
     let out = dir.join("run");
     let stderr_path = dir.join("stderr.txt");
     let mut run = Endless(Some(
-        fleetrl_tests::cli::fleetrl_command(&[
-            "train",
-            "--config",
-            "cartpole-ppo",
-            "--set",
-            "env.id=gym:fleetrl_hung_eval_env:HungEval-v0",
-            "--set",
-            "stop.total_env_steps=100000000",
-            "--set",
-            "stop.target_return=1e9",
-            "--set",
-            "stop.max_wall_seconds=0",
-            "--set",
-            "eval.interval_env_steps=2048",
-        ])
-        .arg("--out")
-        .arg(&out)
+        endless_command(
+            &out,
+            &[
+                "env.id=gym:fleetrl_hung_eval_env:HungEval-v0",
+                "eval.interval_env_steps=2048",
+            ],
+        )
         .env("PYTHONPATH", &dir)
-        .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr_path)?)
         .spawn()?,
     ));
