@@ -290,7 +290,12 @@ fn lock_run_dir(out: &Path) -> anyhow::Result<RunLock> {
                 holder.trim()
             );
         }
-        return Err(err).with_context(|| format!("locking {}", path.display()));
+        // A filesystem without locks (some network mounts) must not stop the run.
+        eprintln!(
+            "[fleetrl] warning: cannot lock {} ({err}): a second `fleetrl train` into this \
+             directory would not be refused",
+            path.display()
+        );
     }
     file.set_len(0)
         .and_then(|()| writeln!(file, "{}", std::process::id()))
