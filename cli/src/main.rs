@@ -28,6 +28,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Train: start a replay server, a learner and N actors on loopback and run to the stop condition.
+    ///
+    /// Ctrl-C or SIGTERM stops the run: a checkpoint, a final evaluation (a second one skips
+    /// it), summary.json, exit status 130.
     Train {
         /// A TOML file or a preset name from configs/ (e.g. cartpole-ppo).
         #[arg(long, default_value = "cartpole-ppo")]
