@@ -388,8 +388,10 @@ impl Running<'_> {
                 _ = interrupted(&mut self.interrupts, 1) => return self.interrupted(evaluations).await,
                 _ = ticker.tick() => {}
             }
-            self.cluster.supervise().await?;
-            let status = self.status().await?;
+            let status = match self.observe().await {
+                Ok(status) => status,
+                Err(e) => return self.failed(e, evaluations).await,
+            };
             self.progress.update(&status);
             if let Some(still) = stall.check(&status, Instant::now()) {
                 self.progress.println(&format!(
@@ -416,8 +418,10 @@ impl Running<'_> {
             let fresh = steps > evaluated_at;
             if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
                 next_eval = steps + config.eval_interval_env_steps();
-                let Some(eval) = self.evaluate(true).await? else {
-                    return self.interrupted(evaluations).await;
+                let eval = match self.evaluate(true).await {
+                    Ok(Some(eval)) => eval,
+                    Ok(None) => return self.interrupted(evaluations).await,
+                    Err(e) => return self.failed(e, evaluations).await,
                 };
                 self.report(&eval);
                 // The run waited for the evaluation; that was not a stall.
@@ -430,6 +434,30 @@ impl Running<'_> {
                 }
             }
         }
+    }
+
+    /// Fails if a server died (restarting actors that did), else the learner's status.
+    async fn observe(&mut self) -> anyhow::Result<LearnerStatus> {
+        self.cluster.supervise().await?;
+        self.status().await
+    }
+
+    /// Training failed with `error`: an interrupt after all if a signal arrives with it (a
+    /// signal to every process of the run stops the learner at about the moment it reaches the
+    /// launcher, which may see the learner gone first), else the error.
+    async fn failed(
+        &mut self,
+        error: anyhow::Error,
+        evaluations: Vec<Evaluation>,
+    ) -> anyhow::Result<LoopResult> {
+        let signal = interrupted(&mut self.interrupts, 1);
+        if tokio::time::timeout(Duration::from_secs(1), signal)
+            .await
+            .is_ok()
+        {
+            return self.interrupted(evaluations).await;
+        }
+        Err(error)
     }
 
     async fn status(&mut self) -> anyhow::Result<LearnerStatus> {

@@ -126,19 +126,22 @@ fn sigterm_stops_the_run_like_ctrl_c() -> anyhow::Result<()> {
     sigterm_run("fleetrl-sigterm", false)
 }
 
-/// SIGTERM to the launcher and the learner at once, as a job scheduler or systemd signals
-/// every process of a job: the learner writes its final checkpoint and exits, and the launcher
-/// still writes the summary from the evaluations it has, saying why there is no final one.
-/// Before this change the launcher died at once; with SIGTERM handled but not this, it failed
-/// with a connection error and wrote no summary.
+/// SIGTERM to the learner and the launcher, as a job scheduler or systemd signals every
+/// process of a job: the learner writes its final checkpoint and exits, and the launcher still
+/// writes the summary from the evaluations it has, saying why there is no final one. The
+/// learner is signalled first and the launcher only 400 ms after the learner has exited, so the
+/// launcher sees the learner gone before its own signal (the order a loaded machine can
+/// produce; the launcher waits a second for a signal before it calls a lost learner an error). Before this change the launcher died at
+/// once; with SIGTERM handled but not this, it failed with a connection error or "learner
+/// exited" and wrote no summary.
 #[test]
 fn sigterm_to_every_process_of_the_run_still_writes_the_summary() -> anyhow::Result<()> {
     sigterm_run("fleetrl-sigterm-all", true)
 }
 
 /// Starts an endless run in `TEMP/name-PID` with an evaluation every 4,096 env steps, waits for
-/// the first one, then sends SIGTERM to the launcher (and, with `learner_too`, to the learner
-/// in the same instant) and checks the run stops with its summary and exit status 130.
+/// the first one, then sends SIGTERM to the launcher (with `learner_too`, first to the learner,
+/// waiting until it has exited) and checks the run stops with its summary and exit status 130.
 fn sigterm_run(name: &str, learner_too: bool) -> anyhow::Result<()> {
     let out = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     let stderr_path = std::env::temp_dir().join(format!("{name}-{}.stderr", std::process::id()));
@@ -157,17 +160,43 @@ fn sigterm_run(name: &str, learner_too: bool) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
     let child = run.0.as_mut().expect("the run is going");
-    let mut pids = vec![child.id() as i32];
     if learner_too {
         let run_dir = format!("--run-dir {}", out.display());
-        pids.extend(pids_mentioning(&run_dir).into_iter().map(|(pid, _)| pid));
-        assert_eq!(pids.len(), 2, "the launcher and one learner");
-    }
-    for pid in pids {
-        // SAFETY: kill(2) on the run's processes, which this test started.
+        let learners: Vec<i32> = pids_mentioning(&run_dir)
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .collect();
+        let [learner] = learners[..] else {
+            anyhow::bail!("expected one learner, found {learners:?}");
+        };
+        // SAFETY: kill(2) on the learner this test's run started.
         unsafe {
-            libc::kill(pid, libc::SIGTERM);
+            libc::kill(learner, libc::SIGTERM);
         }
+        let signalled = Instant::now();
+        // Gone, or a zombie its parent (the launcher) has not reaped yet.
+        let running = || {
+            std::fs::read_to_string(format!("/proc/{learner}/stat")).is_ok_and(|stat| {
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        while running() {
+            anyhow::ensure!(
+                signalled.elapsed() < Duration::from_secs(60),
+                "the learner did not exit on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    // SAFETY: kill(2) on the child we spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
     }
     let status = exit_within(child, Duration::from_secs(120))?;
     run.0 = None;
