@@ -258,14 +258,11 @@ pub(crate) async fn set_parameter(
     Ok(())
 }
 
-/// Keeps `out/run.lock` locked while it lives (the lock goes with the process, however it
-/// ends).
-struct RunLock(#[allow(dead_code)] std::fs::File);
-
 /// Locks the run directory `out` for this launcher, so that a second `fleetrl train` into it
 /// is refused instead of overwriting this run's token, config and logs and resuming from the
-/// checkpoints it is writing.
-fn lock_run_dir(out: &Path) -> anyhow::Result<RunLock> {
+/// checkpoints it is writing. The lock holds while the returned `out/run.lock` stays open
+/// (and goes with the process, however it ends).
+fn lock_run_dir(out: &Path) -> anyhow::Result<std::fs::File> {
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
     let path = out.join("run.lock");
@@ -300,7 +297,7 @@ fn lock_run_dir(out: &Path) -> anyhow::Result<RunLock> {
     file.set_len(0)
         .and_then(|()| writeln!(file, "{}", std::process::id()))
         .with_context(|| format!("writing {}", path.display()))?;
-    Ok(RunLock(file))
+    Ok(file)
 }
 
 /// The run's token: the environment's (`FLEETRL_TOKEN_FILE`, `FLEETRL_TOKEN`), else a fresh
@@ -366,9 +363,9 @@ fn watch_interrupts() -> anyhow::Result<watch::Receiver<u32>> {
     Ok(rx)
 }
 
-/// Resolves once the launcher has received `n` Ctrl-Cs in all; never if it cannot listen for
-/// them.
-async fn interrupted(interrupts: &mut watch::Receiver<u32>, n: u32) {
+/// Resolves once the launcher has received `n` signals (Ctrl-C or SIGTERM) in all; never if
+/// it cannot listen for them.
+async fn signalled(interrupts: &mut watch::Receiver<u32>, n: u32) {
     if interrupts.wait_for(|&got| got >= n).await.is_err() {
         std::future::pending::<()>().await;
     }
@@ -385,7 +382,7 @@ impl Running<'_> {
         let mut stall = StallWatch::new(Instant::now());
         loop {
             tokio::select! {
-                _ = interrupted(&mut self.interrupts, 1) => return self.interrupted(evaluations).await,
+                _ = signalled(&mut self.interrupts, 1) => return self.interrupted(evaluations).await,
                 _ = ticker.tick() => {}
             }
             let status = match self.observe().await {
@@ -450,7 +447,7 @@ impl Running<'_> {
         error: anyhow::Error,
         evaluations: Vec<Evaluation>,
     ) -> anyhow::Result<LoopResult> {
-        let signal = interrupted(&mut self.interrupts, 1);
+        let signal = signalled(&mut self.interrupts, 1);
         if tokio::time::timeout(Duration::from_secs(1), signal)
             .await
             .is_ok()
@@ -542,7 +539,7 @@ impl Running<'_> {
                 result = &mut result => {
                     break result.context("the evaluation's thread panicked")??;
                 }
-                _ = interrupted(&mut self.interrupts, interrupts) => return Ok(None),
+                _ = signalled(&mut self.interrupts, interrupts) => return Ok(None),
                 _ = ticker.tick() => {}
             }
             self.cluster.supervise().await?;

@@ -98,6 +98,14 @@ fn interrupt(mut child: Child) -> anyhow::Result<std::process::ExitStatus> {
     Ok(child.wait()?)
 }
 
+/// The run's `summary.json`, which must say it was interrupted.
+fn interrupted_summary(out: &Path) -> anyhow::Result<serde_json::Value> {
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
+    assert_eq!(summary["stop_reason"], "interrupted", "{summary:#}");
+    Ok(summary)
+}
+
 /// Sends Ctrl-C (SIGINT) to `child`.
 fn ctrl_c(child: &Child) {
     // SAFETY: kill(2) on the child we spawned.
@@ -202,9 +210,7 @@ fn sigterm_run(name: &str, learner_too: bool) -> anyhow::Result<()> {
     run.0 = None;
     let stderr = std::fs::read_to_string(&stderr_path)?;
     assert_eq!(status.code(), Some(130), "stopped runs exit 130: {stderr}");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
-    assert_eq!(summary["stop_reason"], "interrupted", "{summary:#}");
+    interrupted_summary(&out)?;
     if learner_too {
         assert!(stderr.contains("the learner has stopped too"), "{stderr}");
     }
@@ -323,9 +329,7 @@ fn ctrl_c_stops_the_run_cleanly() -> anyhow::Result<()> {
     let run = start_endless_run(&out)?;
     let status = stop(run)?;
     assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
-    assert_eq!(summary["stop_reason"], "interrupted", "{summary:#}");
+    let summary = interrupted_summary(&out)?;
     assert!(
         PathBuf::from(summary["checkpoint"].as_str().expect("checkpoint"))
             .join("meta.json")
