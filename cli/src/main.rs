@@ -41,7 +41,8 @@ enum Command {
         /// Output directory (config, logs, checkpoints, TensorBoard, summary.json).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Resume from a checkpoint directory, or `latest` in <out>/checkpoints.
+        /// Resume from a checkpoint directory, a run directory (its newest checkpoint), or
+        /// `latest`: the newest in <out>/checkpoints.
         #[arg(long)]
         resume: Option<String>,
         /// Start a new run from this checkpoint's model weights only (sets

@@ -176,6 +176,7 @@ pub(crate) async fn train(
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let _lock = lock_run_dir(out)?;
+    check_resume(out, resume)?;
     run_token(out)?;
     let config_path = out.join("config.toml");
     std::fs::write(&config_path, config.to_toml())
@@ -260,44 +261,35 @@ pub(crate) async fn set_parameter(
 
 /// Locks the run directory `out` for this launcher, so that a second `fleetrl train` into it
 /// is refused instead of overwriting this run's token, config and logs and resuming from the
-/// checkpoints it is writing. The lock holds while the returned `out/run.lock` stays open
-/// (and goes with the process, however it ends).
+/// checkpoints it is writing. The lock holds while the returned `out/run.lock` stays open.
 fn lock_run_dir(out: &Path) -> anyhow::Result<std::fs::File> {
-    use std::io::{Read, Write};
-    use std::os::fd::AsRawFd;
-    let path = out.join("run.lock");
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock(2) on a descriptor this function owns; Rust opens files close-on-exec, so
-    // the roles do not inherit the lock.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            anyhow::bail!(
-                "{} is in use by another `fleetrl train` (pid {}): give this run another --out, \
-                 or wait until that one ends (it resumes from the directory's checkpoints then)",
-                out.display(),
-                holder.trim()
-            );
-        }
-        // A filesystem without locks (some network mounts) must not stop the run.
-        eprintln!(
-            "[fleetrl] warning: cannot lock {} ({err}): a second `fleetrl train` into this \
-             directory would not be refused",
-            path.display()
-        );
+    fleetrl_runtime::dir_lock::lock(
+        out,
+        "run.lock",
+        "`fleetrl train`",
+        "give this run another --out, or wait until that one ends (it resumes from the \
+         directory's checkpoints then)",
+    )
+}
+
+/// Refuses a `--resume` with nothing to resume from before any role starts (the learner would
+/// fail on it too, but only after the launcher had replaced the run's config and token).
+fn check_resume(out: &Path, resume: Option<&str>) -> anyhow::Result<()> {
+    use fleetrl_core::checkpoint;
+    match resume {
+        None | Some("auto") => Ok(()),
+        Some("latest") => match checkpoint::latest(&out.join("checkpoints")) {
+            Some(_) => Ok(()),
+            None => anyhow::bail!(
+                "--resume latest: no checkpoint under {} (a run resumes from its own --out; \
+                 without --resume it starts fresh)",
+                out.join("checkpoints").display()
+            ),
+        },
+        Some(path) => checkpoint::resolve(Path::new(path))
+            .map(|_| ())
+            .with_context(|| format!("--resume {path} (or `latest`, the newest of this --out)")),
     }
-    file.set_len(0)
-        .and_then(|()| writeln!(file, "{}", std::process::id()))
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(file)
 }
 
 /// The run's token: the environment's (`FLEETRL_TOKEN_FILE`, `FLEETRL_TOKEN`), else a fresh

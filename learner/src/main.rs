@@ -51,7 +51,8 @@ struct Args {
     /// Directory for checkpoints and TensorBoard events.
     #[arg(long, env = "FLEETRL_RUN_DIR", default_value = "runs/latest")]
     run_dir: PathBuf,
-    /// Resume from a checkpoint directory (`latest`: the newest under <run-dir>/checkpoints;
+    /// Resume from a checkpoint directory, or a run directory's newest checkpoint (`latest`:
+    /// the newest under <run-dir>/checkpoints;
     /// `auto`: the newest if there is one, else start fresh, for restartable containers).
     #[arg(long, env = "FLEETRL_RESUME")]
     resume: Option<String>,
@@ -88,6 +89,16 @@ async fn run() -> anyhow::Result<()> {
     tch::set_num_threads(config.learner.torch_threads as i32);
     tch::set_num_interop_threads(1);
     fleetrl_core::cpu::keep_tensor_memory();
+    std::fs::create_dir_all(&args.run_dir)
+        .with_context(|| format!("creating --run-dir {}", args.run_dir.display()))?;
+    // Before resuming from its checkpoints: another learner may be writing them.
+    let _lock = fleetrl_runtime::dir_lock::lock(
+        &args.run_dir,
+        "learner.lock",
+        "learner",
+        "two learners on one --run-dir overwrite each other's checkpoints; stop that one, or \
+         give this one another --run-dir",
+    )?;
     let checkpoint_dir = args.run_dir.join("checkpoints");
     let Restored {
         algo,

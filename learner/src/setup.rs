@@ -28,9 +28,10 @@ pub(crate) struct Restored {
     pub(crate) action_space: Space,
 }
 
-/// A fresh learner for `config.algo`, or one restored from `resume`: a path, `latest` (the
-/// newest checkpoint under `checkpoint_dir`, which must exist) or `auto` (the newest if any,
-/// else fresh: what a container that restarts in place wants).
+/// A fresh learner for `config.algo`, or one restored from `resume`: a checkpoint directory,
+/// a run directory (its newest checkpoint), `latest` (the newest checkpoint under
+/// `checkpoint_dir`, which must exist) or `auto` (the newest if any, else fresh: what a
+/// container that restarts in place wants).
 pub(crate) fn build_algorithm(
     config: &RunConfig,
     resume: Option<&str>,
@@ -69,7 +70,9 @@ pub(crate) fn build_algorithm(
                 checkpoint_dir.display()
             )
         })?,
-        Some(explicit) => explicit.into(),
+        // A checkpoint, or a run directory (or its checkpoints/) for its newest one.
+        Some(explicit) => checkpoint::resolve(Path::new(explicit))
+            .with_context(|| format!("--resume {explicit} (or `latest`, or `auto`)"))?,
     };
     let ckpt = checkpoint::load(&path)?;
     algo.trained_mut()

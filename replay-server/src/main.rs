@@ -78,6 +78,21 @@ async fn run() -> anyhow::Result<()> {
     fleetrl_runtime::net::load_security()?;
     fleetrl_runtime::net::auth::check_exposure(args.listen)?;
     let shutdown = shutdown_signal()?;
+    // Before restoring its tables: another server may be checkpointing into the directory.
+    let _lock = match &args.checkpoint_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating --checkpoint-dir {}", dir.display()))?;
+            Some(fleetrl_runtime::dir_lock::lock(
+                dir,
+                "replay.lock",
+                "replay server",
+                "two servers on one --checkpoint-dir overwrite each other's tables; stop that \
+                 one, or give this one another --checkpoint-dir",
+            )?)
+        }
+        None => None,
+    };
     let mut tables = Vec::new();
     if let Some(path) = &args.tables {
         let text = std::fs::read_to_string(path)

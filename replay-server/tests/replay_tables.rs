@@ -495,3 +495,50 @@ async fn a_panicking_task_stops_the_server_after_a_final_checkpoint() {
     restored.stop().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Two server processes on one `--checkpoint-dir` would overwrite each other's tables: the
+/// second is refused at start with an error naming the directory and the first one's pid, and
+/// the first keeps serving.
+#[test]
+fn a_second_server_on_a_checkpoint_dir_is_refused() {
+    use std::process::{Command, Stdio};
+    let dir = std::env::temp_dir().join(format!("fleetrl-replay-twice-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let server = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleet-replay-server"));
+        cmd.args(["--listen", "127.0.0.1:0", "--checkpoint-dir"])
+            .arg(&dir);
+        cmd
+    };
+    let mut first = server()
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = first.id().to_string();
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(dir.join("replay.lock")).map_or(true, |l| l.trim() != pid) {
+        assert!(
+            started.elapsed() < LIMIT,
+            "the first server never took its lock"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let second = server().output().unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{} is in use by another replay server (pid {pid})",
+            dir.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first server stopped"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

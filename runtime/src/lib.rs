@@ -8,8 +8,10 @@
 //!   replay bench and the integration tests).
 //! - [`demo`]: the demo file format (PPO+D, behaviour cloning) and what actors and the replay
 //!   server share about demo buffers.
+//! - [`dir_lock`]: one process per run, learner or replay checkpoint directory.
 
 pub mod demo;
+pub mod dir_lock;
 pub mod launch;
 pub mod net;
 pub mod telemetry;

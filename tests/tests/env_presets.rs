@@ -228,7 +228,7 @@ fn missing_gymnasium_and_wrong_ids_are_clear_errors() {
 /// the roles' stdout is copied into their logs, so the run goes on. Before, an actor's stdout
 /// was a pipe nobody read, and after about 64 KiB of prints (here some 300 steps) the actor
 /// blocked in `print` and the run stalled for good. The wall-clock limit only bounds the test:
-/// a stalled run stops on it with a fraction of the budget.
+/// a stalled run stops on it, while a healthy one reaches its step budget or solves first.
 #[test]
 fn a_hosted_env_that_prints_does_not_stall_the_run() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -260,13 +260,19 @@ fn a_hosted_env_that_prints_does_not_stall_the_run() {
     assert!(run.status.success(), "{stderr}");
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    // Either end is fine (CartPole can be solved before the budget); a stalled run only ends
+    // on the wall clock.
     assert!(
-        summary["total_env_steps"].as_u64() >= Some(8192),
-        "stopped short: {summary:#}"
+        matches!(
+            summary["stop_reason"].as_str(),
+            Some("step_budget" | "solved")
+        ),
+        "the run stalled and ended on the wall clock: {summary:#}"
     );
     let actor_log = std::fs::read_to_string(out.join("logs/actor-0.log")).unwrap();
     assert!(
-        actor_log.matches("stepping xxx").count() > 1000,
+        // 400 lines of some 210 bytes: more than the 64 KiB a pipe holds.
+        actor_log.matches("stepping xxx").count() > 400,
         "the actor's prints are in its log"
     );
     let _ = std::fs::remove_dir_all(&dir);

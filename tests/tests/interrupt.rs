@@ -223,9 +223,10 @@ fn sigterm_run(name: &str, learner_too: bool) -> anyhow::Result<()> {
 /// the directory and the launcher holding it, and the first run is untouched: its token
 /// still lets `fleetrl set` in, and it stops with its summary. Before, the second launcher
 /// replaced the run's token and config, tried to resume from the checkpoints the first was
-/// writing and pruning, and failed on one that had gone.
+/// writing and pruning, and failed on one that had gone. A learner started by hand on the
+/// directory is refused the same way.
 #[test]
-fn a_second_run_into_the_same_directory_is_refused() -> anyhow::Result<()> {
+fn a_second_run_or_learner_on_the_same_directory_is_refused() -> anyhow::Result<()> {
     let out = std::env::temp_dir().join(format!("fleetrl-twice-{}", std::process::id()));
     let run = start_endless_run(&out)?;
     let token = std::fs::read_to_string(out.join("run.token"))?;
@@ -244,6 +245,30 @@ fn a_second_run_into_the_same_directory_is_refused() -> anyhow::Result<()> {
         "{stderr}"
     );
     assert_eq!(std::fs::read_to_string(out.join("run.token"))?, token);
+    // A learner started by hand on the run's directory is refused as well, naming the one
+    // that writes its checkpoints.
+    let learner =
+        std::process::Command::new(fleetrl_runtime::launch::bin_dir()?.join("fleet-learner"))
+            .args([
+                "--config",
+                "cartpole-ppo",
+                "--listen",
+                "127.0.0.1:0",
+                "--run-dir",
+            ])
+            .arg(&out)
+            .output()?;
+    let stderr = String::from_utf8_lossy(&learner.stderr);
+    assert!(!learner.status.success(), "{stderr}");
+    let holder = std::fs::read_to_string(out.join("learner.lock"))?;
+    assert!(
+        stderr.contains(&format!(
+            "{} is in use by another learner (pid {})",
+            out.display(),
+            holder.trim()
+        )),
+        "{stderr}"
+    );
     let (ok, text) = set(&out, "algo.entropy_loss_coeff=0.01")?;
     assert!(ok, "{text}");
     let status = stop(run)?;

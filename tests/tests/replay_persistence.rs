@@ -134,9 +134,11 @@ async fn killed_and_terminated_servers_keep_what_they_acknowledged() {
 
     // A damaged newest checkpoint is refused, naming the problem, and the previous one is used.
     let checkpoints = dir.join("checkpoints");
+    // The checkpoints, not the server's `replay.lock` beside them.
     let mut found: Vec<_> = std::fs::read_dir(&checkpoints)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
         .collect();
     found.sort();
     let newest = found.last().unwrap().join("table-000.bin");
