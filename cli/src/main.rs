@@ -32,9 +32,10 @@ enum Command {
     /// Ctrl-C or SIGTERM stops the run: a checkpoint, a final evaluation (a second one skips
     /// it), summary.json, exit status 130.
     Train {
-        /// A TOML file or a preset name from configs/ (e.g. cartpole-ppo).
-        #[arg(long, default_value = "cartpole-ppo")]
-        config: String,
+        /// A TOML file or a preset name from configs/ [default: cartpole-ppo; with --resume,
+        /// the checkpoint's own config].
+        #[arg(long)]
+        config: Option<String>,
         /// Config overrides, `dotted.key=value` (e.g. seed=1, actors.count=4).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
@@ -148,6 +149,9 @@ enum Command {
     },
 }
 
+/// What `fleetrl train` trains without --config or --resume.
+const DEFAULT_PRESET: &str = "cartpole-ppo";
+
 fn default_out(config: &str) -> PathBuf {
     let stem = std::path::Path::new(config)
         .file_stem()
@@ -191,13 +195,29 @@ async fn run() -> anyhow::Result<()> {
             resume,
             init_from,
         } => {
-            let mut run = RunConfig::load(&config, &overrides).context("loading the run config")?;
+            let out = out.unwrap_or_else(|| match (&config, &resume) {
+                (Some(config), _) => default_out(config),
+                (None, Some(_)) => default_out("resumed"),
+                (None, None) => default_out(DEFAULT_PRESET),
+            });
+            // Before any role starts or anything is written: a --resume must have a
+            // checkpoint to resume, and resumes with its config unless told otherwise.
+            let resumed = train::resume_checkpoint(&out, resume.as_deref())?;
+            let spec = match (&config, &resumed) {
+                (Some(config), _) => config.clone(),
+                (None, Some(checkpoint)) => checkpoint.join("config.toml").display().to_string(),
+                (None, None) => DEFAULT_PRESET.to_string(),
+            };
+            let mut run = RunConfig::load(&spec, &overrides).context("loading the run config")?;
+            if let Some(checkpoint) = &resumed {
+                let trained = fleetrl_core::checkpoint::load(checkpoint)?.config;
+                run.check_resumes(&trained, checkpoint)?;
+            }
             if let Some(path) = init_from {
                 let path = std::fs::canonicalize(&path)
                     .with_context(|| format!("--init-from {}", path.display()))?;
                 run.learner.init_from = path.display().to_string();
             }
-            let out = out.unwrap_or_else(|| default_out(&config));
             let (summary, interrupted) = train::train(run, &out, resume.as_deref()).await?;
             match summary {
                 Some(summary) => {

@@ -176,7 +176,6 @@ pub(crate) async fn train(
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let _lock = lock_run_dir(out)?;
-    check_resume(out, resume)?;
     run_token(out)?;
     let config_path = out.join("config.toml");
     std::fs::write(&config_path, config.to_toml())
@@ -272,22 +271,29 @@ fn lock_run_dir(out: &Path) -> anyhow::Result<std::fs::File> {
     )
 }
 
-/// Refuses a `--resume` with nothing to resume from before any role starts (the learner would
-/// fail on it too, but only after the launcher had replaced the run's config and token).
-fn check_resume(out: &Path, resume: Option<&str>) -> anyhow::Result<()> {
+/// The checkpoint `--resume` names for a run into `out`: none without one (or with `auto` and
+/// no checkpoint yet), an error naming what to give when there is nothing to resume (the
+/// learner would fail on it too, but only after the launcher had replaced the run's config and
+/// token).
+pub(crate) fn resume_checkpoint(
+    out: &Path,
+    resume: Option<&str>,
+) -> anyhow::Result<Option<PathBuf>> {
     use fleetrl_core::checkpoint;
+    let checkpoints = out.join("checkpoints");
     match resume {
-        None | Some("auto") => Ok(()),
-        Some("latest") => match checkpoint::latest(&out.join("checkpoints")) {
-            Some(_) => Ok(()),
+        None => Ok(None),
+        Some("auto") => Ok(checkpoint::latest(&checkpoints)),
+        Some("latest") => match checkpoint::latest(&checkpoints) {
+            Some(path) => Ok(Some(path)),
             None => anyhow::bail!(
                 "--resume latest: no checkpoint under {} (a run resumes from its own --out; \
                  without --resume it starts fresh)",
-                out.join("checkpoints").display()
+                checkpoints.display()
             ),
         },
         Some(path) => checkpoint::resolve(Path::new(path))
-            .map(|_| ())
+            .map(Some)
             .with_context(|| format!("--resume {path} (or `latest`, the newest of this --out)")),
     }
 }

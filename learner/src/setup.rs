@@ -75,6 +75,7 @@ pub(crate) fn build_algorithm(
             .with_context(|| format!("--resume {explicit} (or `latest`, or `auto`)"))?,
     };
     let ckpt = checkpoint::load(&path)?;
+    config.check_resumes(&ckpt.config, &path)?;
     algo.trained_mut()
         .model_mut()
         .load_named(&ckpt.model)

@@ -76,7 +76,7 @@ fn training_resumes_where_the_checkpoint_left_off() -> anyhow::Result<()> {
 }
 
 /// A `--resume` with nothing to resume from is refused before any role starts, naming what to
-/// give; the directory gets no config, token or logs. Before, the learner failed on it after
+/// give; not even the run directory is made. Before, the learner failed on it after
 /// start with "meta.json: No such file or directory".
 #[test]
 fn a_resume_with_nothing_to_resume_from_is_refused_at_once() -> anyhow::Result<()> {
@@ -114,10 +114,82 @@ fn a_resume_with_nothing_to_resume_from_is_refused_at_once() -> anyhow::Result<(
         for says in says {
             assert!(stderr.contains(&says), "{stderr}");
         }
-        for file in ["config.toml", "run.token", "logs"] {
-            assert!(!out.join(file).exists(), "{file} was written: {stderr}");
-        }
+        assert!(!out.exists(), "{} was made: {stderr}", out.display());
     }
+    Ok(())
+}
+
+/// `--resume` without `--config` resumes with the checkpoint's own config (here A2C, not the
+/// default preset), `--set` still applying; a `--config` of another algorithm or network is
+/// refused before anything starts, naming the keys, and the run's files stay as they were.
+/// Before, the default preset (cartpole-ppo) was loaded, and the learner failed on the
+/// checkpoint's weights with "missing `pi.l0.bias`"-like errors after the launcher had
+/// replaced the run's config.
+#[test]
+fn a_run_resumes_with_its_own_config_and_refuses_another_network() -> anyhow::Result<()> {
+    let out = std::env::temp_dir().join(format!("fleetrl-own-config-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let fleetrl = || -> anyhow::Result<Command> {
+        let mut cmd = Command::new(fleetrl_runtime::launch::bin_dir()?.join("fleetrl"));
+        cmd.current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
+            .args(["train", "--set", "stop.target_return=1e9", "--out"])
+            .arg(&out);
+        Ok(cmd)
+    };
+    let first = fleetrl()?
+        .args([
+            "--config",
+            "cartpole-a2c",
+            "--set",
+            "stop.total_env_steps=4096",
+        ])
+        .output()?;
+    anyhow::ensure!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let config = std::fs::read_to_string(out.join("config.toml"))?;
+
+    for (args, says) in [
+        (
+            &["--config", "cartpole-ppo"][..],
+            r#"`algo.name`: "a2c" in the checkpoint, "ppo" here"#,
+        ),
+        (
+            &["--set", "model.hidden_sizes=[32]"][..],
+            "`model.hidden_sizes`: [64, 64] in the checkpoint, [32] here",
+        ),
+    ] {
+        let refused = fleetrl()?
+            .args(["--resume", "latest"])
+            .args(args)
+            .output()?;
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("was trained with another algorithm or network than this config's")
+                && stderr.contains(says),
+            "{stderr}"
+        );
+        assert_eq!(std::fs::read_to_string(out.join("config.toml"))?, config);
+    }
+
+    let resumed = fleetrl()?
+        .args(["--resume", "latest", "--set", "stop.total_env_steps=8192"])
+        .output()?;
+    anyhow::ensure!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
+    assert_eq!(summary["algo"], "a2c", "{summary:#}");
+    assert!(
+        summary["total_env_steps"].as_u64() >= Some(8192),
+        "{summary:#}"
+    );
     std::fs::remove_dir_all(&out)?;
     Ok(())
 }

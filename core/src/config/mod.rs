@@ -10,7 +10,7 @@ mod offpolicy;
 mod overrides;
 mod ppod;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +70,19 @@ pub enum ConfigError {
         origin: String,
         /// What the parser said, naming the key.
         message: String,
+    },
+    /// A config that cannot resume a checkpoint: another algorithm or network.
+    #[error(
+        "{checkpoint} was trained with another algorithm or network than this config's ({}); a \
+         run resumes with the config it was trained with (`fleetrl train --resume` without \
+         --config takes it from the checkpoint)",
+        differences.join("; ")
+    )]
+    NotResumable {
+        /// The checkpoint.
+        checkpoint: PathBuf,
+        /// Each key that differs, with both values.
+        differences: Vec<String>,
     },
     /// A `--set` override is malformed.
     #[error("invalid override `{0}`: expected dotted.key=value")]
@@ -686,6 +699,56 @@ impl RunConfig {
         toml::to_string_pretty(self).expect("RunConfig always serialises")
     }
 
+    /// Whether this config can resume `checkpoint`, saved with `trained`: the same algorithm
+    /// and network (other ones have other weights and state); everything else may change.
+    pub fn check_resumes(&self, trained: &RunConfig, checkpoint: &Path) -> Result<(), ConfigError> {
+        let differences = self.resume_differences(trained);
+        if differences.is_empty() {
+            return Ok(());
+        }
+        Err(ConfigError::NotResumable {
+            checkpoint: checkpoint.to_path_buf(),
+            differences,
+        })
+    }
+
+    /// The keys that shape what a checkpoint holds, `algo.name` and every `model` key, where
+    /// this config differs from `trained`'s, as
+    /// ``"`model.hidden_sizes`: [64, 64] in the checkpoint, [128] here"``.
+    fn resume_differences(&self, trained: &RunConfig) -> Vec<String> {
+        fn flat(prefix: &str, value: &toml::Value, out: &mut Vec<(String, String)>) {
+            match value {
+                toml::Value::Table(table) => {
+                    for (key, value) in table {
+                        flat(&format!("{prefix}.{key}"), value, out);
+                    }
+                }
+                other => out.push((prefix.to_string(), other.to_string())),
+            }
+        }
+        let keys = |config: &RunConfig| {
+            let mut out = vec![("algo.name".to_string(), format!("{:?}", config.algo.name()))];
+            let model = toml::Value::try_from(&config.model).expect("ModelConfig serialises");
+            flat("model", &model, &mut out);
+            out
+        };
+        let here: std::collections::BTreeMap<_, _> = keys(self).into_iter().collect();
+        let there: std::collections::BTreeMap<_, _> = keys(trained).into_iter().collect();
+        let mut all: Vec<&String> = here.keys().chain(there.keys()).collect();
+        all.sort();
+        all.dedup();
+        let unset = String::from("(unset)");
+        all.into_iter()
+            .filter_map(|key| {
+                let (old, new) = (
+                    there.get(key).unwrap_or(&unset),
+                    here.get(key).unwrap_or(&unset),
+                );
+                (old != new).then(|| format!("`{key}`: {old} in the checkpoint, {new} here"))
+            })
+            .collect()
+    }
+
     /// This config with `key` set to `value` (a TOML value) while the run goes on (`fleetrl
     /// set`), validated as a whole, and the key's value before and after (as TOML). Only the
     /// [`LIVE_ALGO_KEYS`] of the run's algorithm can change: the learner reads them afresh on
@@ -1093,6 +1156,38 @@ pub(crate) fn check(ok: bool, key: &'static str, message: &str) -> Result<(), Co
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn resume_differences_name_the_algorithm_and_network_keys_only() {
+        let trained = RunConfig::load("cartpole-ppo", &[]).unwrap();
+        let same = RunConfig::load(
+            "cartpole-ppo",
+            &[
+                "stop.total_env_steps=1".into(),
+                "algo.learning_rate=1e-5".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(same.resume_differences(&trained), Vec::<String>::new());
+        let wider = RunConfig::load("cartpole-ppo", &["model.hidden_sizes=[128]".into()]).unwrap();
+        assert_eq!(
+            wider.resume_differences(&trained),
+            ["`model.hidden_sizes`: [64, 64] in the checkpoint, [128] here"]
+        );
+        let dqn = RunConfig::load("cartpole-dqn", &[]).unwrap();
+        let err = dqn
+            .check_resumes(&trained, Path::new("run/checkpoints/ckpt-00000001"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "run/checkpoints/ckpt-00000001 was trained with another algorithm or network \
+                 than this config's (`algo.name`: \"ppo\" in the checkpoint, \"dqn\" here; "
+            ),
+            "{err}"
+        );
+        assert!(same.check_resumes(&trained, Path::new("x")).is_ok());
+    }
 
     /// Each activation against its definition at -1, 0 and 2, and by its config name.
     #[test]
