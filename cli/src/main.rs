@@ -212,6 +212,12 @@ async fn run() -> anyhow::Result<()> {
             if let Some(checkpoint) = &resumed {
                 let trained = fleetrl_core::checkpoint::load(checkpoint)?.config;
                 run.check_resumes(&trained, checkpoint)?;
+                let with = if config.is_some() {
+                    spec.as_str()
+                } else {
+                    "its config"
+                };
+                eprintln!("[fleetrl] resuming {} with {with}", checkpoint.display());
             }
             if let Some(path) = init_from {
                 let path = std::fs::canonicalize(&path)
