@@ -21,6 +21,9 @@ use fleetrl_runtime::launch::{self, Role};
 
 const START_PATIENCE: Duration = Duration::from_secs(120);
 const STOP_GRACE: Duration = Duration::from_secs(30);
+/// How long a failed call waits for the role behind it to exit (the learner drains for a few
+/// seconds after a failure before it does).
+const ROLE_EXIT_PATIENCE: Duration = Duration::from_secs(10);
 const MAX_ACTOR_RESTARTS: u32 = 10;
 /// How long a run may show no movement at all (no env step reported, none trained, no update)
 /// before the launcher says so.
@@ -439,7 +442,8 @@ impl Running<'_> {
 
     /// Training failed with `error`: an interrupt after all if a signal arrives with it (a
     /// signal to every process of the run stops the learner at about the moment it reaches the
-    /// launcher, which may see the learner gone first), else the error.
+    /// launcher, which may see the learner gone first), else the exit of the role that failed
+    /// if it exits soon, else the error.
     async fn failed(
         &mut self,
         error: anyhow::Error,
@@ -451,6 +455,13 @@ impl Running<'_> {
             .is_ok()
         {
             return self.interrupted(evaluations).await;
+        }
+        // A server that is stopping refuses connections before its process exits; its exit
+        // and log say why (a diverged update, say) better than "connection refused" does.
+        let waited = Instant::now();
+        while waited.elapsed() < ROLE_EXIT_PATIENCE {
+            self.cluster.supervise().await?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Err(error)
     }

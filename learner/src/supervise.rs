@@ -28,7 +28,7 @@ const SERVER_GRACE: Duration = Duration::from_secs(5);
 /// What the learner runs besides its server.
 pub(crate) struct Roles {
     /// The trainer thread (it ends when every sender of `work` is gone).
-    pub(crate) trainer: std::thread::JoinHandle<()>,
+    pub(crate) trainer: std::thread::JoinHandle<Result<(), String>>,
     /// The sampling task.
     pub(crate) sampler: JoinHandle<Ended>,
     /// Background helpers (priority updates, demo stats) stopped with the rest.
@@ -61,12 +61,15 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
         closing,
     } = roles;
     let mut trainer = tokio::task::spawn_blocking(move || trainer.join());
-    let trainer_ended =
-        |joined: Result<std::thread::Result<()>, tokio::task::JoinError>| match joined {
-            Ok(Ok(())) => "the trainer thread ended".to_string(),
-            Ok(Err(panic)) => format!("the trainer thread panicked: {}", panic_message(&*panic)),
-            Err(error) => format!("the trainer thread could not be joined: {error}"),
-        };
+    let trainer_ended = |joined: Result<
+        std::thread::Result<Result<(), String>>,
+        tokio::task::JoinError,
+    >| match joined {
+        Ok(Ok(Ok(()))) => "the trainer thread ended".to_string(),
+        Ok(Ok(Err(cause))) => cause,
+        Ok(Err(panic)) => format!("the trainer thread panicked: {}", panic_message(&*panic)),
+        Err(error) => format!("the trainer thread could not be joined: {error}"),
+    };
     let mut server_done = false;
     let fault = tokio::select! {
         _ = net::shutdown_signal() => None,

@@ -17,6 +17,7 @@ use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::check::{check_items, check_task};
 use fleetrl_core::items::rollout::RolloutBatch;
 use fleetrl_core::items::transition::importance_weights;
+use fleetrl_core::models::{weights, ModelError};
 use fleetrl_core::replay_client::ShardBatch;
 use fleetrl_proto::space::Space;
 use fleetrl_proto::v1::{SetParameterResponse, Weights};
@@ -79,6 +80,9 @@ pub(crate) struct Trainer {
     /// When the last update ended, and when a batch that has `batch_rollouts` but not yet
     /// every actor's share is trained on anyway (on-policy).
     pub(crate) filling: Filling,
+    /// Why training must stop: an update made the weights NaN or infinite. Nothing is
+    /// published or checkpointed from then on.
+    pub(crate) diverged: Option<String>,
 }
 
 /// The on-policy batch being filled: when filling began (the last update's end) and, once
@@ -137,8 +141,9 @@ pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weig
 }
 
 impl Trainer {
-    /// Runs until every sender of `work` is gone.
-    pub(crate) fn run(mut self, mut work: mpsc::Receiver<Work>) {
+    /// Runs until every sender of `work` is gone (Ok), or until an update makes the weights
+    /// NaN or infinite (Err, saying so): those weights are never published or checkpointed.
+    pub(crate) fn run(mut self, mut work: mpsc::Receiver<Work>) -> Result<(), String> {
         fleetrl_core::cpu::flush_denormals();
         loop {
             let waited = Instant::now();
@@ -171,10 +176,36 @@ impl Trainer {
                 self.timing.updates += 1;
                 self.filling = Filling::default();
             }
+            if self.diverged.is_some() {
+                break;
+            }
         }
         if let Some(events) = self.events.as_mut() {
             let _ = events.flush();
         }
+        self.diverged.take().map_or(Ok(()), Err)
+    }
+
+    /// Stops training on weights an update made NaN or infinite (`error`), naming what the
+    /// user can resume from.
+    fn diverge(&mut self, error: &LearnerError) {
+        let newest = checkpoint::latest(&self.checkpoint_dir).map_or_else(
+            || "there is no checkpoint yet".to_string(),
+            |path| {
+                format!(
+                    "the newest checkpoint, {}, holds finite weights",
+                    path.display()
+                )
+            },
+        );
+        let cause = format!(
+            "update {} made the weights non-finite ({error}); they were not published or \
+             checkpointed and training stops; {newest}: resume with a smaller learning rate or \
+             gradient clipping, or scale the env's rewards (env.reward_scale)",
+            self.algo.trained().updates()
+        );
+        tracing::error!(cause, "training diverged");
+        self.diverged = Some(cause);
     }
 
     /// The next piece of work; while a batch waits for the rest of the actors' shares, a
@@ -445,6 +476,7 @@ impl Trainer {
                 self.weights.send_replace(Arc::new(weights));
                 self.metrics.weights_published.inc();
             }
+            Err(error @ LearnerError::Export(ModelError::NonFinite(_))) => self.diverge(&error),
             Err(error) => tracing::error!(%error, "cannot export weights"),
         }
     }
@@ -520,6 +552,19 @@ impl Trainer {
             };
             (stats.policy_version, steps, stats.progress())
         };
+        if self.diverged.is_some() {
+            return Err(LearnerError::TrainerStopped);
+        }
+        let trained = self.algo.trained();
+        let named = trained.model().named_parameters();
+        if let Err(error) = named
+            .iter()
+            .try_for_each(|(name, t)| weights::check_finite(name, t))
+        {
+            let error = LearnerError::Export(error);
+            self.diverge(&error);
+            return Err(error);
+        }
         let trained = self.algo.trained();
         let meta = CheckpointMeta {
             policy_version: version,
@@ -530,7 +575,7 @@ impl Trainer {
         };
         let path = checkpoint::save_and_prune(
             &self.checkpoint_dir,
-            &trained.model().named_parameters(),
+            &named,
             &self.algo.state(),
             &meta,
             &self.config,

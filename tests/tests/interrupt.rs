@@ -427,3 +427,58 @@ fn set_changes_a_running_learners_hyperparameter() -> anyhow::Result<()> {
     std::fs::remove_dir_all(&out)?;
     Ok(())
 }
+
+/// An update that makes the weights NaN (here a learning rate of 1e30 set on the running
+/// learner; an unscaled reward can do the same) stops the run with an error naming the
+/// parameter and the newest checkpoint, which still holds finite weights and evaluates.
+/// Before, the NaN weights went out to the actors, whose sampling panicked with a libtorch
+/// backtrace until the launcher gave up on them, and checkpoints kept saving NaN weights.
+#[test]
+fn a_diverged_update_stops_the_run_naming_the_last_finite_checkpoint() -> anyhow::Result<()> {
+    let out = std::env::temp_dir().join(format!("fleetrl-diverged-{}", std::process::id()));
+    let stderr_path = out.with_extension("stderr");
+    let mut run = Endless(Some(
+        endless_command(&out, &[])
+            .stderr(std::fs::File::create(&stderr_path)?)
+            .spawn()?,
+    ));
+    let started = Instant::now();
+    while !std::fs::read_to_string(out.join("logs/learner.log"))
+        .unwrap_or_default()
+        .contains("progress")
+    {
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(180), "no progress");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ok, text) = set(&out, "algo.learning_rate=1e30")?;
+    assert!(ok, "{text}");
+    let status = exit_within(
+        run.0.as_mut().expect("the run is going"),
+        Duration::from_secs(120),
+    )?;
+    run.0 = None;
+    let stderr = std::fs::read_to_string(&stderr_path)?;
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    let newest = fleetrl_core::checkpoint::latest(&out.join("checkpoints"));
+    let newest = newest.expect("a checkpoint before the change");
+    assert!(
+        stderr.contains("made the weights non-finite")
+            && stderr.contains("holds NaN or infinity")
+            && stderr.contains(&format!(
+                "the newest checkpoint, {}, holds finite weights",
+                newest.display()
+            )),
+        "{stderr}"
+    );
+    let eval = fleetrl_tests::cli::fleetrl_command(&["eval", "--episodes", "2", "--checkpoint"])
+        .arg(&newest)
+        .output()?;
+    assert!(
+        eval.status.success(),
+        "{}",
+        String::from_utf8_lossy(&eval.stderr)
+    );
+    std::fs::remove_dir_all(&out)?;
+    std::fs::remove_file(&stderr_path)?;
+    Ok(())
+}

@@ -668,6 +668,10 @@ impl RunConfig {
     }
 
     fn from_table(table: toml::Table, origin: &str) -> Result<RunConfig, ConfigError> {
+        check_finite(&table, "").map_err(|message| ConfigError::Parse {
+            origin: origin.to_string(),
+            message,
+        })?;
         let batch_set = table
             .get("learner")
             .and_then(|l| l.get("batch_rollouts"))
@@ -1109,6 +1113,38 @@ pub fn resolve_preset(spec: &str) -> PathBuf {
         .unwrap_or(direct)
 }
 
+/// The keys where an infinite value means "no limit": TD3's target clipping, and a stop
+/// target that is never reached.
+const INFINITE_OK: [&str; 2] = ["algo.clip_return", "stop.target_return"];
+
+/// Refuses NaN anywhere in `table` (under the dotted `prefix`), and infinities outside
+/// [`INFINITE_OK`]: `> 0` and range checks let `inf` through, and a learning rate of `inf`
+/// (from a file, `--set`, or `fleetrl set` on a running learner) makes every weight NaN.
+fn check_finite(table: &toml::Table, prefix: &str) -> Result<(), String> {
+    fn value(key: &str, v: &toml::Value) -> Result<(), String> {
+        match v {
+            toml::Value::Float(x) if x.is_nan() => Err(format!("`{key}` = nan is not a number")),
+            toml::Value::Float(x) if x.is_infinite() && !INFINITE_OK.contains(&key) => {
+                Err(format!(
+                    "`{key}` = {x} must be a finite number (infinity means no limit only for {})",
+                    INFINITE_OK.join(" and ")
+                ))
+            }
+            toml::Value::Table(t) => check_finite(t, key),
+            toml::Value::Array(items) => items.iter().try_for_each(|item| value(key, item)),
+            _ => Ok(()),
+        }
+    }
+    table.iter().try_for_each(|(k, v)| {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        value(&key, v)
+    })
+}
+
 /// Whether `spec` names a preset rather than a file: no `/` and no `.toml`.
 fn is_bare_name(spec: &str) -> bool {
     !spec.contains('/') && !spec.ends_with(".toml")
@@ -1156,6 +1192,50 @@ pub(crate) fn check(ok: bool, key: &'static str, message: &str) -> Result<(), Co
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn nan_and_infinities_are_refused_naming_the_key_except_where_they_mean_no_limit() {
+        for (set, says) in [
+            (
+                "algo.learning_rate=inf",
+                "`algo.learning_rate` = inf must be a finite number",
+            ),
+            (
+                "algo.learning_rate=nan",
+                "`algo.learning_rate` = nan is not a number",
+            ),
+            (
+                "algo.ratio_clip=-inf",
+                "`algo.ratio_clip` = -inf must be a finite number",
+            ),
+        ] {
+            let err = RunConfig::load("cartpole-ppo", &[set.into()]).unwrap_err();
+            assert!(err.to_string().contains(says), "{set}: {err}");
+        }
+        let err = RunConfig::from_toml(
+            "[model]\nhidden_sizes = [64, 64]\ninit_log_std = nan\n",
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("`model.init_log_std` = nan"),
+            "{err}"
+        );
+        let never = RunConfig::load("cartpole-ppo", &["stop.target_return=inf".into()]).unwrap();
+        assert_eq!(never.stop.target_return, Some(f64::INFINITY));
+        // A live change (`fleetrl set`) re-reads the whole config: refused there too, while
+        // TD3's default infinite clip_return (targets left unclipped) passes.
+        let ppo = RunConfig::load("cartpole-ppo", &[]).unwrap();
+        let err = ppo
+            .with_live_change("algo.learning_rate", "inf")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("`algo.learning_rate` = inf"),
+            "{err}"
+        );
+        let td3 = RunConfig::load("pendulum-td3", &[]).unwrap();
+        assert!(td3.with_live_change("algo.discount", "0.98").is_ok());
+    }
 
     #[test]
     fn resume_differences_name_the_algorithm_and_network_keys_only() {

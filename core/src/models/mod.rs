@@ -37,6 +37,10 @@ pub enum ModelError {
     /// Weights are missing a parameter or have the wrong shape.
     #[error("weights do not fit the model: {0}")]
     WeightsMismatch(String),
+    /// Weights that hold NaN or infinity: a diverged update, or a corrupt checkpoint or
+    /// broadcast.
+    #[error("`{0}` holds NaN or infinity")]
+    NonFinite(String),
     /// A config key does not fit the env (e.g. convolution keys for flat observations).
     #[error("{key}: {message}")]
     Config {

@@ -60,13 +60,23 @@ pub fn from_proto(t: &ProtoTensor) -> Result<Tensor, TensorError> {
         .map_err(|e| TensorError::Tch(e.to_string()))
 }
 
-/// Every variable of `vs` as a proto tensor, by path.
+/// Every variable of `vs` as a proto tensor, by path; refused if one holds NaN or infinity
+/// (an update that diverged must not reach the actors).
 pub fn export(vs: &nn::VarStore) -> Result<TensorMap, ModelError> {
     let mut map = HashMap::new();
     for (name, var) in vs.variables() {
+        check_finite(&name, &var)?;
         map.insert(name, to_proto(&var)?);
     }
     Ok(TensorMap { tensors: map })
+}
+
+/// Refuses a floating-point tensor `name` that holds NaN or infinity.
+pub fn check_finite(name: &str, t: &Tensor) -> Result<(), ModelError> {
+    if t.is_floating_point() && t.isfinite().all().int64_value(&[]) == 0 {
+        return Err(ModelError::NonFinite(name.to_string()));
+    }
+    Ok(())
 }
 
 /// Copies a proto map into `vs`; every variable must be present with its shape.
@@ -85,8 +95,12 @@ pub fn named(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
     named
 }
 
-/// Copies named tensors into `vs`; every variable must be present with its exact shape.
+/// Copies named tensors into `vs`; every variable must be present with its exact shape and
+/// finite (weights from the network or a checkpoint are checked before any is copied).
 pub fn load_named(vs: &nn::VarStore, weights: &[(String, Tensor)]) -> Result<(), ModelError> {
+    for (name, t) in weights {
+        check_finite(name, t)?;
+    }
     let _guard = tch::no_grad_guard();
     for (name, mut var) in vs.variables() {
         let src = weights
@@ -104,4 +118,31 @@ pub fn load_named(vs: &nn::VarStore, weights: &[(String, Tensor)]) -> Result<(),
         var.copy_(src);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_with_nan_or_infinity_are_neither_exported_nor_loaded() {
+        let vs = nn::VarStore::new(tch::Device::Cpu);
+        let mut w = vs.root().zeros("w", &[3]);
+        let good = export(&vs).unwrap();
+        tch::no_grad(|| {
+            let _ = w.fill_(f64::NAN);
+        });
+        let err = export(&vs).unwrap_err();
+        assert_eq!(err.to_string(), "`w` holds NaN or infinity");
+        let inf = vec![(
+            "w".to_string(),
+            Tensor::from_slice(&[0.0f32, f32::INFINITY, 1.0]),
+        )];
+        assert_eq!(
+            load_named(&vs, &inf).unwrap_err().to_string(),
+            "`w` holds NaN or infinity"
+        );
+        import(&vs, &good).unwrap();
+        assert_eq!(Vec::<f32>::try_from(&w).unwrap(), [0.0; 3]);
+    }
 }
