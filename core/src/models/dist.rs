@@ -82,7 +82,19 @@ impl Dist {
     /// A sampled action per row.
     pub fn sample(&self) -> Tensor {
         match self {
-            Dist::Categorical { log_probs } => log_probs.exp().multinomial(1, true).squeeze_dim(1),
+            Dist::Categorical { log_probs } => log_probs
+                .exp()
+                .f_multinomial(1, true)
+                .unwrap_or_else(|e| {
+                    // libtorch's message runs on into a C++ backtrace: its first line says it.
+                    let e = e.to_string();
+                    panic!(
+                        "sampling an action: {} (weights so large that the policy's \
+                         probabilities overflow?)",
+                        e.lines().next().unwrap_or_default()
+                    )
+                })
+                .squeeze_dim(1),
             Dist::Gaussian { mean, log_std } => mean + log_std.exp() * mean.randn_like(),
         }
     }
@@ -121,6 +133,17 @@ impl Dist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The panic names the cause in one line, not libtorch's C++ backtrace.
+    #[test]
+    #[should_panic(
+        expected = "sampling an action: Internal torch error: probability tensor contains \
+                               either `inf`, `nan` or element < 0 (weights so large"
+    )]
+    fn sampling_from_nan_probabilities_says_so_in_one_line() {
+        let log_probs = Tensor::from_slice(&[f32::NAN, 0.0]).view([1, 2]);
+        Dist::Categorical { log_probs }.sample();
+    }
 
     /// N(0, 1) at 0 has density 1/sqrt(2 pi); KL(N(0,1) || N(1, e^2)) by the closed form
     /// ln(e) + (1 + 1) / (2 e^2) - 1/2.
