@@ -142,7 +142,7 @@ mod tests {
     )]
     fn sampling_from_nan_probabilities_says_so_in_one_line() {
         let log_probs = Tensor::from_slice(&[f32::NAN, 0.0]).view([1, 2]);
-        Dist::Categorical { log_probs }.sample();
+        let _ = Dist::Categorical { log_probs }.sample();
     }
 
     /// N(0, 1) at 0 has density 1/sqrt(2 pi); KL(N(0,1) || N(1, e^2)) by the closed form
