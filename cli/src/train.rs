@@ -284,10 +284,14 @@ pub(crate) fn resume_checkpoint(
 ) -> anyhow::Result<Option<PathBuf>> {
     use fleetrl_core::checkpoint;
     let checkpoints = out.join("checkpoints");
+    // The newest that loads, as the learner will take it.
+    let newest = || -> anyhow::Result<Option<PathBuf>> {
+        Ok(checkpoint::load_newest(&checkpoints)?.map(|ckpt| ckpt.path))
+    };
     match resume {
         None => Ok(None),
-        Some("auto") => Ok(checkpoint::latest(&checkpoints)),
-        Some("latest") => match checkpoint::latest(&checkpoints) {
+        Some("auto") => newest(),
+        Some("latest") => match newest()? {
             Some(path) => Ok(Some(path)),
             None => anyhow::bail!(
                 "--resume latest: no checkpoint under {} (a run resumes from its own --out; \

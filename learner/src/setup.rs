@@ -55,26 +55,29 @@ pub(crate) fn build_algorithm(
             action_space: action_space.clone(),
         })
     };
-    let path = match resume {
+    // `auto` and `latest` take the newest checkpoint that loads (see `load_newest`).
+    let ckpt = match resume {
         None => return fresh(algo),
-        Some("auto") => match checkpoint::latest(checkpoint_dir) {
-            Some(path) => path,
+        Some("auto") => match checkpoint::load_newest(checkpoint_dir)? {
+            Some(ckpt) => ckpt,
             None => {
                 tracing::info!(dir = %checkpoint_dir.display(), "no checkpoint yet; starting fresh");
                 return fresh(algo);
             }
         },
-        Some("latest") => checkpoint::latest(checkpoint_dir).with_context(|| {
+        Some("latest") => checkpoint::load_newest(checkpoint_dir)?.with_context(|| {
             format!(
                 "no checkpoint under {} to resume from",
                 checkpoint_dir.display()
             )
         })?,
         // A checkpoint, or a run directory (or its checkpoints/) for its newest one.
-        Some(explicit) => checkpoint::resolve(Path::new(explicit))
-            .with_context(|| format!("--resume {explicit} (or `latest`, or `auto`)"))?,
+        Some(explicit) => checkpoint::load(
+            &checkpoint::resolve(Path::new(explicit))
+                .with_context(|| format!("--resume {explicit} (or `latest`, or `auto`)"))?,
+        )?,
     };
-    let ckpt = checkpoint::load(&path)?;
+    let path = ckpt.path.clone();
     config.check_resumes(&ckpt.config, &path)?;
     algo.trained_mut()
         .model_mut()

@@ -70,6 +70,22 @@ fn training_resumes_where_the_checkpoint_left_off() -> anyhow::Result<()> {
         third["policy_version"].as_i64() >= second["policy_version"].as_i64(),
         "{third:#}"
     );
+
+    // A newest checkpoint that does not load (a machine that went down mid-write) is
+    // skipped, with a warning naming it, for the one before.
+    let newest = fleetrl_core::checkpoint::latest(&out.join("checkpoints")).expect("checkpoints");
+    std::fs::write(newest.join("model.safetensors"), b"")?;
+    let fourth = train(&out, 12_288, Some(Path::new("latest")))?;
+    assert!(
+        fourth["total_env_steps"].as_u64().expect("steps") >= 12_288,
+        "{fourth:#}"
+    );
+    let log = std::fs::read_to_string(out.join("logs/learner.log"))?;
+    assert!(
+        log.contains("skipping a checkpoint that does not load")
+            && log.contains(&newest.display().to_string()),
+        "{log}"
+    );
     std::fs::remove_dir_all(&out)?;
     std::fs::remove_dir_all(&branch)?;
     Ok(())

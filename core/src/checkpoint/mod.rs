@@ -146,8 +146,44 @@ pub fn save(
     let meta_json = serde_json::to_string_pretty(meta).expect("meta always serialises");
     std::fs::write(tmp.join("meta.json"), meta_json).map_err(io(&tmp))?;
     std::fs::write(tmp.join("config.toml"), config.to_toml()).map_err(io(&tmp))?;
+    // On disk before it is named: a machine that goes down just after the rename must not
+    // come back with a newest checkpoint of empty files.
+    for file in [
+        "model.safetensors",
+        "state.safetensors",
+        "meta.json",
+        "config.toml",
+        "",
+    ] {
+        sync(&tmp.join(file)).map_err(io(&tmp))?;
+    }
     replace_dir(&tmp, &final_dir)?;
+    sync(dir).map_err(io(dir))?;
     Ok(final_dir)
+}
+
+/// Flushes a file, or a directory's entries, to the disk.
+fn sync(path: &Path) -> std::io::Result<()> {
+    std::fs::File::open(path)?.sync_all()
+}
+
+/// The newest checkpoint under `dir` that loads, if any: one that does not (a machine that
+/// went down mid-write before checkpoints were synced, a disk error) is skipped with a warning
+/// naming it and what is wrong, so a restarting learner (`--resume auto`) goes on from the one
+/// before instead of failing on every restart. An error only when every checkpoint fails,
+/// naming the newest's problem.
+pub fn load_newest(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
+    let mut first_error = None;
+    for path in list(dir).into_iter().rev() {
+        match load(&path) {
+            Ok(ckpt) => return Ok(Some(ckpt)),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "skipping a checkpoint that does not load");
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    first_error.map_or(Ok(None), Err)
 }
 
 /// Moves the finished `tmp` to `final_dir`. A checkpoint already there is the same version
@@ -349,7 +385,17 @@ mod tests {
             vec![3.0, 2.0]
         );
         assert_eq!(list(&dir).len(), 2);
-        std::fs::remove_dir_all(dir).unwrap();
+
+        // A newest checkpoint that does not load (empty files, as a machine that went down
+        // mid-write leaves them) is skipped for the one before.
+        assert_eq!(load_newest(&dir).unwrap().unwrap().meta.policy_version, 3);
+        std::fs::write(newest.join("model.safetensors"), b"").unwrap();
+        assert_eq!(load_newest(&dir).unwrap().unwrap().meta.policy_version, 2);
+        std::fs::write(dir.join("ckpt-00000002/meta.json"), b"").unwrap();
+        let err = load_newest(&dir).unwrap_err().to_string();
+        assert!(err.contains("ckpt-00000003/model.safetensors"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(load_newest(&dir).unwrap().is_none());
     }
 
     /// The same version written again while another thread reads it: every read finds a
