@@ -21,13 +21,13 @@ pub enum LoadPolicyError {
     /// Its env is unknown to this build.
     #[error(transparent)]
     Env(#[from] EnvError),
-    /// Its weights do not fit the model its config describes.
-    #[error("loading the policy from {path}: {source}")]
+    /// Its weights do not fit the model its config describes, or are not finite.
+    #[error("loading the policy from {path}: {cause}")]
     Model {
         /// The checkpoint.
         path: String,
-        /// What did not fit.
-        source: ModelError,
+        /// What did not fit (in the message, not repeated as a source).
+        cause: ModelError,
     },
 }
 
@@ -37,9 +37,9 @@ pub fn load_policy(path: &Path) -> Result<(Box<dyn Policy>, RunConfig), LoadPoli
     let config = ckpt.config;
     let env = envs::make_configured(&config.env)?;
     let (obs, action) = (env.observation_space(), env.action_space());
-    let fit = |source| LoadPolicyError::Model {
+    let fit = |cause| LoadPolicyError::Model {
         path: path.display().to_string(),
-        source,
+        cause,
     };
     let policy: Box<dyn Policy> = if let Some(pearl) = config.algo.as_pearl() {
         // Unadapted (z at the prior's mean); PEARL's meta-test is [`load_pearl`]'s.
@@ -68,9 +68,9 @@ fn load_model<M: Model>(
 ) -> Result<(M, RunConfig), LoadPolicyError> {
     let ckpt = checkpoint::load(path)?;
     let env = envs::make_configured(&ckpt.config.env)?;
-    let fit = |source| LoadPolicyError::Model {
+    let fit = |cause| LoadPolicyError::Model {
         path: path.display().to_string(),
-        source,
+        cause,
     };
     let mut model =
         build(&ckpt.config, &env.observation_space(), &env.action_space()).map_err(fit)?;
