@@ -46,12 +46,12 @@ pub const EXTENSION: &str = ".demo.safetensors";
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     /// Reading or writing the file failed.
-    #[error("demo file {path}: {source}")]
+    #[error("demo file {path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
         /// What the OS said.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file is not a demo file of this format.
     #[error("{path} is not a fleetrl demo file: {reason}")]
@@ -457,7 +457,7 @@ fn bytes_f32(bytes: &[u8]) -> Vec<f32> {
 pub fn write(demo: &Demo, path: &Path) -> Result<(), DemoError> {
     let io = |source| DemoError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     };
     let bytes = demo.to_bytes()?;
     let tmp = path.with_extension("tmp");
@@ -469,7 +469,7 @@ pub fn write(demo: &Demo, path: &Path) -> Result<(), DemoError> {
 pub fn read(path: &Path) -> Result<Demo, DemoError> {
     let bytes = std::fs::read(path).map_err(|source| DemoError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })?;
     Demo::from_bytes(&bytes, path)
 }
@@ -478,7 +478,7 @@ pub fn read(path: &Path) -> Result<Demo, DemoError> {
 pub fn list(dir: &Path) -> Result<Vec<PathBuf>, DemoError> {
     let entries = std::fs::read_dir(dir).map_err(|source| DemoError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -52,12 +52,12 @@ pub(crate) enum ActError {
     #[error(transparent)]
     Sequence(#[from] SequenceError),
     /// The BC expert could not be loaded.
-    #[error("loading the BC expert {path}: {source}")]
+    #[error("loading the BC expert {path}: {cause}")]
     Expert {
         /// The expert checkpoint.
         path: String,
         /// What went wrong (boxed: a checkpoint error is large).
-        source: Box<LoadPolicyError>,
+        cause: Box<LoadPolicyError>,
     },
     /// The PPO+D demo buffers could not be synced or offered to.
     #[error(transparent)]

@@ -143,7 +143,7 @@ impl TransitionCollector {
                 load_policy(Path::new(path))
                     .map_err(|source| ActError::Expert {
                         path: path.clone(),
-                        source: Box::new(source),
+                        cause: Box::new(source),
                     })?
                     .0,
             ),

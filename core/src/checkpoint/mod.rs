@@ -24,20 +24,20 @@ use crate::config::{ConfigError, RunConfig};
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// Filesystem trouble, with the path.
-    #[error("checkpoint {path}: {source}")]
+    #[error("checkpoint {path}: {cause}")]
     Io {
         /// The file or directory.
         path: PathBuf,
         /// The IO error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A tensor file could not be written or read.
-    #[error("checkpoint {path}: {source}")]
+    #[error("checkpoint {path}: {cause}")]
     Tensors {
         /// The file.
         path: PathBuf,
         /// The tch error.
-        source: tch::TchError,
+        cause: tch::TchError,
     },
     /// `meta.json` is malformed.
     #[error("checkpoint {path}: bad meta.json: {message}")]
@@ -111,16 +111,16 @@ pub struct Checkpoint {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
+    move |cause| CheckpointError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     }
 }
 
 fn tensors(path: &Path) -> impl FnOnce(tch::TchError) -> CheckpointError + '_ {
-    move |source| CheckpointError::Tensors {
+    move |cause| CheckpointError::Tensors {
         path: path.to_path_buf(),
-        source,
+        cause,
     }
 }
 

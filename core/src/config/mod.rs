@@ -40,12 +40,12 @@ pub const CONFIG_VERSION: u32 = 1;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config {path}: {source}")]
+    #[error("cannot read config {path}: {cause}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The IO error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A bare name (no `/`, no `.toml`) that is neither a file nor a preset.
     #[error(
@@ -636,7 +636,7 @@ impl RunConfig {
             } else {
                 ConfigError::Read {
                     path: path.clone(),
-                    source,
+                    cause: source,
                 }
             }
         })?;

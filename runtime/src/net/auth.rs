@@ -31,12 +31,12 @@ const EXEMPT_PREFIX: &str = "/grpc.health.v1.Health/";
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     /// The token file could not be read.
-    #[error("cannot read the token file {path} ({TOKEN_FILE_ENV}): {source}")]
+    #[error("cannot read the token file {path} ({TOKEN_FILE_ENV}): {cause}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The token is empty or not printable ASCII.
     #[error("the token from {origin} is unusable: {problem}")]
@@ -106,9 +106,9 @@ impl Token {
 pub fn from_env() -> Result<Option<Token>, AuthError> {
     if let Some(path) = std::env::var_os(TOKEN_FILE_ENV).filter(|p| !p.is_empty()) {
         let path = path.to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(&path).map_err(|source| AuthError::Read {
+        let text = std::fs::read_to_string(&path).map_err(|cause| AuthError::Read {
             path: path.clone(),
-            source,
+            cause,
         })?;
         return Token::new(&text, &path).map(Some);
     }

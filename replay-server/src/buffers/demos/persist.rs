@@ -35,7 +35,7 @@ struct Entry {
 fn io(path: &Path) -> impl Fn(std::io::Error) -> DemoError + '_ {
     move |source| DemoError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     }
 }
 
