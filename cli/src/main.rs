@@ -205,20 +205,21 @@ async fn run() -> anyhow::Result<()> {
             let resumed = train::resume_checkpoint(&out, resume.as_deref())?;
             let spec = match (&config, &resumed) {
                 (Some(config), _) => config.clone(),
-                (None, Some(checkpoint)) => checkpoint.join("config.toml").display().to_string(),
+                (None, Some(ckpt)) => ckpt.path.join("config.toml").display().to_string(),
                 (None, None) => DEFAULT_PRESET.to_string(),
             };
             let mut run = RunConfig::load(&spec, &overrides).context("loading the run config")?;
-            if let Some(checkpoint) = &resumed {
-                let trained = fleetrl_core::checkpoint::load(checkpoint)?.config;
-                run.check_resumes(&trained, checkpoint)?;
+            if let Some(ckpt) = &resumed {
+                run.check_resumes(&ckpt.config, &ckpt.path)?;
                 let with = if config.is_some() {
                     spec.as_str()
                 } else {
                     "its config"
                 };
-                eprintln!("[fleetrl] resuming {} with {with}", checkpoint.display());
+                eprintln!("[fleetrl] resuming {} with {with}", ckpt.path.display());
             }
+            // Its weights and optimiser state are the learner's to load, not held here.
+            drop(resumed);
             if let Some(path) = init_from {
                 let path = std::fs::canonicalize(&path)
                     .with_context(|| format!("--init-from {}", path.display()))?;

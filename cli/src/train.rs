@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use fleetrl_core::checkpoint::{self, Checkpoint};
 use fleetrl_core::config::RunConfig;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::{
@@ -274,34 +275,32 @@ fn lock_run_dir(out: &Path) -> anyhow::Result<std::fs::File> {
     )
 }
 
-/// The checkpoint `--resume` names for a run into `out`: none without one (or with `auto` and
-/// no checkpoint yet), an error naming what to give when there is nothing to resume (the
-/// learner would fail on it too, but only after the launcher had replaced the run's config and
-/// token).
+/// The checkpoint `--resume` names for a run into `out`, loaded: none without one (or with
+/// `auto` and no checkpoint yet), an error naming what to give when there is nothing to resume
+/// (the learner would fail on it too, but only after the launcher had replaced the run's config
+/// and token). `latest` and `auto` take the newest that loads, as the learner will.
 pub(crate) fn resume_checkpoint(
     out: &Path,
     resume: Option<&str>,
-) -> anyhow::Result<Option<PathBuf>> {
-    use fleetrl_core::checkpoint;
+) -> anyhow::Result<Option<Checkpoint>> {
     let checkpoints = out.join("checkpoints");
-    // The newest that loads, as the learner will take it.
-    let newest = || -> anyhow::Result<Option<PathBuf>> {
-        Ok(checkpoint::load_newest(&checkpoints)?.map(|ckpt| ckpt.path))
-    };
     match resume {
         None => Ok(None),
-        Some("auto") => newest(),
-        Some("latest") => match newest()? {
-            Some(path) => Ok(Some(path)),
+        Some("auto") => Ok(checkpoint::load_newest(&checkpoints)?),
+        Some("latest") => match checkpoint::load_newest(&checkpoints)? {
+            Some(ckpt) => Ok(Some(ckpt)),
             None => anyhow::bail!(
                 "--resume latest: no checkpoint under {} (a run resumes from its own --out; \
                  without --resume it starts fresh)",
                 checkpoints.display()
             ),
         },
-        Some(path) => checkpoint::resolve(Path::new(path))
-            .map(Some)
-            .with_context(|| format!("--resume {path} (or `latest`, the newest of this --out)")),
+        Some(path) => {
+            let path = checkpoint::resolve(Path::new(path)).with_context(|| {
+                format!("--resume {path} (or `latest`, the newest of this --out)")
+            })?;
+            Ok(Some(checkpoint::load(&path)?))
+        }
     }
 }
 
