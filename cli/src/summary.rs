@@ -45,7 +45,11 @@ pub(crate) struct Summary {
     pub(crate) solved: bool,
     pub(crate) checkpoint: String,
     pub(crate) target_return: Option<f64>,
+    /// `solved`, `step_budget`, `wall_clock`, `interrupted`, or `failed` (with `error`).
     pub(crate) stop_reason: String,
+    /// Why a failed run stopped (a role's exit and its log's last lines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
     pub(crate) seed: u64,
     pub(crate) actors: u32,
     pub(crate) policy_version: i64,
@@ -87,6 +91,7 @@ impl Summary {
             checkpoint: last.checkpoint.clone(),
             target_return: config.stop.target_return,
             stop_reason: reason.to_string(),
+            error: None,
             seed: config.seed,
             actors: config.actors.count,
             policy_version: last.policy_version,

@@ -162,6 +162,9 @@ enum Outcome {
     Budget,
     WallClock,
     Interrupted,
+    /// A role failed (the learner's update diverged, say): the error, reported after the
+    /// summary of the evaluations made before it is written.
+    Failed(anyhow::Error),
 }
 
 /// Runs training to its stop condition and writes `out/summary.json`. Returns the summary
@@ -445,8 +448,8 @@ impl Running<'_> {
 
     /// Training failed with `error`: an interrupt after all if a signal arrives with it (a
     /// signal to every process of the run stops the learner at about the moment it reaches the
-    /// launcher, which may see the learner gone first), else the exit of the role that failed
-    /// if it exits soon, else the error.
+    /// launcher, which may see the learner gone first), else a failure with the exit of the
+    /// role that failed if it exits soon, else with the error.
     async fn failed(
         &mut self,
         error: anyhow::Error,
@@ -462,11 +465,16 @@ impl Running<'_> {
         // A server that is stopping refuses connections before its process exits; its exit
         // and log say why (a diverged update, say) better than "connection refused" does.
         let waited = Instant::now();
+        let mut error = error;
         while waited.elapsed() < ROLE_EXIT_PATIENCE {
-            self.cluster.supervise().await?;
+            if let Err(exit) = self.cluster.supervise().await {
+                error = exit;
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(error)
+        let status = self.last_status.clone();
+        Ok((Outcome::Failed(error), evaluations, status))
     }
 
     async fn status(&mut self) -> anyhow::Result<LearnerStatus> {
@@ -581,10 +589,11 @@ impl Running<'_> {
         }))
     }
 
-    /// Evaluates the final policy (unless the run was solved by its last evaluation) and
-    /// writes `out/summary.json`. A Ctrl-C during that evaluation skips it: the run is then
-    /// interrupted, its summary reports the last evaluation that finished, and there is no
-    /// summary if none had. Returns the summary and whether the run was interrupted.
+    /// Evaluates the final policy (unless the run was solved by its last evaluation, or
+    /// failed) and writes `out/summary.json`. A Ctrl-C during that evaluation skips it: the run
+    /// is then interrupted, its summary reports the last evaluation that finished, and there is
+    /// no summary if none had. Returns the summary and whether the run was interrupted; a
+    /// failed run's error after its summary (of the evaluations before the failure) is written.
     async fn finish(
         &mut self,
         out: &Path,
@@ -592,7 +601,7 @@ impl Running<'_> {
         mut evaluations: Vec<Evaluation>,
         status: LearnerStatus,
     ) -> anyhow::Result<(Option<Summary>, bool)> {
-        if !matches!(outcome, Outcome::Solved) {
+        if !matches!(outcome, Outcome::Solved | Outcome::Failed(_)) {
             match self.evaluate(false).await {
                 Ok(Some(eval)) => evaluations.push(eval),
                 Ok(None) => {
@@ -614,16 +623,17 @@ impl Running<'_> {
             }
         }
         let interrupted = matches!(outcome, Outcome::Interrupted);
+        let (reason, failure) = match outcome {
+            Outcome::Solved => ("solved", None),
+            Outcome::Budget => ("step_budget", None),
+            Outcome::WallClock => ("wall_clock", None),
+            Outcome::Interrupted => ("interrupted", None),
+            Outcome::Failed(error) => ("failed", Some(error)),
+        };
         let Some(last) = evaluations.last() else {
-            return Ok((None, interrupted));
+            return failure.map_or(Ok((None, interrupted)), Err);
         };
-        let reason = match outcome {
-            Outcome::Solved => "solved",
-            Outcome::Budget => "step_budget",
-            Outcome::WallClock => "wall_clock",
-            Outcome::Interrupted => "interrupted",
-        };
-        let summary = Summary::new(
+        let mut summary = Summary::new(
             self.config,
             &status,
             last,
@@ -631,7 +641,17 @@ impl Running<'_> {
             self.started.elapsed().as_secs_f64(),
             reason,
         );
-        summary.write(&out.join("summary.json"))?;
+        summary.error = failure.as_ref().map(|e| format!("{e:#}"));
+        let path = out.join("summary.json");
+        summary.write(&path)?;
+        if let Some(error) = failure {
+            self.progress.println(&format!(
+                "the run failed; its {} evaluations before the failure are in {}",
+                evaluations.len(),
+                path.display()
+            ));
+            return Err(error);
+        }
         Ok((Some(summary), interrupted))
     }
 }

@@ -442,12 +442,14 @@ fn a_diverged_update_stops_the_run_naming_the_last_finite_checkpoint() -> anyhow
             .stderr(std::fs::File::create(&stderr_path)?)
             .spawn()?,
     ));
+    // After the first evaluation, which the summary of the failed run must keep.
     let started = Instant::now();
-    while !std::fs::read_to_string(out.join("logs/learner.log"))
-        .unwrap_or_default()
-        .contains("progress")
-    {
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(180), "no progress");
+    while !std::fs::read_to_string(&stderr_path)?.contains("eval at") {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(180),
+            "no evaluation: {}",
+            std::fs::read_to_string(&stderr_path)?
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let (ok, text) = set(&out, "algo.learning_rate=1e30")?;
@@ -470,6 +472,13 @@ fn a_diverged_update_stops_the_run_naming_the_last_finite_checkpoint() -> anyhow
             )),
         "{stderr}"
     );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
+    assert_eq!(summary["stop_reason"], "failed", "{summary}");
+    let error = summary["error"].as_str().unwrap_or_default();
+    assert!(error.contains("made the weights non-finite"), "{summary}");
+    let evaluations = summary["evaluations"].as_array().map_or(0, Vec::len);
+    assert!(evaluations >= 1, "{summary}");
     let eval = fleetrl_tests::cli::fleetrl_command(&["eval", "--episodes", "2", "--checkpoint"])
         .arg(&newest)
         .output()?;
