@@ -81,8 +81,15 @@ async fn two_cpu_replicas_with_f16_chunked_weights_learn_cartpole() -> anyhow::R
 }
 
 /// Starts `fleet-learner` on `preset` with `sets` (no replay server: it must fail before
-/// needing one); its stderr.
+/// needing one) in a run directory of its own, as the tests of this file run side by side and
+/// a learner locks its run directory; its stderr.
 fn refused_learner(preset: &str, sets: &[&str]) -> anyhow::Result<String> {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run_dir = std::env::temp_dir().join(format!(
+        "fleetrl-refused-learner-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let learner = fleetrl_runtime::launch::bin_dir()?.join("fleet-learner");
     let config = fleetrl_tests::compose::repo_root().join(format!("configs/{preset}.toml"));
     let mut command = Command::new(learner);
@@ -92,13 +99,16 @@ fn refused_learner(preset: &str, sets: &[&str]) -> anyhow::Result<String> {
             "127.0.0.1:0",
             "--replay",
             "127.0.0.1:9",
-            "--config",
+            "--run-dir",
         ])
+        .arg(&run_dir)
+        .arg("--config")
         .arg(config);
     for set in sets {
         command.args(["--set", set]);
     }
     let run = command.output()?;
+    let _ = std::fs::remove_dir_all(&run_dir);
     let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
     assert!(!run.status.success(), "{stderr}");
     Ok(stderr)
