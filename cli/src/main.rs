@@ -58,7 +58,7 @@ enum Command {
         #[arg(long)]
         checkpoint: PathBuf,
         /// Episodes to play.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = at_least_one)]
         episodes: usize,
         /// Seed of the first episode's env (default: the run's evaluation seed, as in training).
         #[arg(long)]
@@ -95,7 +95,7 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
         /// Episodes to play.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = at_least_one)]
         episodes: usize,
         /// Env seed of the first episode (episode i uses seed + i).
         #[arg(long, default_value_t = 0)]
@@ -161,6 +161,15 @@ fn default_out(config: &str) -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     PathBuf::from("runs").join(format!("{stem}-{secs}"))
+}
+
+/// `--episodes`: a whole number of at least one (zero episodes have no mean return to report).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The checkpoint `--checkpoint` means (a run directory or its `checkpoints/` mean the newest
@@ -294,6 +303,32 @@ async fn run() -> anyhow::Result<()> {
         } => {
             let timeout = std::time::Duration::from_secs_f64(timeout_s.max(0.1));
             health_cmd::run(&addr, &service, timeout).await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    #[test]
+    fn zero_episodes_are_refused_naming_the_flag() {
+        for command in ["eval", "record"] {
+            let args = ["fleetrl", command, "--checkpoint", "run", "--out", "demos"];
+            let args = &args[..if command == "eval" { 4 } else { 6 }];
+            let zero = [args, &["--episodes", "0"]].concat();
+            let error = Cli::try_parse_from(&zero)
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(
+                error.contains("--episodes") && error.contains("must be at least 1"),
+                "{error}"
+            );
+            let three = [args, &["--episodes", "3"]].concat();
+            assert!(Cli::try_parse_from(&three).is_ok(), "{command}");
         }
     }
 }
