@@ -319,10 +319,10 @@ mod tests {
             let args = ["fleetrl", command, "--checkpoint", "run", "--out", "demos"];
             let args = &args[..if command == "eval" { 4 } else { 6 }];
             let zero = [args, &["--episodes", "0"]].concat();
-            let error = Cli::try_parse_from(&zero)
-                .err()
-                .expect("refused")
-                .to_string();
+            let Err(error) = Cli::try_parse_from(&zero) else {
+                panic!("`fleetrl {command} --episodes 0` was accepted");
+            };
+            let error = error.to_string();
             assert!(
                 error.contains("--episodes") && error.contains("must be at least 1"),
                 "{error}"
