@@ -181,6 +181,7 @@ pub(crate) async fn train(
              (set actors.count, e.g. --set actors.count=2)"
         );
     }
+    check_local_actors(config.actors.count, local_cores())?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let _lock = lock_run_dir(out)?;
     run_token(out)?;
@@ -208,6 +209,30 @@ pub(crate) async fn train(
     cluster.stop().await;
     let _ = std::fs::remove_file(out.join(LEARNER_ADDR_FILE));
     finished
+}
+
+/// Actor processes `fleetrl train` starts per core of this machine at most. Each holds
+/// libtorch (about 200 MB resident) and steps its own envs: more than this many a core only
+/// share the cores, while a typo (`actors.count=100000`) would start processes until the
+/// machine runs out of memory.
+const LOCAL_ACTORS_PER_CORE: u32 = 8;
+
+fn local_cores() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+/// Refuses more actor processes than [`LOCAL_ACTORS_PER_CORE`] times `cores`, saying what
+/// to do instead.
+fn check_local_actors(count: u32, cores: u32) -> anyhow::Result<()> {
+    let most = LOCAL_ACTORS_PER_CORE * cores;
+    anyhow::ensure!(
+        count <= most,
+        "actors.count = {count}: `fleetrl train` starts every actor as a process on this \
+         machine, and with {cores} cores it starts at most {most} ({LOCAL_ACTORS_PER_CORE} a \
+         core; each holds about 200 MB); step more envs in each (actors.envs_per_actor), or \
+         run the actors on other machines (docker-compose or Kubernetes, see the README)"
+    );
+    Ok(())
 }
 
 /// The file in a run's output directory that holds its learner's `host:port` while it runs.
@@ -699,6 +724,18 @@ impl StallWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_actors_are_bounded_by_the_cores() {
+        assert!(check_local_actors(16, 2).is_ok());
+        let error = check_local_actors(100_000, 2).unwrap_err().to_string();
+        assert!(
+            error.contains("actors.count = 100000")
+                && error.contains("with 2 cores it starts at most 16")
+                && error.contains("actors.envs_per_actor"),
+            "{error}"
+        );
+    }
 
     fn status(reported: u64, trained: u64, updates: u64) -> LearnerStatus {
         LearnerStatus {
