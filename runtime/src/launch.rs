@@ -234,10 +234,33 @@ pub fn quote_log(log: &Path) -> String {
 }
 
 /// The error a role printed before it exited: its log's `error:` line and the `caused by:`
-/// lines under it (colour codes removed), or `None` if there is none.
+/// lines under it, else its panic (see [`panic_lines`]), colour codes removed; `None` if
+/// there is neither.
 fn first_errors(log: &Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
     let plain = strip_ansi(&text);
+    error_lines(&plain).or_else(|| panic_lines(&plain))
+}
+
+/// The longest panic message [`panic_lines`] quotes, in characters.
+const MAX_PANIC_MESSAGE: usize = 400;
+
+/// A panic's `thread '…' panicked at FILE:LINE:COL:` line and its message's first line (a
+/// libtorch error carries its C++ frames after a `\n`: they are left out), at most
+/// [`MAX_PANIC_MESSAGE`] characters of it.
+fn panic_lines(plain: &str) -> Option<String> {
+    let mut lines = plain
+        .lines()
+        .skip_while(|l| !(l.starts_with("thread '") && l.contains("panicked at")));
+    let first = lines.next()?;
+    let message = lines.next().unwrap_or_default();
+    let message = message.split("\\n").next().unwrap_or_default();
+    let message: String = message.chars().take(MAX_PANIC_MESSAGE).collect();
+    Some(format!("  {first}\n  {message}"))
+}
+
+/// A log's first `error:` line and the `caused by:` lines under it.
+fn error_lines(plain: &str) -> Option<String> {
     let mut lines = plain.lines().skip_while(|l| !l.starts_with("error:"));
     let first = lines.next()?;
     let causes = lines.take_while(|l| l.starts_with("  ")).take(8);
@@ -286,6 +309,21 @@ mod tests {
         assert_eq!(
             first_errors(&log).unwrap(),
             "  error: unknown environment `CartPol-v1` (did you mean CartPole-v1?)\n    caused by: making the env"
+        );
+        std::fs::write(
+            &log,
+            "\u{1b}[32m INFO\u{1b}[0m building the model\n\n\
+             thread 'main' (3098) panicked at src/nn/var_store.rs:714:38:\n\
+             called `Result::unwrap()` on an `Err` value: Torch(\"DefaultCPUAllocator: can't \
+             allocate memory: you tried to allocate 160000000000 bytes.\\nframe #0: c10::\")\n\
+             stack backtrace:\n",
+        )
+        .unwrap();
+        assert_eq!(
+            first_errors(&log).unwrap(),
+            "  thread 'main' (3098) panicked at src/nn/var_store.rs:714:38:\n  called \
+             `Result::unwrap()` on an `Err` value: Torch(\"DefaultCPUAllocator: can't allocate \
+             memory: you tried to allocate 160000000000 bytes."
         );
         std::fs::write(&log, "\u{1b}[32m INFO\u{1b}[0m nothing wrong\n").unwrap();
         assert_eq!(first_errors(&log), None);
