@@ -158,6 +158,7 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
     };
     if let Some(pearl) = config.algo.as_pearl() {
         let table = round::table_spec(config, pearl)?;
+        check_batch_size(&table, replay.batch_size)?;
         replay_client::ensure_table(shards, &table, patience)
             .await
             .context("creating the round table on the replay server")?;
@@ -180,6 +181,7 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
         };
         table.max_size = table.max_size.max(items.len() as u64);
     }
+    check_batch_size(&table, replay.batch_size)?;
     replay_client::ensure_table(shards, &table, patience)
         .await
         .context("creating the transition table on the replay server")?;
@@ -194,6 +196,21 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
     })
 }
 
+/// Refuses, before the first insert, a batch size the replay server could never serve: it
+/// would refuse every sample request, and only once the table had filled to its minimum size.
+fn check_batch_size(table: &TableSpec, batch_size: u32) -> anyhow::Result<()> {
+    let most = table.max_batch_size();
+    anyhow::ensure!(
+        u64::from(batch_size) <= most,
+        "the algorithm samples batches of {batch_size} items (its batch_size key), but table \
+         `{}` can hand out at most {most} at once (its capacity, {}, and its rate limiter's \
+         bounds set that); lower the batch size or raise the capacity",
+        table.name,
+        table.max_size
+    );
+    Ok(())
+}
+
 /// What actors need to start: the effective config and the table to insert into.
 pub(crate) fn run_spec(config: &RunConfig) -> RunSpec {
     let started = std::time::SystemTime::now()
@@ -204,5 +221,31 @@ pub(crate) fn run_spec(config: &RunConfig) -> RunSpec {
         run_id: format!("run-{started}-{}", std::process::id()),
         config_toml: config.to_toml(),
         table: config.replay.table.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fleetrl_proto::table::{FieldSpec, Signature};
+    use fleetrl_proto::Dtype;
+
+    use super::*;
+
+    #[test]
+    fn a_batch_the_table_could_never_serve_is_refused_naming_the_bound() {
+        let signature = Signature {
+            fields: vec![FieldSpec::new("obs", Dtype::F32, &[4])],
+        };
+        let table = TableSpec::replay("transitions", 1000, 1.0, 100, signature);
+        let most = table.max_batch_size();
+        assert!(check_batch_size(&table, most as u32).is_ok());
+        let error = check_batch_size(&table, most as u32 + 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!("batches of {} items", most + 1))
+                && error.contains(&format!("at most {most} at once")),
+            "{error}"
+        );
     }
 }
