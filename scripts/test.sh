@@ -13,4 +13,7 @@ echo "[test] cargo fmt --check" >&2
 cargo fmt --all --check
 echo "[test] cargo clippy (warnings are errors)" >&2
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
-cargo test --release --workspace "$@"
+# --tests: every lib, bin and integration test, without building the examples (benchmarks,
+# which clippy above already checks; building them took a minute of CPU) or the doc tests
+# (every code block in the docs is text or `ignore`).
+cargo test --release --workspace --tests "$@"
