@@ -25,6 +25,12 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 /// How long a failed call waits for the role behind it to exit (the learner drains for a few
 /// seconds after a failure before it does).
 const ROLE_EXIT_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a launcher that has lost its learner waits for a signal of its own before it calls
+/// the loss a failure: a scheduler that signals every process of the job stops the learner at
+/// about the moment the launcher's signal comes, and on a loaded machine the launcher can see
+/// the learner gone first by more than a second (a test signalling 400 ms apart saw it fail
+/// with a one-second wait, beside two benchmark lanes on 2 cores).
+const SIGNAL_GRACE: Duration = Duration::from_secs(3);
 const MAX_ACTOR_RESTARTS: u32 = 10;
 /// How long a run may show no movement at all (no env step reported, none trained, no update)
 /// before the launcher says so.
@@ -481,10 +487,7 @@ impl Running<'_> {
         evaluations: Vec<Evaluation>,
     ) -> anyhow::Result<LoopResult> {
         let signal = signalled(&mut self.interrupts, 1);
-        if tokio::time::timeout(Duration::from_secs(1), signal)
-            .await
-            .is_ok()
-        {
+        if tokio::time::timeout(SIGNAL_GRACE, signal).await.is_ok() {
             return self.interrupted(evaluations).await;
         }
         // A server that is stopping refuses connections before its process exits; its exit

@@ -37,3 +37,37 @@ mod resume;
 mod shutdown;
 mod tls;
 mod user_errors;
+
+/// With `autotests = false` cargo builds only the test targets `Cargo.toml` names, so a new
+/// file in `tests/` that neither this list nor a `[[test]]` names would never run: refuse it.
+#[test]
+fn every_scenario_file_is_built_and_run() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
+        .expect("tests/Cargo.toml")
+        .parse()
+        .expect("tests/Cargo.toml parses");
+    let targets: Vec<&str> = manifest["test"]
+        .as_array()
+        .expect("[[test]] targets")
+        .iter()
+        .filter_map(|t| t.get("path").and_then(|p| p.as_str()))
+        .collect();
+    let modules = std::fs::read_to_string(root.join("tests/main.rs")).expect("tests/main.rs");
+    for entry in std::fs::read_dir(root.join("tests")).expect("tests/") {
+        let path = entry.expect("a directory entry").path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("a UTF-8 name");
+        assert!(
+            targets.contains(&format!("tests/{stem}.rs").as_str())
+                || modules.contains(&format!("\nmod {stem};\n")),
+            "tests/{stem}.rs is neither a module of tests/main.rs nor a [[test]] in \
+             tests/Cargo.toml: it would never run; add `mod {stem};` to tests/main.rs"
+        );
+    }
+}
