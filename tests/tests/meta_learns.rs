@@ -251,8 +251,7 @@ fn a_killed_actor_does_not_stop_pearl() -> anyhow::Result<()> {
     killed_actor_does_not_stop("point-pearl")
 }
 
-/// Runs [`kill_an_actor`] on `preset` alone: PEARL's learning test is bound by its learner's
-/// updates, so no run goes beside it.
+/// Runs [`kill_an_actor`] on `preset` in a runtime of its own (the test is synchronous).
 fn killed_actor_does_not_stop(preset: &str) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
