@@ -1,7 +1,10 @@
 //! Core's timing examples (`offpolicy_timing`, `update_timing`) take a `cuda` device, so they
 //! keep libtorch's CUDA library linked (see build-support/link_cuda.rs); its library and tests
-//! get only the libpython search path every package that links core gets.
+//! get only the libpython search path every package that links core gets. Where libtorch has
+//! CUDA, the library gets the CUDA graph shim too (build-support/cuda_graph.rs).
 
+#[path = "../build-support/cuda_graph.rs"]
+mod cuda_graph;
 #[path = "../build-support/link_cuda.rs"]
 mod link_cuda;
 #[path = "../build-support/python_rpath.rs"]
@@ -10,4 +13,5 @@ mod python_rpath;
 fn main() {
     python_rpath::main();
     link_cuda::main(&["examples"]);
+    cuda_graph::main();
 }

@@ -5,9 +5,13 @@
 #   3. `fleetrl train --config cartpole-ppo` with learner.device=cuda, and the same run on CPU.
 #   4. `minatar-breakout-ppo` (the MinAtar paper's conv policy) at a fixed budget, learner on
 #      the device and on the CPU: what the GPU buys a whole run where the network is not tiny;
-#   5. `minatar-breakout-dqn` the same way: replay batches to the device, an update per env step;
-#   6. the off-policy gradient step alone (core/examples/offpolicy_timing), for DQN on MinAtar
-#      and SAC on Pendulum, on the device and on the CPU: what bounds step 5's run.
+#   5. `minatar-breakout-dqn` the same way: replay batches to the device, an update per env step,
+#      replayed from a CUDA graph (learner.cuda_graph, the default) and, beside it, without;
+#   6. the off-policy gradient step alone (core/examples/offpolicy_timing) for each off-policy
+#      preset on a native env, on the device and on the CPU: what bounds step 5's run. On the
+#      device each first checks the CUDA graph: 50 updates replayed from it against the same 50
+#      as written, from the same weights, seed and batches, must end with the same parameters
+#      (within 1e-4), and both are timed.
 # Prints one markdown table and exits non-zero if any check failed.
 #   bash scripts/gpu-check.sh
 #   DEVICE=cpu bash scripts/gpu-check.sh    # rehearsal without a GPU: every step on the CPU
@@ -98,13 +102,13 @@ fi
 
 # 3. A whole run with the learner on the device, then on the CPU for comparison.
 train() {
-  local preset=$1 on=$2 out
+  local preset=$1 on=$2 out label="${LABEL:-}"
   shift 2
   out=$(mktemp -d)
   log "fleetrl train --config $preset --set learner.device=$on $*..."
   if "$bin/fleetrl" train --config "$preset" --set "learner.device=$on" "$@" --out "$out" \
     >"$out.log" 2>&1; then
-    row "$preset, learner on $on" ok "$("$py" - "$out" <<'PY'
+    row "$preset, learner on $on$label" ok "$("$py" - "$out" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1] + "/summary.json"))
 print("solved {} at {:,} env steps, eval {:.1f}, {:,.0f} env steps/s, {:.1f} s".format(
@@ -113,7 +117,7 @@ print("solved {} at {:,} env steps, eval {:.1f}, {:,.0f} env steps/s, {:.1f} s".
 PY
 )"
   else
-    row "$preset, learner on $on" FAIL "exit $?; log $out.log: $(grep -m1 'error' "$out.log")"
+    row "$preset, learner on $on$label" FAIL "exit $?; log $out.log: $(grep -m1 'error' "$out.log")"
   fi
 }
 on="$([ "$device" = cpu ] && echo cpu || echo cuda)"
@@ -127,22 +131,35 @@ train minatar-breakout-ppo "$on" "${minatar[@]}"
 dqn=(--set "stop.total_env_steps=${DQN_STEPS:-20000}" --set algo.replay.min_size=1000
   --set algo.explore.epsilon_decay_steps=10000 --set eval.interval_env_steps=10000)
 train minatar-breakout-dqn "$on" "${dqn[@]}"
-[ "$device" = cpu ] || train minatar-breakout-dqn cpu "${dqn[@]}"
+if [ "$device" != cpu ]; then
+  LABEL=", no CUDA graph" train minatar-breakout-dqn "$on" "${dqn[@]}" --set learner.cuda_graph=false
+  train minatar-breakout-dqn cpu "${dqn[@]}"
+fi
 
 # 6. The gradient step alone, without the pipeline around it.
 timing="$bin/offpolicy_timing"
 [ -n "${FLEETRL_BIN_DIR:-}" ] || timing=target/release/examples/offpolicy_timing
-for preset in minatar-breakout-dqn pendulum-sac; do
+for preset in ${TIMING_PRESETS:-minatar-breakout-dqn cartpole-dqn cartpole-dqn-per pendulum-sac pendulum-td3 pendulum-ddpg}; do
   for d in "$on" $([ "$device" = cpu ] || echo cpu); do
     log "offpolicy_timing $preset learner.device=$d..."
-    line=$(RUST_BACKTRACE=0 "$timing" "$preset" "learner.device=$d" 2>&1 |
-      grep -m1 -E 'update \(batch|Error|panicked')
+    lines=$(RUST_BACKTRACE=0 "$timing" "$preset" "learner.device=$d" 2>&1)
+    line=$(grep -m1 -E 'update \(batch|Error|panicked' <<<"$lines")
     case "$line" in
       *"update (batch"*)
         row "$preset update alone, on $d" ok "$(sed 's/.*update (batch \([0-9]*\)) \([0-9.]*\) ms.*/\2 ms per update, batch \1/' <<<"$line")"
         ;;
       *) row "$preset update alone, on $d" FAIL "$line" ;;
     esac
+    graph=$(grep -m1 'graph vs as written' <<<"$lines")
+    if [ -n "$graph" ]; then
+      diff=$(sed 's/.*largest parameter difference \([0-9.e+-]*\).*/\1/' <<<"$graph")
+      detail=$(sed 's/.*| update \([0-9.]*\) ms replayed, \([0-9.]*\) ms as written.*/\1 ms replayed, \2 ms as written/' <<<"$graph")
+      if awk -v d="$diff" 'BEGIN { exit !(d <= 1e-4) }'; then
+        row "$preset CUDA graph vs as written" ok "$detail; parameters after 50 updates within $diff"
+      else
+        row "$preset CUDA graph vs as written" FAIL "parameters after 50 updates differ by $diff; $detail"
+      fi
+    fi
   done
 done
 

@@ -8,6 +8,7 @@ cd "$root"
 
 TORCH_VERSION="2.11.0"
 GYMNASIUM_VERSION="1.4.0"
+CUDA_CRT_VERSION="13.0.88"
 ENVPOOL_VERSION="1.2.5"
 venv="$root/.venv"
 log() { printf '[setup] %s\n' "$*" >&2; }
@@ -40,6 +41,16 @@ if [ "${installed%%+*}" != "$TORCH_VERSION" ]; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
 else
   log "torch $installed already installed"
+fi
+
+# The CUDA graph shim (core/csrc/cuda_graph.cpp, `learner.cuda_graph`) compiles against
+# libtorch's CUDA headers, which include the CUDA runtime's; the wheels torch pulls in ship
+# those but not the `crt/` headers they include, which come in this 130 KB wheel of headers.
+if [ -d "$venv/lib/python"*/site-packages/nvidia/cu13 ] &&
+  ! "$venv/bin/python" -c 'import importlib.metadata as m; assert m.version("nvidia-cuda-crt") == "'"$CUDA_CRT_VERSION"'"' >/dev/null 2>&1; then
+  log "installing nvidia-cuda-crt==$CUDA_CRT_VERSION (CUDA runtime headers) into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    "nvidia-cuda-crt==$CUDA_CRT_VERSION"
 fi
 
 torch_dir="$("$venv/bin/python" -W ignore -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)"

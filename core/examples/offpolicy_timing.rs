@@ -7,7 +7,12 @@
 //! `cargo run --release -p fleetrl-core --example offpolicy_timing -- <preset> [key=value]...`
 //! (presets on gymnasium envs, `gym:` ids, need the embedded Python: add `--features python`).
 //! `learner.device=cuda` times the update and the decode on the GPU, as the learner runs them
-//! there: the clock is read after the device has finished the timed calls.
+//! there: the clock is read after the device has finished the timed calls, and the update is
+//! replayed from a CUDA graph unless `learner.cuda_graph=false`. It first checks the graph
+//! against the update as written:
+//! two learners from the same initial weights and seed take the same 50 updates on the same
+//! batches, one replaying a graph and one not, and it prints how far their parameters ended
+//! apart, then times both.
 
 use std::time::Instant;
 
@@ -83,6 +88,74 @@ fn time(device: Device, n: usize, mut f: impl FnMut()) -> f64 {
     start.elapsed().as_secs_f64() / n as f64
 }
 
+fn batch_size(config: &RunConfig) -> usize {
+    spec(config).replay.expect("off-policy").batch_size as usize
+}
+
+/// The check described in the module docs: 50 updates replayed from a graph against the same
+/// updates as written, from the same weights, seed and batches (each batch shifted a little
+/// so the graph's copy of its inputs matters). Prints the largest parameter difference and
+/// both update times.
+fn compare_with_eager(
+    config: &RunConfig,
+    obs: &Space,
+    action: &Space,
+    device: Device,
+    sample: &TensorMap,
+) -> anyhow::Result<()> {
+    let mut eager_config = config.clone();
+    eager_config.learner.cuda_graph = false;
+    let mut learners = Vec::new();
+    for c in [config, &eager_config] {
+        tch::manual_seed(7);
+        learners.push(build(c, obs, action, &[device])?);
+    }
+    let base = TransitionBatch::from_stacked(sample, device)?;
+    let batches: Vec<Batch> = (0..5)
+        .map(|i| {
+            let shift = |t: &tch::Tensor| t + 0.05 * f64::from(i);
+            Batch::Transitions(TransitionBatch {
+                obs: shift(&base.obs),
+                action: base.action.shallow_clone(),
+                reward: shift(&base.reward),
+                discount: base.discount.shallow_clone(),
+                next_obs: shift(&base.next_obs),
+                weights: base.weights.shallow_clone(),
+            })
+        })
+        .collect();
+    let mut seconds = Vec::new();
+    for learner in &mut learners {
+        tch::manual_seed(11);
+        let mut i = 0;
+        seconds.push(time(device, 40, || {
+            learner
+                .update(&batches[i % batches.len()])
+                .expect("an update");
+            i += 1;
+        }));
+    }
+    let params = |l: &dyn fleetrl_core::algos::Algorithm| l.trained().model().named_parameters();
+    let (mut worst, mut worst_name, mut scale) = (0.0f64, String::new(), 0.0f64);
+    for ((name, g), (_, e)) in params(learners[0].as_ref())
+        .iter()
+        .zip(params(learners[1].as_ref()).iter())
+    {
+        let diff = (g - e).abs().max().double_value(&[]);
+        scale = scale.max(e.abs().max().double_value(&[]));
+        if diff > worst {
+            (worst, worst_name) = (diff, name.clone());
+        }
+    }
+    println!(
+        "graph vs as written after 50 updates: largest parameter difference {worst:.3e} ({worst_name}; \
+         largest parameter {scale:.3}) | update {:.3} ms replayed, {:.3} ms as written",
+        seconds[0] * 1e3,
+        seconds[1] * 1e3
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (preset, overrides) = args
@@ -100,10 +173,13 @@ fn main() -> anyhow::Result<()> {
     let device = config.learner.resolve_devices(config.algo.name())?[0];
     fleetrl_core::config::check_available(&[device])?;
     let mut algo = build(&config, &obs, &action, &[device]).expect("model");
-    let b = spec(&config).replay.expect("off-policy").batch_size as usize;
-    let sample = stacked(&obs, &action, b);
+    let sample = stacked(&obs, &action, batch_size(&config));
     let batch = Batch::Transitions(TransitionBatch::from_stacked(&sample, device).expect("batch"));
 
+    let graphed = config.learner.cuda_graph && device.is_cuda();
+    if graphed {
+        compare_with_eager(&config, &obs, &action, device, &sample)?;
+    }
     let update = time(device, 300, || {
         algo.update(&batch).expect("a transition batch");
     });
@@ -120,11 +196,17 @@ fn main() -> anyhow::Result<()> {
     let act = time(cpu, 2000, || {
         actor.act(&one, false);
     });
+    let b = batch_size(&config);
     println!(
-        "{} {} on {device:?}: update (batch {b}) {:.3} ms | decode batch {:.1} us | export weights {:.1} us | \
+        "{} {} on {device:?}{}: update (batch {b}) {:.3} ms | decode batch {:.1} us | export weights {:.1} us | \
          import weights {:.1} us | act (1 env) {:.1} us | learner bound {:.0} updates/s",
         config.env.id,
         config.algo.name(),
+        if graphed {
+            " with a CUDA graph"
+        } else {
+            ""
+        },
         update * 1e3,
         decode * 1e6,
         export * 1e6,

@@ -165,7 +165,7 @@ async fn run() -> anyhow::Result<()> {
         pending: Vec::new(),
         subscribers: subscribers.clone(),
         filling: trainer::Filling::default(),
-        diverged: None,
+        stopped: None,
     };
     let trainer = std::thread::Builder::new()
         .name("trainer".into())

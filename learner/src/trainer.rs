@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use fleetrl_core::algos::registry::{self, Family};
-use fleetrl_core::algos::{self, Algorithm, Batch, Metrics, TrainsOn};
+use fleetrl_core::algos::{self, Algorithm, Batch, BatchError, Metrics, TrainsOn};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::check::{check_items, check_task};
@@ -80,9 +80,9 @@ pub(crate) struct Trainer {
     /// When the last update ended, and when a batch that has `batch_rollouts` but not yet
     /// every actor's share is trained on anyway (on-policy).
     pub(crate) filling: Filling,
-    /// Why training must stop: an update made the weights NaN or infinite. Nothing is
-    /// published or checkpointed from then on.
-    pub(crate) diverged: Option<String>,
+    /// Why training must stop: an update made the weights NaN or infinite (nothing is
+    /// published or checkpointed from then on), or its CUDA graph failed.
+    pub(crate) stopped: Option<String>,
 }
 
 /// The on-policy batch being filled: when filling began (the last update's end) and, once
@@ -176,14 +176,14 @@ impl Trainer {
                 self.timing.updates += 1;
                 self.filling = Filling::default();
             }
-            if self.diverged.is_some() {
+            if self.stopped.is_some() {
                 break;
             }
         }
         if let Some(events) = self.events.as_mut() {
             let _ = events.flush();
         }
-        self.diverged.take().map_or(Ok(()), Err)
+        self.stopped.take().map_or(Ok(()), Err)
     }
 
     /// Stops training on weights an update made NaN or infinite (`error`), naming what the
@@ -205,7 +205,7 @@ impl Trainer {
             self.algo.trained().updates()
         );
         tracing::error!(cause, "training diverged");
-        self.diverged = Some(cause);
+        self.stopped = Some(cause);
     }
 
     /// The next piece of work; while a batch waits for the rest of the actors' shares, a
@@ -421,6 +421,12 @@ impl Trainer {
         let span = tracing::info_span!("update", step = self.algo.trained().updates() + 1);
         let update = match span.in_scope(|| algos::train_on(self.algo.as_mut(), batch)) {
             Ok(update) => update,
+            Err(error @ BatchError::Graph(_)) => {
+                let cause = format!("update {}: {error}", self.algo.trained().updates() + 1);
+                tracing::error!(cause, "training stops");
+                self.stopped = Some(cause);
+                return None;
+            }
             Err(error) => {
                 tracing::error!(%error, "dropping a batch the algorithm cannot train on");
                 return None;
@@ -552,7 +558,7 @@ impl Trainer {
             };
             (stats.policy_version, steps, stats.progress())
         };
-        if self.diverged.is_some() {
+        if self.stopped.is_some() {
             return Err(LearnerError::TrainerStopped);
         }
         let trained = self.algo.trained();

@@ -14,14 +14,14 @@
 use tch::{Kind, Tensor};
 
 use super::r2d2::sequence_loss;
-use super::target::{mean, priorities, td_loss};
-use super::{Algorithm, Batch, BatchError, Metrics, Trained, TrainsOn, Update};
+use super::target::{priorities, read_metrics, td_loss};
+use super::{Algorithm, Batch, BatchError, Trained, TrainsOn, Update};
 use crate::checkpoint::TargetNet;
 use crate::config::DqnConfig;
 use crate::items::sequence::SequenceBatch;
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
-use crate::optim::Adam;
+use crate::optim::{Adam, GraphError, UpdateGraph};
 
 /// The TD target `reward + discount * Q_target(next, a*)`, `[B]`. `next_online` are the online
 /// network's Q values at `next_obs` for double Q (they pick `a*`; without them the target
@@ -45,6 +45,7 @@ pub struct Dqn {
     trained: Trained<OffPolicyModel>,
     target: TargetNet<OffPolicyModel>,
     optim: Adam,
+    graph: UpdateGraph,
 }
 
 impl Dqn {
@@ -58,30 +59,57 @@ impl Dqn {
             trained: Trained::new(model, "updates"),
             target: TargetNet(target),
             optim,
+            graph: UpdateGraph::default(),
         }
+    }
+
+    /// Replays each update on transitions from a CUDA graph when `enabled`
+    /// (`learner.cuda_graph`; R2D2's sequence updates run as written).
+    pub fn with_cuda_graph(mut self, enabled: bool) -> Result<Dqn, GraphError> {
+        self.graph = UpdateGraph::new(enabled, self.trained.model.var_store().device())?;
+        if self.graph.enabled() {
+            self.optim.count_on_device();
+        }
+        Ok(self)
     }
 }
 
 impl Dqn {
-    /// One optimiser step on `loss`, the target update it is due, and the metrics; `|td|` is
-    /// what goes back to the table as priorities.
-    fn step(&mut self, loss: &Tensor, q: &Tensor, td: &Tensor) -> Update {
+    /// Whether the update about to run ends with the target network's update.
+    fn target_due(&self) -> bool {
+        (self.trained.updates + 1).is_multiple_of(self.config.target.period)
+    }
+
+    /// One optimiser step on `loss`, and the target update when `with_target`, all device
+    /// work: returns the metrics `[q_loss, q_mean, grad_norm]` and the TD errors, unread.
+    fn descend(
+        &mut self,
+        loss: &Tensor,
+        q: &Tensor,
+        td: &Tensor,
+        with_target: bool,
+    ) -> Vec<Tensor> {
         let c = &self.config;
         self.optim.zero_grad();
         loss.backward();
         let grad_norm = self.optim.clipped_step(c.learning_rate, c.clip_grad_norm);
-        self.trained.updates += 1;
-        if self.trained.updates.is_multiple_of(c.target.period) {
+        if with_target {
             self.target.copy_from(&self.trained.model, c.target.tau);
         }
-        let td = priorities(&c.replay, || td.shallow_clone());
+        let q_mean = q.detach().mean(Kind::Float);
+        vec![
+            Tensor::stack(&[loss.detach(), q_mean, grad_norm], 0),
+            td.detach(),
+        ]
+    }
+
+    /// Counts the update and reads back what [`Dqn::descend`] returned; `|td|` goes back to
+    /// the table as priorities.
+    fn finish(&mut self, out: &[Tensor]) -> Update {
+        self.trained.updates += 1;
         Update {
-            metrics: Metrics(vec![
-                ("q_loss", loss.double_value(&[])),
-                ("q_mean", mean(&q.detach())),
-                ("grad_norm", grad_norm.double_value(&[])),
-            ]),
-            td_errors: td,
+            metrics: read_metrics(&["q_loss", "q_mean", "grad_norm"], &out[0]),
+            td_errors: priorities(&self.config.replay, || out[1].shallow_clone()),
         }
     }
 
@@ -93,14 +121,14 @@ impl Dqn {
             unreachable!("update_sequences runs for recurrent models only");
         };
         let out = sequence_loss(&self.config, online, target, batch);
-        self.step(&out.loss, &out.q, &out.priorities)
+        let with_target = self.target_due();
+        let out = self.descend(&out.loss, &out.q, &out.priorities, with_target);
+        self.finish(&out)
     }
-}
 
-impl Dqn {
-    /// One update on a batch of transitions.
-    pub fn train(&mut self, batch: &TransitionBatch) -> Update {
-        self.trained.model.observe(&batch.obs);
+    /// The loss on a batch of transitions, with the chosen actions' Q values and the TD
+    /// errors.
+    fn loss(&self, batch: &TransitionBatch) -> (Tensor, Tensor, Tensor) {
         let c = &self.config;
         let y = tch::no_grad(|| {
             // Without double Q the online network's values at `next_obs` are not needed.
@@ -123,7 +151,25 @@ impl Dqn {
             .squeeze_dim(1);
         let delta = &q - &y;
         let loss = (td_loss(&delta, c.huber) * &batch.weights).mean(Kind::Float);
-        self.step(&loss, &q, &delta)
+        (loss, q, delta)
+    }
+
+    /// One update on a batch of transitions (replayed from a CUDA graph when one is on).
+    pub fn train(&mut self, batch: &TransitionBatch) -> Result<Update, GraphError> {
+        // The observation statistics read their count back: outside the graph.
+        self.trained.model.observe(&batch.obs);
+        let with_target = self.target_due();
+        let out = UpdateGraph::train(
+            self,
+            |dqn| &mut dqn.graph,
+            u32::from(with_target),
+            batch,
+            |dqn, b| {
+                let (loss, q, delta) = dqn.loss(b);
+                dqn.descend(&loss, &q, &delta, with_target)
+            },
+        )?;
+        Ok(self.finish(&out))
     }
 }
 
@@ -139,7 +185,7 @@ impl Algorithm for Dqn {
     fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
         match self.trains_on() {
             TrainsOn::Sequences => Ok(self.update_sequences(batch.sequences()?)),
-            _ => Ok(self.train(batch.transitions()?)),
+            _ => Ok(self.train(batch.transitions()?)?),
         }
     }
 

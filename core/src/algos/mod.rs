@@ -211,6 +211,9 @@ pub enum BatchError {
     /// The sampled tensors do not form a batch of that kind.
     #[error(transparent)]
     Tensors(#[from] TensorError),
+    /// The update's CUDA graph could not be captured or replayed (`learner.cuda_graph`).
+    #[error(transparent)]
+    Graph(#[from] crate::optim::GraphError),
 }
 
 /// What the learner publishes and checkpoints of a network, whatever its shape: the
@@ -332,6 +335,31 @@ impl<M: Model> Learned for Trained<M> {
     }
 }
 
+/// What an algorithm's own `train` returns (metrics, an update with TD errors, or one that
+/// a CUDA graph may fail), as [`Algorithm::update`]'s result.
+pub trait IntoUpdate {
+    /// The update, or why it could not run.
+    fn into_update(self) -> Result<Update, BatchError>;
+}
+
+impl IntoUpdate for Metrics {
+    fn into_update(self) -> Result<Update, BatchError> {
+        Ok(self.into())
+    }
+}
+
+impl IntoUpdate for Update {
+    fn into_update(self) -> Result<Update, BatchError> {
+        Ok(self)
+    }
+}
+
+impl IntoUpdate for Result<Update, crate::optim::GraphError> {
+    fn into_update(self) -> Result<Update, BatchError> {
+        Ok(self?)
+    }
+}
+
 /// Writes the [`Algorithm`] methods every algorithm has alike, inside its `impl Algorithm`:
 /// `trained` and `trained_mut` (its `trained` field), and `state` and `load_state` from the
 /// [`StatePart`] fields listed under `state` plus `trained`'s counters. With `trains_on:
@@ -349,12 +377,11 @@ macro_rules! algorithm_parts {
             $crate::algos::TrainsOn::$kind
         }
 
-        #[allow(clippy::useless_conversion)] // off-policy `train`s return an `Update` already
         fn update(
             &mut self,
             batch: &$crate::algos::Batch,
         ) -> Result<$crate::algos::Update, $crate::algos::BatchError> {
-            Ok(self.train(batch.$batch()?).into())
+            $crate::algos::IntoUpdate::into_update(self.train(batch.$batch()?))
         }
 
         $crate::algos::algorithm_parts!(state: [$($part),*]);

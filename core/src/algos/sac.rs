@@ -10,14 +10,14 @@
 
 use tch::{nn, Kind, Tensor};
 
-use super::target::{mean, priorities};
+use super::target::{priorities, read_metrics};
 use super::td3::critic_loss;
-use super::{Algorithm, Metrics, Trained, Update};
+use super::{Algorithm, Trained, Update};
 use crate::checkpoint::TargetNet;
 use crate::config::{CapsOptions, SacConfig};
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
-use crate::optim::Adam;
+use crate::optim::{Adam, GraphError, UpdateGraph};
 
 /// The soft TD target `reward + discount * (min_q - alpha * log_prob)`, `[B]`.
 pub fn soft_target(
@@ -77,6 +77,7 @@ pub struct Sac {
     log_alpha: Tensor,
     alpha_optim: Option<Adam>,
     target_entropy: f64,
+    graph: UpdateGraph,
 }
 
 impl Sac {
@@ -104,6 +105,7 @@ impl Sac {
             alpha_vs,
             log_alpha,
             alpha_optim,
+            graph: UpdateGraph::default(),
         }
     }
 
@@ -115,9 +117,24 @@ impl Sac {
 }
 
 impl Sac {
-    /// One update on a batch of transitions.
-    pub fn train(&mut self, batch: &TransitionBatch) -> Update {
-        self.trained.model.observe(&batch.obs);
+    /// Replays each update from a CUDA graph when `enabled` (`learner.cuda_graph`).
+    pub fn with_cuda_graph(mut self, enabled: bool) -> Result<Sac, GraphError> {
+        self.graph = UpdateGraph::new(enabled, self.trained.model.var_store().device())?;
+        if self.graph.enabled() {
+            for optim in [&mut self.pi_optim, &mut self.qf_optim] {
+                optim.count_on_device();
+            }
+            if let Some(optim) = self.alpha_optim.as_mut() {
+                optim.count_on_device();
+            }
+        }
+        Ok(self)
+    }
+
+    /// The update's device work: the critics', the policy's and the temperature's steps, and
+    /// the target networks' when `with_target`. Returns the metrics (see [`METRICS`]) and the
+    /// first critic's TD errors, unread.
+    fn descend(&mut self, batch: &TransitionBatch, with_target: bool) -> Vec<Tensor> {
         let alpha = self.alpha();
         let y = tch::no_grad(|| {
             let (unit, log_prob) = self.trained.model.sample_action(&batch.next_obs);
@@ -156,29 +173,54 @@ impl Sac {
             loss.backward();
             optim.step(self.config.policy_lr);
         }
-        self.trained.updates += 1;
-        if self
-            .trained
-            .updates
-            .is_multiple_of(self.config.target.period)
-        {
+        if with_target {
             self.target
                 .copy_from(&self.trained.model, self.config.target.tau);
         }
-        let td = priorities(&self.config.replay, || qs.get(0) - &y);
-        Update {
-            metrics: Metrics(vec![
-                ("q_loss", q_loss.double_value(&[])),
-                ("policy_loss", policy_loss.double_value(&[])),
-                ("caps_loss", caps.double_value(&[])),
-                ("alpha", alpha.double_value(&[])),
-                ("entropy", -mean(&log_prob.detach())),
-                ("q_mean", mean(&qs.detach())),
-            ]),
-            td_errors: td,
-        }
+        let detached = |t: &Tensor| t.detach().mean(Kind::Float);
+        let metrics = Tensor::stack(
+            &[
+                q_loss.detach(),
+                policy_loss.detach(),
+                caps.detach().mean(Kind::Float),
+                alpha,
+                -detached(&log_prob),
+                detached(&qs),
+            ],
+            0,
+        );
+        vec![metrics, (qs.get(0) - &y).detach()]
+    }
+
+    /// One update on a batch of transitions (replayed from a CUDA graph when one is on).
+    pub fn train(&mut self, batch: &TransitionBatch) -> Result<Update, GraphError> {
+        // The observation statistics read their count back: outside the graph.
+        self.trained.model.observe(&batch.obs);
+        let with_target = (self.trained.updates + 1).is_multiple_of(self.config.target.period);
+        let out = UpdateGraph::train(
+            self,
+            |sac| &mut sac.graph,
+            u32::from(with_target),
+            batch,
+            |sac, b| sac.descend(b, with_target),
+        )?;
+        self.trained.updates += 1;
+        Ok(Update {
+            metrics: read_metrics(&METRICS, &out[0]),
+            td_errors: priorities(&self.config.replay, || out[1].shallow_clone()),
+        })
     }
 }
+
+/// What [`Sac::train`] reports, in the order `descend` stacks them.
+const METRICS: [&str; 6] = [
+    "q_loss",
+    "policy_loss",
+    "caps_loss",
+    "alpha",
+    "entropy",
+    "q_mean",
+];
 
 impl Algorithm for Sac {
     super::algorithm_parts!(trains_on: Transitions(transitions), state: [pi_optim, qf_optim, alpha_optim, target, alpha_vs]);

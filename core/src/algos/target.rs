@@ -8,6 +8,15 @@ pub(crate) fn mean(t: &Tensor) -> f64 {
     t.mean(tch::Kind::Float).double_value(&[])
 }
 
+/// Named metrics from the 0-dim tensors an update computed, stacked on the device and read
+/// back in one transfer (each host read waits for the device: one per update, not one per
+/// metric).
+pub(crate) fn read_metrics(names: &[&'static str], values: &Tensor) -> super::Metrics {
+    let values = Vec::<f64>::try_from(values.to_kind(tch::Kind::Double)).unwrap_or_default();
+    let values = values.into_iter().chain(std::iter::repeat(f64::NAN));
+    super::Metrics(names.iter().copied().zip(values).collect())
+}
+
 /// New priorities for the sampled rows, `|td|` as f64, when the replay is prioritized (the
 /// learner sends them back to the table); `None` otherwise, so `td` is not even computed.
 pub(crate) fn priorities(

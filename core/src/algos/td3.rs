@@ -9,13 +9,13 @@
 
 use tch::{Kind, Tensor};
 
-use super::target::{mean, priorities};
+use super::target::{priorities, read_metrics};
 use super::{Algorithm, Metrics, Trained, Update};
 use crate::checkpoint::TargetNet;
 use crate::config::Td3Config;
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
-use crate::optim::Adam;
+use crate::optim::{Adam, GraphError, UpdateGraph};
 
 /// The critics' regression loss: `sum_k mean(w (Q_k - y)^2)` for `qs` `[K, B]`, `y` and `w` `[B]`.
 pub fn critic_loss(qs: &Tensor, y: &Tensor, weights: &Tensor) -> Tensor {
@@ -38,6 +38,7 @@ pub struct Td3 {
     pi_optim: Adam,
     qf_optim: Adam,
     last_policy_loss: f64,
+    graph: UpdateGraph,
 }
 
 impl Td3 {
@@ -55,6 +56,7 @@ impl Td3 {
             pi_optim,
             qf_optim,
             last_policy_loss: 0.0,
+            graph: UpdateGraph::default(),
         }
     }
 
@@ -97,21 +99,28 @@ fn clip_target(y: Tensor, clip_return: f64, clip_pos_returns: bool) -> Tensor {
 }
 
 impl Td3 {
-    /// One update on a batch of transitions.
-    pub fn train(&mut self, batch: &TransitionBatch) -> Update {
-        self.trained.model.observe(&batch.obs);
+    /// Replays each update from a CUDA graph when `enabled` (`learner.cuda_graph`): one graph
+    /// for the critics' step alone and one with the delayed policy and target step.
+    pub fn with_cuda_graph(mut self, enabled: bool) -> Result<Td3, GraphError> {
+        self.graph = UpdateGraph::new(enabled, self.trained.model.var_store().device())?;
+        if self.graph.enabled() {
+            self.pi_optim.count_on_device();
+            self.qf_optim.count_on_device();
+        }
+        Ok(self)
+    }
+
+    /// The update's device work: the critics' step, and the policy's and the targets' when
+    /// `with_policy`. Returns `[q_loss, q_mean]`, the policy loss (zero without the policy
+    /// step) and the first critic's TD errors, unread.
+    fn descend(&mut self, batch: &TransitionBatch, with_policy: bool) -> Vec<Tensor> {
         let y = self.target_value(batch);
         let qs = self.trained.model.qs(&batch.obs, &batch.action);
         let q_loss = critic_loss(&qs, &y, &batch.weights);
         self.qf_optim.zero_grad();
         q_loss.backward();
         self.qf_optim.step(self.config.qf_lr);
-        self.trained.updates += 1;
-        if self
-            .trained
-            .updates
-            .is_multiple_of(self.config.policy_delay as u64)
-        {
+        let policy_loss = if with_policy {
             let action = self
                 .trained
                 .model
@@ -124,19 +133,43 @@ impl Td3 {
             self.pi_optim.zero_grad();
             policy_loss.backward();
             self.pi_optim.step(self.config.policy_lr);
-            self.last_policy_loss = policy_loss.double_value(&[]);
             self.target
                 .copy_from(&self.trained.model, self.config.target.tau);
+            policy_loss.detach()
+        } else {
+            q_loss.zeros_like()
+        };
+        let metrics = Tensor::stack(
+            &[q_loss.detach(), policy_loss, qs.detach().mean(Kind::Float)],
+            0,
+        );
+        vec![metrics, (qs.get(0) - &y).detach()]
+    }
+
+    /// One update on a batch of transitions (replayed from a CUDA graph when one is on).
+    pub fn train(&mut self, batch: &TransitionBatch) -> Result<Update, GraphError> {
+        // The observation statistics read their count back: outside the graph.
+        self.trained.model.observe(&batch.obs);
+        let with_policy =
+            (self.trained.updates + 1).is_multiple_of(self.config.policy_delay as u64);
+        let out = UpdateGraph::train(
+            self,
+            |td3| &mut td3.graph,
+            u32::from(with_policy),
+            batch,
+            |td3, b| td3.descend(b, with_policy),
+        )?;
+        self.trained.updates += 1;
+        let Metrics(mut metrics) = read_metrics(&["q_loss", "policy_loss", "q_mean"], &out[0]);
+        // Between policy steps the last policy loss stands.
+        if with_policy {
+            self.last_policy_loss = metrics[1].1;
         }
-        let td = priorities(&self.config.replay, || qs.get(0) - &y);
-        Update {
-            metrics: Metrics(vec![
-                ("q_loss", q_loss.double_value(&[])),
-                ("policy_loss", self.last_policy_loss),
-                ("q_mean", mean(&qs.detach())),
-            ]),
-            td_errors: td,
-        }
+        metrics[1].1 = self.last_policy_loss;
+        Ok(Update {
+            metrics: Metrics(metrics),
+            td_errors: priorities(&self.config.replay, || out[1].shallow_clone()),
+        })
     }
 }
 

@@ -528,6 +528,11 @@ pub struct LearnerConfig {
     /// and schedules start fresh; rlpyt's `initial_model_state_dict`). Empty: random init. A
     /// run that has checkpoints of its own resumes from those instead. On-policy algorithms.
     pub init_from: String,
+    /// On a CUDA device, capture each off-policy update (dqn, sac, td3, ddpg; R2D2's
+    /// sequence updates excepted) once as a CUDA graph and replay it, rather than launching
+    /// its few hundred small kernels one by one. No effect on the CPU or for other
+    /// algorithms.
+    pub cuda_graph: bool,
 }
 
 impl Default for LearnerConfig {
@@ -545,6 +550,7 @@ impl Default for LearnerConfig {
             keep_checkpoints: 3,
             tensorboard: true,
             init_from: String::new(),
+            cuda_graph: true,
         }
     }
 }

@@ -225,6 +225,35 @@ pub struct TransitionBatch {
 }
 
 impl TransitionBatch {
+    /// Its tensors in a fixed order, which [`TransitionBatch::from_fields`] reads back (what
+    /// a CUDA graph of an update copies its batch into: `crate::optim::UpdateGraph`).
+    pub fn fields(&self) -> [&tch::Tensor; 6] {
+        [
+            &self.obs,
+            &self.action,
+            &self.reward,
+            &self.discount,
+            &self.next_obs,
+            &self.weights,
+        ]
+    }
+
+    /// A batch over `fields` in [`TransitionBatch::fields`]'s order (handles on the same
+    /// storage).
+    pub fn from_fields(fields: &[tch::Tensor]) -> TransitionBatch {
+        let [obs, action, reward, discount, next_obs, weights] = fields else {
+            panic!("a transition batch has 6 fields, got {}", fields.len());
+        };
+        TransitionBatch {
+            obs: obs.shallow_clone(),
+            action: action.shallow_clone(),
+            reward: reward.shallow_clone(),
+            discount: discount.shallow_clone(),
+            next_obs: next_obs.shallow_clone(),
+            weights: weights.shallow_clone(),
+        }
+    }
+
     /// Reads a stacked sample (leading dimension B) onto `device`, with unit weights.
     pub fn from_stacked(batch: &TensorMap, device: tch::Device) -> Result<Self, TensorError> {
         let get = |name: &str| -> Result<tch::Tensor, TensorError> {

@@ -121,6 +121,9 @@ pub struct Adam {
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
     steps: u64,
+    /// The step count as a 0-dim f64 tensor on the parameters' device, when the bias
+    /// correction is computed there (see [`Adam::count_on_device`]).
+    device_steps: Option<Tensor>,
     eps: f64,
     /// L2 penalty added to the gradient (PyTorch's `weight_decay`); 0 by default.
     weight_decay: f64,
@@ -164,6 +167,7 @@ impl Adam {
             exp_avg,
             exp_avg_sq,
             steps: 0,
+            device_steps: None,
             eps,
             weight_decay: 0.0,
             rule: Rule::Adam,
@@ -218,6 +222,15 @@ impl Adam {
         self
     }
 
+    /// Counts steps in a tensor on the parameters' device and computes Adam's bias correction
+    /// from it there, so a step captured in a CUDA graph (`super::UpdateGraph`) corrects for
+    /// the step count of each replay, not the one it was captured at. The steps are the same
+    /// up to float rounding (the correction is `1 - beta^t` either way).
+    pub fn count_on_device(&mut self) {
+        let steps = Tensor::from(self.steps as f64).to_device(self.flat.device());
+        self.device_steps = Some(steps);
+    }
+
     /// Clears the gradients of every parameter.
     pub fn zero_grad(&mut self) {
         let _ = self.flat_grad.zero_();
@@ -251,6 +264,9 @@ impl Adam {
         }
         let grad = &self.flat_grad;
         self.steps += 1;
+        if let Some(steps) = &self.device_steps {
+            let _ = steps.shallow_clone().g_add_scalar_(1.0);
+        }
         match self.rule {
             Rule::Adam => {}
             Rule::Rmsprop => {
@@ -263,33 +279,43 @@ impl Adam {
                 return;
             }
             Rule::Sgd => {
-                // exp_avg is the momentum buffer (PyTorch starts it at the first gradient).
-                if self.steps == 1 {
-                    self.exp_avg.copy_(grad);
-                } else {
-                    let _ = self.exp_avg.g_mul_scalar_(self.rule_coeff);
-                    let _ = self.exp_avg.g_add_(grad);
-                }
+                // exp_avg is the momentum buffer. PyTorch starts it at the first gradient; it
+                // starts at zero here, so `momentum x 0 + g` is that gradient too.
+                let _ = self.exp_avg.g_mul_scalar_(self.rule_coeff);
+                let _ = self.exp_avg.g_add_(grad);
                 let _ = self.flat.g_add_(&self.scaled(&self.exp_avg * -lr));
                 return;
             }
         }
-        let t = self.steps as i32;
-        let bias1 = 1.0 - BETA1.powi(t);
-        let bias2 = 1.0 - BETA2.powi(t);
         let _ = self.exp_avg.lerp_(grad, 1.0 - BETA1);
         let _ = self.exp_avg_sq.g_mul_scalar_(BETA2);
         let _ = self.exp_avg_sq.addcmul_(grad, &(grad * (1.0 - BETA2)));
         let mut denom = root(&self.exp_avg_sq);
-        let _ = denom.g_div_scalar_(bias2.sqrt()).g_add_scalar_(self.eps);
-        let _ = self
-            .flat
-            .addcdiv_(&self.scaled(&self.exp_avg * (-lr / bias1)), &denom);
+        let update = match &self.device_steps {
+            None => {
+                let t = self.steps as i32;
+                let bias1 = 1.0 - BETA1.powi(t);
+                let bias2 = 1.0 - BETA2.powi(t);
+                let _ = denom.g_div_scalar_(bias2.sqrt()).g_add_scalar_(self.eps);
+                &self.exp_avg * (-lr / bias1)
+            }
+            Some(t) => {
+                // 1 - beta^t = -expm1(t ln beta), without the rounding of 1 - (small number).
+                let bias1 = (t * BETA1.ln()).expm1().neg();
+                let bias2 = (t * BETA2.ln()).expm1().neg();
+                let _ = denom.g_mul_(&bias2.rsqrt()).g_add_scalar_(self.eps);
+                &self.exp_avg * (bias1.reciprocal() * -lr)
+            }
+        };
+        let _ = self.flat.addcdiv_(&self.scaled(update), &denom);
     }
 
-    /// Steps taken so far.
+    /// Steps taken so far (read from the device when counted there).
     pub fn steps(&self) -> u64 {
-        self.steps
+        match &self.device_steps {
+            Some(t) => t.double_value(&[]) as u64,
+            None => self.steps,
+        }
     }
 
     /// Every parameter it optimises, back to back (what replicas copy from).
@@ -310,7 +336,7 @@ impl StatePart for Adam {
         vec![
             (format!("{n}.exp_avg"), self.exp_avg.shallow_clone()),
             (format!("{n}.exp_avg_sq"), self.exp_avg_sq.shallow_clone()),
-            (format!("{n}.steps"), Tensor::from(self.steps as i64)),
+            (format!("{n}.steps"), Tensor::from(self.steps() as i64)),
         ]
     }
 
@@ -333,6 +359,9 @@ impl StatePart for Adam {
             dst.copy_(&src.to_kind(Kind::Float));
         }
         self.steps = counter(state, &format!("{n}.steps"))?;
+        if let Some(steps) = &self.device_steps {
+            let _ = steps.shallow_clone().fill_(self.steps as f64);
+        }
         Ok(())
     }
 }
@@ -359,6 +388,44 @@ mod tests {
         let v = |t: &Tensor| t.double_value(&[0]);
         assert!((v(&a) - 0.9).abs() < 1e-6 && (v(&b) - 1.0).abs() < 1e-9);
         assert!((v(&c) - 0.8).abs() < 1e-6, "{}", v(&c));
+    }
+
+    /// Counting steps on the device (what a CUDA graph of an update needs) steps as counting
+    /// on the host does, up to float rounding, and its count is what a checkpoint saves and
+    /// restores.
+    #[test]
+    fn counting_steps_on_the_device_steps_as_counting_on_the_host() {
+        let make = |on_device: bool| {
+            let vs = nn::VarStore::new(Device::Cpu);
+            let w = vs.root().var("w", &[3], nn::Init::Const(0.5));
+            let mut optim = Adam::new(&vs, 1e-8);
+            if on_device {
+                optim.count_on_device();
+            }
+            (vs, w, optim)
+        };
+        let (_host_vs, host_w, mut host) = make(false);
+        let (_device_vs, device_w, mut device) = make(true);
+        for step in 0..200 {
+            let g = Tensor::from_slice(&[1.0f32, -0.5, 0.1]) * (1.0 + f64::from(step % 7));
+            for (w, optim) in [(&host_w, &mut host), (&device_w, &mut device)] {
+                optim.zero_grad();
+                (w * &g).sum(Kind::Float).backward();
+                let _ = optim.clipped_step(1e-2, 0.0);
+            }
+        }
+        let (h, d) = (
+            Vec::<f32>::try_from(&host_w.detach()).unwrap(),
+            Vec::<f32>::try_from(&device_w.detach()).unwrap(),
+        );
+        for (h, d) in h.iter().zip(&d) {
+            assert!((h - d).abs() < 1e-5, "host {h} device {d}");
+        }
+        assert!((h[0] - 0.5).abs() > 0.5, "the weights moved: {h:?}");
+        assert_eq!(device.steps(), 200);
+        let (_vs, _w, mut restored) = make(true);
+        restored.restore(&device.save()).unwrap();
+        assert_eq!(restored.steps(), 200);
     }
 
     /// RMSprop and SGD with momentum: two steps each against PyTorch's formulas by hand.

@@ -1,5 +1,7 @@
 //! Optimisers whose state is plain tensors, so checkpoints carry it.
 
 mod adam;
+mod graph;
 
 pub use adam::{Adam, Flat, Rule};
+pub use graph::{GraphError, UpdateGraph, WARM_UP};
