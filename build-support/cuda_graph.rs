@@ -61,13 +61,30 @@ pub(crate) fn main() {
         .include(cuda)
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
         .warnings(false)
+        .cargo_metadata(false)
         .compile("fleetrl_cuda_graph");
-    println!(
-        "cargo:rustc-link-search=native={}",
-        libtorch.join("lib").display()
-    );
-    for lib in ["torch_cuda", "c10_cuda", "torch_cpu", "c10"] {
-        println!("cargo:rustc-link-lib=dylib={lib}");
+    // Weak references to libtorch's CUDA symbols: a learner whose libtorch_cuda link was
+    // dropped (deploy/docker/stage.sh's CPU image) must still load. Graphs are only made on a
+    // CUDA device, which needs that library loaded, so nothing calls through a null weak
+    // symbol. Without objcopy the shim is left out, and updates run as written.
+    let archive = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
+        .join("libfleetrl_cuda_graph.a");
+    let weakened = std::process::Command::new("objcopy")
+        .arg("--weaken")
+        .arg(&archive)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !weakened {
+        println!(
+            "cargo:warning=objcopy --weaken failed on the CUDA graph shim: this build has no \
+             CUDA graphs"
+        );
+        let _ = std::fs::remove_file(&archive);
+        return;
     }
+    let out_dir = archive.parent().expect("OUT_DIR is a directory");
+    println!("cargo:rustc-link-search=native={}", out_dir.display());
+    println!("cargo:rustc-link-lib=static=fleetrl_cuda_graph");
+    println!("cargo:rustc-link-lib=dylib=stdc++");
     println!("cargo:rustc-cfg=fleetrl_cuda_graph");
 }
