@@ -111,8 +111,8 @@ impl Td3 {
     }
 
     /// The update's device work: the critics' step, and the policy's and the targets' when
-    /// `with_policy`. Returns `[q_loss, q_mean]`, the policy loss (zero without the policy
-    /// step) and the first critic's TD errors, unread.
+    /// `with_policy`. Returns `[q_loss, policy_loss, q_mean]` (the policy loss zero without
+    /// the policy step) and the first critic's TD errors, unread.
     fn descend(&mut self, batch: &TransitionBatch, with_policy: bool) -> Vec<Tensor> {
         let y = self.target_value(batch);
         let qs = self.trained.model.qs(&batch.obs, &batch.action);
