@@ -62,16 +62,6 @@ impl Dqn {
             graph: UpdateGraph::default(),
         }
     }
-
-    /// Replays each update on transitions from a CUDA graph when `enabled`
-    /// (`learner.cuda_graph`; R2D2's sequence updates run as written).
-    pub fn with_cuda_graph(mut self, enabled: bool) -> Result<Dqn, GraphError> {
-        self.graph = UpdateGraph::new(enabled, self.trained.model.var_store().device())?;
-        if self.graph.enabled() {
-            self.optim.count_on_device();
-        }
-        Ok(self)
-    }
 }
 
 impl Dqn {
@@ -174,6 +164,13 @@ impl Dqn {
 }
 
 impl Algorithm for Dqn {
+    /// Graphs for the updates on transitions; R2D2's sequence updates run as written.
+    fn use_cuda_graph(&mut self, enabled: bool) -> Result<(), GraphError> {
+        let device = self.trained.model.var_store().device();
+        self.graph = UpdateGraph::over(enabled, device, &mut [&mut self.optim])?;
+        Ok(())
+    }
+
     /// Transitions, or stored sequences for a recurrent (R2D2) model.
     fn trains_on(&self) -> TrainsOn {
         match self.trained.model.recurrent() {

@@ -430,6 +430,11 @@ pub trait Algorithm: Send {
     fn state(&self) -> Vec<(String, Tensor)>;
     /// Restores what [`Algorithm::state`] returned.
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError>;
+    /// Replays its updates from CUDA graphs when `enabled` and its model is on a CUDA device
+    /// (`learner.cuda_graph`). By default an algorithm runs every update as written.
+    fn use_cuda_graph(&mut self, _enabled: bool) -> Result<(), crate::optim::GraphError> {
+        Ok(())
+    }
     /// Takes `algo` (this run's config with [`crate::config::LIVE_ALGO_KEYS`] changed, as
     /// `fleetrl set` asks) for the next updates, or says why it cannot. By default an
     /// algorithm keeps its hyperparameters for the whole run.

@@ -202,12 +202,7 @@ pub fn build(
     let obs_dim = obs_space.flat_dim() as i64;
     let actor_critic = |device| ActorCritic::new(&config.model, obs_space, action_space, device);
     let off_policy = || build_model(config, obs_space, action_space, device);
-    let graph = config.learner.cuda_graph;
-    let graph_error = |e: crate::optim::GraphError| ModelError::Config {
-        key: "learner.cuda_graph",
-        message: e.to_string(),
-    };
-    Ok(match &config.algo {
+    let mut algo: Box<dyn Algorithm> = match &config.algo {
         AlgoConfig::Ppo(c) if devices.len() > 1 => {
             let master = actor_critic(device)?;
             let mut replicas = Vec::with_capacity(devices.len() - 1);
@@ -233,21 +228,11 @@ pub fn build(
         AlgoConfig::Vpg(c) => Box::new(Vpg::new(c, actor_critic(device)?)),
         AlgoConfig::Trpo(c) => Box::new(Trpo::new(c, actor_critic(device)?)),
         AlgoConfig::Impala(c) => Box::new(Impala::new(c, actor_critic(device)?, total)),
-        AlgoConfig::Dqn(c) => Box::new(
-            Dqn::new(c, off_policy()?, off_policy()?)
-                .with_cuda_graph(graph)
-                .map_err(graph_error)?,
-        ),
-        AlgoConfig::Sac(c) => Box::new(
-            Sac::new(c, off_policy()?, off_policy()?)
-                .with_cuda_graph(graph)
-                .map_err(graph_error)?,
-        ),
-        AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => Box::new(
-            Td3::new(c, off_policy()?, off_policy()?)
-                .with_cuda_graph(graph)
-                .map_err(graph_error)?,
-        ),
+        AlgoConfig::Dqn(c) => Box::new(Dqn::new(c, off_policy()?, off_policy()?)),
+        AlgoConfig::Sac(c) => Box::new(Sac::new(c, off_policy()?, off_policy()?)),
+        AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => {
+            Box::new(Td3::new(c, off_policy()?, off_policy()?))
+        }
         AlgoConfig::Bc(c) => Box::new(Bc::new(c, off_policy()?)),
         AlgoConfig::Pearl(c) => Box::new(Pearl::new(
             c,
@@ -260,7 +245,13 @@ pub fn build(
             actor_critic(device)?,
             config.actors.envs_per_actor as usize,
         )),
-    })
+    };
+    algo.use_cuda_graph(config.learner.cuda_graph)
+        .map_err(|e| ModelError::Config {
+            key: "learner.cuda_graph",
+            message: e.to_string(),
+        })?;
+    Ok(algo)
 }
 
 #[cfg(test)]

@@ -117,20 +117,6 @@ impl Sac {
 }
 
 impl Sac {
-    /// Replays each update from a CUDA graph when `enabled` (`learner.cuda_graph`).
-    pub fn with_cuda_graph(mut self, enabled: bool) -> Result<Sac, GraphError> {
-        self.graph = UpdateGraph::new(enabled, self.trained.model.var_store().device())?;
-        if self.graph.enabled() {
-            for optim in [&mut self.pi_optim, &mut self.qf_optim] {
-                optim.count_on_device();
-            }
-            if let Some(optim) = self.alpha_optim.as_mut() {
-                optim.count_on_device();
-            }
-        }
-        Ok(self)
-    }
-
     /// The update's device work: the critics', the policy's and the temperature's steps, and
     /// the target networks' when `with_target`. Returns the metrics (see [`METRICS`]) and the
     /// first critic's TD errors, unread.
@@ -223,6 +209,14 @@ const METRICS: [&str; 6] = [
 ];
 
 impl Algorithm for Sac {
+    fn use_cuda_graph(&mut self, enabled: bool) -> Result<(), GraphError> {
+        let device = self.trained.model.var_store().device();
+        let mut optims = vec![&mut self.pi_optim, &mut self.qf_optim];
+        optims.extend(self.alpha_optim.as_mut());
+        self.graph = UpdateGraph::over(enabled, device, &mut optims)?;
+        Ok(())
+    }
+
     super::algorithm_parts!(trains_on: Transitions(transitions), state: [pi_optim, qf_optim, alpha_optim, target, alpha_vs]);
 }
 

@@ -99,17 +99,6 @@ fn clip_target(y: Tensor, clip_return: f64, clip_pos_returns: bool) -> Tensor {
 }
 
 impl Td3 {
-    /// Replays each update from a CUDA graph when `enabled` (`learner.cuda_graph`): one graph
-    /// for the critics' step alone and one with the delayed policy and target step.
-    pub fn with_cuda_graph(mut self, enabled: bool) -> Result<Td3, GraphError> {
-        self.graph = UpdateGraph::new(enabled, self.trained.model.var_store().device())?;
-        if self.graph.enabled() {
-            self.pi_optim.count_on_device();
-            self.qf_optim.count_on_device();
-        }
-        Ok(self)
-    }
-
     /// The update's device work: the critics' step, and the policy's and the targets' when
     /// `with_policy`. Returns `[q_loss, policy_loss, q_mean]` (the policy loss zero without
     /// the policy step) and the first critic's TD errors, unread.
@@ -174,6 +163,14 @@ impl Td3 {
 }
 
 impl Algorithm for Td3 {
+    /// One graph for the critics' step alone and one with the delayed policy and target step.
+    fn use_cuda_graph(&mut self, enabled: bool) -> Result<(), GraphError> {
+        let device = self.trained.model.var_store().device();
+        let optims = &mut [&mut self.pi_optim, &mut self.qf_optim];
+        self.graph = UpdateGraph::over(enabled, device, optims)?;
+        Ok(())
+    }
+
     super::algorithm_parts!(trains_on: Transitions(transitions), state: [pi_optim, qf_optim, target]);
 }
 

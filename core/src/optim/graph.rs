@@ -105,6 +105,22 @@ impl UpdateGraph {
         })
     }
 
+    /// [`UpdateGraph::new`] for a learner whose steps `optims` take: they count their steps
+    /// on the device when the graph is on (see [`super::Adam::count_on_device`]).
+    pub fn over(
+        enabled: bool,
+        device: Device,
+        optims: &mut [&mut super::Adam],
+    ) -> Result<UpdateGraph, GraphError> {
+        let graph = UpdateGraph::new(enabled, device)?;
+        if graph.enabled() {
+            for optim in optims {
+                optim.count_on_device();
+            }
+        }
+        Ok(graph)
+    }
+
     /// [`UpdateGraph::run`] for an update of `learner` on a transition batch, the graph
     /// being `learner`'s own (reached through `graph`): `step` gets the learner and the batch
     /// (the graph's copy once captured).
@@ -115,6 +131,9 @@ impl UpdateGraph {
         batch: &TransitionBatch,
         mut step: impl FnMut(&mut L, &TransitionBatch) -> Vec<Tensor>,
     ) -> Result<Vec<Tensor>, GraphError> {
+        if !graph(learner).enabled() {
+            return Ok(step(learner, batch));
+        }
         let mut taken = std::mem::take(graph(learner));
         let out = taken.run(variant, &batch.fields(), |fields| {
             step(learner, &TransitionBatch::from_fields(fields))
