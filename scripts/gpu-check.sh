@@ -139,7 +139,7 @@ fi
 # 6. The gradient step alone, without the pipeline around it.
 timing="$bin/offpolicy_timing"
 [ -n "${FLEETRL_BIN_DIR:-}" ] || timing=target/release/examples/offpolicy_timing
-for preset in ${TIMING_PRESETS:-minatar-breakout-dqn cartpole-dqn cartpole-dqn-per pendulum-sac pendulum-td3 pendulum-ddpg}; do
+for preset in ${TIMING_PRESETS:-minatar-breakout-dqn cartpole-dqn cartpole-dqn-per pendulum-sac pendulum-td3 pendulum-ddpg point-robot-sparse-pearl}; do
   for d in "$on" $([ "$device" = cpu ] || echo cpu); do
     log "offpolicy_timing $preset learner.device=$d..."
     lines=$(RUST_BACKTRACE=0 "$timing" "$preset" "learner.device=$d" 2>&1)

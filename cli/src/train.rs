@@ -224,7 +224,7 @@ pub(crate) async fn train(
 const LOCAL_ACTORS_PER_CORE: u32 = 8;
 
 fn local_cores() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+    fleetrl_core::cpu::cores() as u32
 }
 
 /// Refuses more actor processes than [`LOCAL_ACTORS_PER_CORE`] times `cores`, saying what
@@ -671,15 +671,25 @@ impl Running<'_> {
         );
         summary.error = failure.as_ref().map(|e| format!("{e:#}"));
         let path = out.join("summary.json");
-        summary.write(&path)?;
+        let written = summary.write(&path);
         if let Some(error) = failure {
-            self.progress.println(&format!(
-                "the run failed; its {} evaluations before the failure are in {}",
-                evaluations.len(),
-                path.display()
-            ));
+            // The role's error is what the user needs: a summary that cannot be written is
+            // said beside it, not in its place.
+            self.progress.println(&match written {
+                Ok(()) => format!(
+                    "the run failed; its {} evaluations before the failure are in {}",
+                    evaluations.len(),
+                    path.display()
+                ),
+                Err(e) => format!(
+                    "the run failed, and its {} evaluations could not be written to {}: {e:#}",
+                    evaluations.len(),
+                    path.display()
+                ),
+            });
             return Err(error);
         }
+        written?;
         Ok((Some(summary), interrupted))
     }
 }

@@ -1,5 +1,5 @@
 //! Where an off-policy update's time goes, without the pipeline: one preset's gradient update
-//! on a synthetic batch of its batch size, decoding a sampled (stacked) batch into tch tensors,
+//! on a synthetic batch of its batch size (PEARL: of its `meta_batch_size` rounds), decoding a sampled (stacked) batch into tch tensors,
 //! exporting the weights (what the learner publishes), importing them (what an actor does on a
 //! new version) and one action for one env. Compare the update's time with the learner's
 //! `fleetrl_learner_update_seconds` histogram (`_sum` / `_count`) in a real run to see the pipeline's share.
@@ -20,9 +20,10 @@ use anyhow::Context;
 use tch::Device;
 
 use fleetrl_core::algos::registry::{build, build_model, spec};
-use fleetrl_core::algos::Batch;
-use fleetrl_core::config::RunConfig;
+use fleetrl_core::algos::{Batch, TrainsOn};
+use fleetrl_core::config::{AlgoConfig, RunConfig};
 use fleetrl_core::envs::make_configured;
+use fleetrl_core::items::round;
 use fleetrl_core::items::transition::{field, TransitionBatch};
 use fleetrl_core::models::Policy;
 use fleetrl_proto::space::Space;
@@ -68,6 +69,71 @@ fn stacked(obs: &Space, action: &Space, b: usize) -> TensorMap {
     ])
 }
 
+/// A stacked batch of `k` rounds of `n` steps as the replay server sends it (PEARL's).
+fn stacked_rounds(obs: &Space, action: &Space, k: usize, n: usize) -> TensorMap {
+    let (d, a) = (obs.flat_dim(), action.flat_dim());
+    let values = |width: usize, phase: usize| {
+        let v: Vec<f32> = (0..k * n * width)
+            .map(|i| ((i + phase) % 13) as f32 / 13.0 - 0.5)
+            .collect();
+        Tensor::from_slice(&[k as i64, n as i64, width as i64], &v)
+    };
+    let per_step = |phase: usize| {
+        let v: Vec<f32> = (0..k * n).map(|i| ((i + phase) % 7) as f32 / 7.0).collect();
+        Tensor::from_slice(&[k as i64, n as i64], &v)
+    };
+    TensorMap::from_pairs([
+        (round::field::OBS, values(d, 0)),
+        (round::field::ACTION, values(a, 3)),
+        (round::field::REWARD, per_step(0)),
+        (round::field::SCORE, per_step(2)),
+        (
+            round::field::TERMINATED,
+            Tensor::from_slice(&[k as i64, n as i64], &vec![0f32; k * n]),
+        ),
+        (round::field::NEXT_OBS, values(d, 1)),
+    ])
+}
+
+/// The preset's synthetic sample, as its learner receives it.
+fn sample_for(config: &RunConfig, obs: &Space, action: &Space) -> TensorMap {
+    let b = batch_size(config);
+    match &config.algo {
+        AlgoConfig::Pearl(pearl) => stacked_rounds(obs, action, b, pearl.round_steps() as usize),
+        _ => stacked(obs, action, b),
+    }
+}
+
+/// The sample decoded as `kind` on `device`.
+fn decode(kind: TrainsOn, sample: &TensorMap, device: Device) -> Batch {
+    Batch::from_stacked(kind, sample, None, device).expect("a batch of the preset's kind")
+}
+
+/// `batch` with its observations and rewards moved by `by` (a different batch of the same
+/// shapes).
+fn shifted(batch: &Batch, by: f64) -> Batch {
+    let shift = |t: &tch::Tensor| t + by;
+    match batch {
+        Batch::Transitions(b) => Batch::Transitions(TransitionBatch {
+            obs: shift(&b.obs),
+            action: b.action.shallow_clone(),
+            reward: shift(&b.reward),
+            discount: b.discount.shallow_clone(),
+            next_obs: shift(&b.next_obs),
+            weights: b.weights.shallow_clone(),
+        }),
+        Batch::Rounds(b) => Batch::Rounds(round::RoundBatch {
+            obs: shift(&b.obs),
+            action: b.action.shallow_clone(),
+            reward: shift(&b.reward),
+            score: b.score.shallow_clone(),
+            terminated: b.terminated.shallow_clone(),
+            next_obs: shift(&b.next_obs),
+        }),
+        _ => panic!("offpolicy_timing times transition and round batches"),
+    }
+}
+
 /// Mean seconds of `f` over `n` calls, after 10 warm-up calls, until `device` has finished
 /// the work they queued.
 fn time(device: Device, n: usize, mut f: impl FnMut()) -> f64 {
@@ -110,19 +176,9 @@ fn compare_with_eager(
         tch::manual_seed(7);
         learners.push(build(c, obs, action, &[device])?);
     }
-    let base = TransitionBatch::from_stacked(sample, device)?;
+    let base = decode(learners[0].trains_on(), sample, device);
     let batches: Vec<Batch> = (0..5)
-        .map(|i| {
-            let shift = |t: &tch::Tensor| t + 0.05 * f64::from(i);
-            Batch::Transitions(TransitionBatch {
-                obs: shift(&base.obs),
-                action: base.action.shallow_clone(),
-                reward: shift(&base.reward),
-                discount: base.discount.shallow_clone(),
-                next_obs: shift(&base.next_obs),
-                weights: base.weights.shallow_clone(),
-            })
-        })
+        .map(|i| shifted(&base, 0.05 * f64::from(i)))
         .collect();
     let mut seconds = Vec::new();
     for learner in &mut learners {
@@ -173,33 +229,45 @@ fn main() -> anyhow::Result<()> {
     let device = config.learner.resolve_devices(config.algo.name())?[0];
     fleetrl_core::config::check_available(&[device])?;
     let mut algo = build(&config, &obs, &action, &[device]).expect("model");
-    let sample = stacked(&obs, &action, batch_size(&config));
-    let batch = Batch::Transitions(TransitionBatch::from_stacked(&sample, device).expect("batch"));
+    let sample = sample_for(&config, &obs, &action);
+    let kind = algo.trains_on();
+    let batch = decode(kind, &sample, device);
 
     let graphed = config.learner.cuda_graph && device.is_cuda();
     if graphed {
         compare_with_eager(&config, &obs, &action, device, &sample)?;
     }
     let update = time(device, 300, || {
-        algo.update(&batch).expect("a transition batch");
+        algo.update(&batch).expect("an update");
     });
-    let decode = time(device, 300, || {
-        TransitionBatch::from_stacked(&sample, device).expect("batch");
+    let decoded = time(device, 300, || {
+        decode(kind, &sample, device);
     });
     let export = time(device, 300, || {
         algo.trained().model().export().expect("export");
     });
-    let weights = algo.trained().model().export().expect("export");
-    let mut actor = build_model(&config, &obs, &action, cpu).expect("model");
-    let import = time(cpu, 300, || actor.import(&weights).expect("import"));
-    let one = tch::Tensor::zeros([1, obs.flat_dim() as i64], (tch::Kind::Float, cpu));
-    let act = time(cpu, 2000, || {
-        actor.act(&one, false);
-    });
+    // The actor's side: loading published weights and acting for one env. PEARL's actors act
+    // through their posterior over a context (core/examples/acting_timing.rs times acting).
+    let acting = if matches!(config.algo, AlgoConfig::Pearl(_)) {
+        String::new()
+    } else {
+        let weights = algo.trained().model().export().expect("export");
+        let mut actor = build_model(&config, &obs, &action, cpu).expect("model");
+        let import = time(cpu, 300, || actor.import(&weights).expect("import"));
+        let one = tch::Tensor::zeros([1, obs.flat_dim() as i64], (tch::Kind::Float, cpu));
+        let act = time(cpu, 2000, || {
+            actor.act(&one, false);
+        });
+        format!(
+            " | import weights {:.1} us | act (1 env) {:.1} us",
+            import * 1e6,
+            act * 1e6
+        )
+    };
     let b = batch_size(&config);
     println!(
-        "{} {} on {device:?}{}: update (batch {b}) {:.3} ms | decode batch {:.1} us | export weights {:.1} us | \
-         import weights {:.1} us | act (1 env) {:.1} us | learner bound {:.0} updates/s",
+        "{} {} on {device:?}{}: update (batch {b}) {:.3} ms | decode batch {:.1} us | export weights \
+         {:.1} us{acting} | learner bound {:.0} updates/s",
         config.env.id,
         config.algo.name(),
         if graphed {
@@ -208,10 +276,8 @@ fn main() -> anyhow::Result<()> {
             ""
         },
         update * 1e3,
-        decode * 1e6,
+        decoded * 1e6,
         export * 1e6,
-        import * 1e6,
-        act * 1e6,
         1.0 / update,
     );
     Ok(())

@@ -1,6 +1,11 @@
 //! CPU settings for the threads and process that train: what libtorch on a CPU is slow at by
 //! default for the small networks RL uses, measured on this project's 2-core machine.
 
+/// The cores this process may run on (1 when the system will not say).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Makes this thread's float arithmetic treat subnormal numbers as zero (x86-64's FTZ and DAZ
 /// bits; PyTorch's `torch.set_flush_denormal(True)`). Call it on every thread that trains.
 ///

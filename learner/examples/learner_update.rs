@@ -66,7 +66,7 @@ fn main() -> anyhow::Result<()> {
     let threads = if threads > 0 {
         threads
     } else {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
+        let cores = fleetrl_core::cpu::cores() as i32;
         (cores / devices.len() as i32).max(1)
     };
     tch::set_num_threads(threads);

@@ -13,17 +13,21 @@
 //!   without gradient, `a~ ~ pi(s, z')`;
 //! - policy: `mean(log pi(a~ | s, z') - min_k Q_k(s, a~, z'))` plus the mean, log-std and
 //!   pre-activation regularisers; Polyak target for V.
+//!
+//! On a CUDA device the update is replayed from a CUDA graph (`learner.cuda_graph`, see
+//! [`UpdateGraph`]): its shapes are fixed by the config, its sampling is `randint`/`randn` on
+//! the device, and it reads nothing back but its metrics, after the replay.
 
 use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
-use super::target::mean;
-use super::{Algorithm, Metrics, Model, Trained, Update};
+use super::target::read_metrics;
+use super::{Algorithm, Model, Trained, Update};
 use crate::checkpoint::TargetNet;
 use crate::config::PearlConfig;
 use crate::items::round::RoundBatch;
 use crate::models::{kl_from_prior, Mlp, ModelError, PearlModel};
-use crate::optim::Adam;
+use crate::optim::{Adam, GraphError, UpdateGraph};
 use fleetrl_proto::TensorMap;
 
 impl Model for PearlModel {
@@ -77,6 +81,7 @@ pub struct Pearl {
     qf_optim: Adam,
     vf_optim: Adam,
     context_optim: Adam,
+    graph: UpdateGraph,
 }
 
 impl Pearl {
@@ -109,13 +114,23 @@ impl Pearl {
             qf_optim,
             vf_optim,
             context_optim,
+            graph: UpdateGraph::default(),
         };
         polyak(&pearl.target_vs, pearl.trained.model.var_store(), 1.0);
         pearl
     }
 
-    /// One update on K rounds.
-    pub fn train(&mut self, b: &RoundBatch) -> Update {
+    /// One update on K rounds (replayed from a CUDA graph when one is on).
+    pub fn train(&mut self, b: &RoundBatch) -> Result<Update, GraphError> {
+        let out = UpdateGraph::train(self, |pearl| &mut pearl.graph, 0, b, Pearl::descend)?;
+        self.trained.updates += 1;
+        Ok(Update::from(read_metrics(&METRICS, &out[0])))
+    }
+
+    /// The update's device work on K rounds: the critics' and encoder's, the value
+    /// function's and the policy's steps and the target's, for each slice of the context.
+    /// Returns the metrics (see [`METRICS`]) averaged over the slices, unread.
+    fn descend(&mut self, b: &RoundBatch) -> Vec<Tensor> {
         let c = &self.config;
         let (k, n) = (b.len(), b.steps());
         let context_rows = (c.context_steps() as i64).clamp(1, n);
@@ -134,8 +149,8 @@ impl Pearl {
         );
         let (d, l) = (model.obs_dim(), model.latent_dim());
         let batch = i64::from(c.batch_size);
-        let mut totals = [0.0f64; 6];
         let slices = e / mb;
+        let mut totals = Tensor::zeros([METRICS.len() as i64], (Kind::Float, device));
         for i in 0..slices {
             let model = &self.trained.model;
             let (mu, var) = model.posterior(&context.narrow(1, i * mb, mb));
@@ -204,25 +219,39 @@ impl Pearl {
             self.pi_optim.step(c.policy_lr);
             polyak(&self.target_vs, model.var_store(), c.soft_target_tau);
 
-            let values = [
-                qf_loss.double_value(&[]) / 2.0,
-                vf_loss.double_value(&[]),
-                policy_loss.double_value(&[]),
-                kl.double_value(&[]) / k as f64,
-                mean(&var.detach()),
-                mean(&qs.detach()),
-            ];
-            for (total, v) in totals.iter_mut().zip(values) {
-                *total += v / slices as f64;
-            }
+            let values = Tensor::stack(
+                &[
+                    qf_loss.detach() / 2.0,
+                    vf_loss.detach(),
+                    policy_loss.detach(),
+                    kl.detach() / k as f64,
+                    var.detach().mean(Kind::Float),
+                    qs.detach().mean(Kind::Float),
+                ],
+                0,
+            );
+            totals += values / slices as f64;
         }
-        self.trained.updates += 1;
-        let names = ["q_loss", "v_loss", "policy_loss", "kl", "z_var", "q_mean"];
-        Update::from(Metrics(names.into_iter().zip(totals).collect()))
+        vec![totals]
     }
 }
 
+/// What [`Pearl::train`] reports, in the order `descend` stacks them.
+const METRICS: [&str; 6] = ["q_loss", "v_loss", "policy_loss", "kl", "z_var", "q_mean"];
+
 impl Algorithm for Pearl {
+    fn use_cuda_graph(&mut self, enabled: bool) -> Result<(), GraphError> {
+        let device = self.trained.model.var_store().device();
+        let optims = &mut [
+            &mut self.pi_optim,
+            &mut self.qf_optim,
+            &mut self.vf_optim,
+            &mut self.context_optim,
+        ];
+        self.graph = UpdateGraph::over(enabled, device, optims)?;
+        Ok(())
+    }
+
     super::algorithm_parts!(trains_on: Rounds(rounds), state: [pi_optim, qf_optim, vf_optim, context_optim, target_vs]);
 }
 

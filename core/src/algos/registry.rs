@@ -140,7 +140,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         AlgoConfig::Pearl(c) => Spec {
             family: Family::OffPolicy,
             replay: Some(Cow::Owned(c.replay(&config.tasks))),
-            publish_interval: 1,
+            publish_interval: c.publish_interval.max(1),
             shape: None,
             demo_dir: None,
             recurrence: None,

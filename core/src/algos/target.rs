@@ -3,11 +3,6 @@
 
 use tch::Tensor;
 
-/// Mean of a tensor as f64.
-pub(crate) fn mean(t: &Tensor) -> f64 {
-    t.mean(tch::Kind::Float).double_value(&[])
-}
-
 /// Named metrics from the 0-dim tensors an update computed, stacked on the device and read
 /// back in one transfer (each host read waits for the device: one per update, not one per
 /// metric).

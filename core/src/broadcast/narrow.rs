@@ -116,7 +116,7 @@ pub fn convert_with(
     // Largest first, each to the least loaded lane: balanced to within one tensor.
     todo.sort_by_key(|(_, t)| std::cmp::Reverse(t.data.len()));
     let total: usize = todo.iter().map(|(_, t)| t.data.len()).sum();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::cpu::cores();
     let lanes = if total < PARALLEL_BYTES {
         1
     } else {

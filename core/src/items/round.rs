@@ -181,6 +181,34 @@ pub struct RoundBatch {
     pub next_obs: tch::Tensor,
 }
 
+/// What a CUDA graph of PEARL's update copies its batch into (`crate::optim::UpdateGraph`).
+impl crate::optim::GraphBatch for RoundBatch {
+    fn fields(&self) -> Vec<&tch::Tensor> {
+        vec![
+            &self.obs,
+            &self.action,
+            &self.reward,
+            &self.score,
+            &self.terminated,
+            &self.next_obs,
+        ]
+    }
+
+    fn from_fields(fields: &[tch::Tensor]) -> RoundBatch {
+        let [obs, action, reward, score, terminated, next_obs] = fields else {
+            panic!("a round batch has 6 fields, got {}", fields.len());
+        };
+        RoundBatch {
+            obs: obs.shallow_clone(),
+            action: action.shallow_clone(),
+            reward: reward.shallow_clone(),
+            score: score.shallow_clone(),
+            terminated: terminated.shallow_clone(),
+            next_obs: next_obs.shallow_clone(),
+        }
+    }
+}
+
 impl RoundBatch {
     /// Reads a stacked sample (leading dimension K) onto `device`.
     pub fn from_stacked(batch: &TensorMap, device: tch::Device) -> Result<Self, TensorError> {

@@ -224,11 +224,10 @@ pub struct TransitionBatch {
     pub weights: tch::Tensor,
 }
 
-impl TransitionBatch {
-    /// Its tensors in a fixed order, which [`TransitionBatch::from_fields`] reads back (what
-    /// a CUDA graph of an update copies its batch into: `crate::optim::UpdateGraph`).
-    pub fn fields(&self) -> [&tch::Tensor; 6] {
-        [
+/// What a CUDA graph of an update copies its batch into (`crate::optim::UpdateGraph`).
+impl crate::optim::GraphBatch for TransitionBatch {
+    fn fields(&self) -> Vec<&tch::Tensor> {
+        vec![
             &self.obs,
             &self.action,
             &self.reward,
@@ -238,9 +237,7 @@ impl TransitionBatch {
         ]
     }
 
-    /// A batch over `fields` in [`TransitionBatch::fields`]'s order (handles on the same
-    /// storage).
-    pub fn from_fields(fields: &[tch::Tensor]) -> TransitionBatch {
+    fn from_fields(fields: &[tch::Tensor]) -> TransitionBatch {
         let [obs, action, reward, discount, next_obs, weights] = fields else {
             panic!("a transition batch has 6 fields, got {}", fields.len());
         };
@@ -253,7 +250,9 @@ impl TransitionBatch {
             weights: weights.shallow_clone(),
         }
     }
+}
 
+impl TransitionBatch {
     /// Reads a stacked sample (leading dimension B) onto `device`, with unit weights.
     pub fn from_stacked(batch: &TensorMap, device: tch::Device) -> Result<Self, TensorError> {
         let get = |name: &str| -> Result<tch::Tensor, TensorError> {

@@ -19,7 +19,14 @@
 
 use tch::{Device, Tensor};
 
-use crate::items::transition::TransitionBatch;
+/// A batch an update graph copies into tensors of its own: its tensors in a fixed order, and a
+/// batch over tensors in that order.
+pub trait GraphBatch {
+    /// Its tensors, in the order [`GraphBatch::from_fields`] reads.
+    fn fields(&self) -> Vec<&Tensor>;
+    /// A batch over `fields` (handles on the same storage).
+    fn from_fields(fields: &[Tensor]) -> Self;
+}
 
 /// Updates run eagerly on the side stream before the first capture.
 pub const WARM_UP: u32 = 3;
@@ -121,22 +128,22 @@ impl UpdateGraph {
         Ok(graph)
     }
 
-    /// [`UpdateGraph::run`] for an update of `learner` on a transition batch, the graph
-    /// being `learner`'s own (reached through `graph`): `step` gets the learner and the batch
-    /// (the graph's copy once captured).
-    pub fn train<L>(
+    /// [`UpdateGraph::run`] for an update of `learner` on a batch, the graph being
+    /// `learner`'s own (reached through `graph`): `step` gets the learner and the batch (the
+    /// graph's copy once captured).
+    pub fn train<L, B: GraphBatch>(
         learner: &mut L,
         graph: fn(&mut L) -> &mut UpdateGraph,
         variant: u32,
-        batch: &TransitionBatch,
-        mut step: impl FnMut(&mut L, &TransitionBatch) -> Vec<Tensor>,
+        batch: &B,
+        mut step: impl FnMut(&mut L, &B) -> Vec<Tensor>,
     ) -> Result<Vec<Tensor>, GraphError> {
         if !graph(learner).enabled() {
             return Ok(step(learner, batch));
         }
         let mut taken = std::mem::take(graph(learner));
         let out = taken.run(variant, &batch.fields(), |fields| {
-            step(learner, &TransitionBatch::from_fields(fields))
+            step(learner, &B::from_fields(fields))
         });
         *graph(learner) = taken;
         out
@@ -424,6 +431,57 @@ mod tests {
                 let out = graph.run(0, &[&x], |i| vec![&i[0] * 3.0]).unwrap();
                 assert_eq!(Vec::<f32>::try_from(&out[0]).unwrap(), vec![3.0, 6.0]);
             }
+        }
+    }
+
+    /// A batch rebuilt from its fields has every tensor where it was: a graph copies a batch
+    /// field by field into its own tensors and hands the update a batch over those, so an
+    /// order mix-up would train on the wrong data (and only on a GPU).
+    #[test]
+    fn batches_rebuilt_from_their_fields_keep_every_tensor_in_place() {
+        use crate::items::round::RoundBatch;
+        use crate::items::transition::TransitionBatch;
+        let distinct = |i: i64| Tensor::full([2, 3], i as f64, (tch::Kind::Float, Device::Cpu));
+        let owned = |fields: Vec<&Tensor>| fields.into_iter().map(|t| t.copy()).collect::<Vec<_>>();
+        let t = TransitionBatch {
+            obs: distinct(0),
+            action: distinct(1),
+            reward: distinct(2),
+            discount: distinct(3),
+            next_obs: distinct(4),
+            weights: distinct(5),
+        };
+        let back = TransitionBatch::from_fields(&owned(t.fields()));
+        let pairs = [
+            (&back.obs, &t.obs),
+            (&back.action, &t.action),
+            (&back.reward, &t.reward),
+            (&back.discount, &t.discount),
+            (&back.next_obs, &t.next_obs),
+            (&back.weights, &t.weights),
+        ];
+        for (i, (got, want)) in pairs.into_iter().enumerate() {
+            assert!(got.equal(want), "transition field {i}");
+        }
+        let r = RoundBatch {
+            obs: distinct(0),
+            action: distinct(1),
+            reward: distinct(2),
+            score: distinct(3),
+            terminated: distinct(4),
+            next_obs: distinct(5),
+        };
+        let back = RoundBatch::from_fields(&owned(r.fields()));
+        let pairs = [
+            (&back.obs, &r.obs),
+            (&back.action, &r.action),
+            (&back.reward, &r.reward),
+            (&back.score, &r.score),
+            (&back.terminated, &r.terminated),
+            (&back.next_obs, &r.next_obs),
+        ];
+        for (i, (got, want)) in pairs.into_iter().enumerate() {
+            assert!(got.equal(want), "round field {i}");
         }
     }
 

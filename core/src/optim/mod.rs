@@ -4,4 +4,4 @@ mod adam;
 mod graph;
 
 pub use adam::{Adam, Flat, Rule};
-pub use graph::{GraphError, UpdateGraph, WARM_UP};
+pub use graph::{GraphBatch, GraphError, UpdateGraph, WARM_UP};
