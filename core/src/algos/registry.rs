@@ -258,6 +258,20 @@ pub fn build(
 mod tests {
     use super::*;
 
+    /// PEARL publishes every update by default, and every `algo.publish_interval` when set.
+    #[test]
+    fn pearl_publishes_at_its_interval() {
+        let interval = |extra: &str| {
+            let text = format!(
+                "[env]\nid = \"PointGoal-v0\"\n[algo]\nname = \"pearl\"\n{extra}\n\
+                 [actors]\nenvs_per_actor = 1\n"
+            );
+            spec(&RunConfig::from_toml(&text, "t").unwrap()).publish_interval
+        };
+        assert_eq!(interval(""), 1);
+        assert_eq!(interval("publish_interval = 25"), 25);
+    }
+
     /// BC's `policy` picks the continuous model, and a Gaussian for discrete actions is
     /// refused by its key.
     #[test]
