@@ -192,7 +192,8 @@ fn compare_with_eager(
         }));
     }
     let params = |l: &dyn fleetrl_core::algos::Algorithm| l.trained().model().named_parameters();
-    let (mut worst, mut worst_name, mut scale) = (0.0f64, String::new(), 0.0f64);
+    let (mut worst, mut worst_name, mut scale) =
+        (0.0f64, String::from("every parameter equal"), 0.0f64);
     for ((name, g), (_, e)) in params(learners[0].as_ref())
         .iter()
         .zip(params(learners[1].as_ref()).iter())
