@@ -21,7 +21,7 @@ use tch::Device;
 
 use fleetrl_core::algos::registry::{build, build_model, spec};
 use fleetrl_core::algos::{Batch, TrainsOn};
-use fleetrl_core::config::{AlgoConfig, RunConfig};
+use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::make_configured;
 use fleetrl_core::items::round;
 use fleetrl_core::items::transition::{field, TransitionBatch};
@@ -95,12 +95,15 @@ fn stacked_rounds(obs: &Space, action: &Space, k: usize, n: usize) -> TensorMap 
     ])
 }
 
-/// The preset's synthetic sample, as its learner receives it.
-fn sample_for(config: &RunConfig, obs: &Space, action: &Space) -> TensorMap {
+/// A synthetic sample of what the algorithm trains on (`kind`), as its learner receives it.
+fn sample_for(config: &RunConfig, kind: TrainsOn, obs: &Space, action: &Space) -> TensorMap {
     let b = batch_size(config);
-    match &config.algo {
-        AlgoConfig::Pearl(pearl) => stacked_rounds(obs, action, b, pearl.round_steps() as usize),
-        _ => stacked(obs, action, b),
+    match (kind, config.algo.as_pearl()) {
+        (TrainsOn::Rounds, Some(pearl)) => {
+            stacked_rounds(obs, action, b, pearl.round_steps() as usize)
+        }
+        (TrainsOn::Transitions, _) => stacked(obs, action, b),
+        _ => panic!("offpolicy_timing times algorithms that train on transitions or rounds"),
     }
 }
 
@@ -230,8 +233,8 @@ fn main() -> anyhow::Result<()> {
     let device = config.learner.resolve_devices(config.algo.name())?[0];
     fleetrl_core::config::check_available(&[device])?;
     let mut algo = build(&config, &obs, &action, &[device]).expect("model");
-    let sample = sample_for(&config, &obs, &action);
     let kind = algo.trains_on();
+    let sample = sample_for(&config, kind, &obs, &action);
     let batch = decode(kind, &sample, device);
 
     let graphed = config.learner.cuda_graph && device.is_cuda();
@@ -247,9 +250,10 @@ fn main() -> anyhow::Result<()> {
     let export = time(device, 300, || {
         algo.trained().model().export().expect("export");
     });
-    // The actor's side: loading published weights and acting for one env. PEARL's actors act
-    // through their posterior over a context (core/examples/acting_timing.rs times acting).
-    let acting = if matches!(config.algo, AlgoConfig::Pearl(_)) {
+    // The actor's side: loading published weights and acting for one env. An algorithm that
+    // trains on rounds (PEARL) acts through its posterior over a context, not this model
+    // (core/examples/acting_timing.rs times acting).
+    let acting = if kind == TrainsOn::Rounds {
         String::new()
     } else {
         let weights = algo.trained().model().export().expect("export");

@@ -441,8 +441,15 @@ mod tests {
     fn batches_rebuilt_from_their_fields_keep_every_tensor_in_place() {
         use crate::items::round::RoundBatch;
         use crate::items::transition::TransitionBatch;
+        // Six tensors of different values: a field read back into another's place differs.
         let distinct = |i: i64| Tensor::full([2, 3], i as f64, (tch::Kind::Float, Device::Cpu));
-        let owned = |fields: Vec<&Tensor>| fields.into_iter().map(|t| t.copy()).collect::<Vec<_>>();
+        fn check<B: GraphBatch>(batch: &B, what: &str) {
+            let copies: Vec<Tensor> = batch.fields().into_iter().map(Tensor::copy).collect();
+            let back = B::from_fields(&copies);
+            for (i, (got, want)) in back.fields().into_iter().zip(batch.fields()).enumerate() {
+                assert!(got.equal(want), "{what} field {i}");
+            }
+        }
         let t = TransitionBatch {
             obs: distinct(0),
             action: distinct(1),
@@ -451,18 +458,7 @@ mod tests {
             next_obs: distinct(4),
             weights: distinct(5),
         };
-        let back = TransitionBatch::from_fields(&owned(t.fields()));
-        let pairs = [
-            (&back.obs, &t.obs),
-            (&back.action, &t.action),
-            (&back.reward, &t.reward),
-            (&back.discount, &t.discount),
-            (&back.next_obs, &t.next_obs),
-            (&back.weights, &t.weights),
-        ];
-        for (i, (got, want)) in pairs.into_iter().enumerate() {
-            assert!(got.equal(want), "transition field {i}");
-        }
+        check(&t, "transition");
         let r = RoundBatch {
             obs: distinct(0),
             action: distinct(1),
@@ -471,18 +467,7 @@ mod tests {
             terminated: distinct(4),
             next_obs: distinct(5),
         };
-        let back = RoundBatch::from_fields(&owned(r.fields()));
-        let pairs = [
-            (&back.obs, &r.obs),
-            (&back.action, &r.action),
-            (&back.reward, &r.reward),
-            (&back.score, &r.score),
-            (&back.terminated, &r.terminated),
-            (&back.next_obs, &r.next_obs),
-        ];
-        for (i, (got, want)) in pairs.into_iter().enumerate() {
-            assert!(got.equal(want), "round field {i}");
-        }
+        check(&r, "round");
     }
 
     /// A failed call names what failed and how to run without graphs.
