@@ -36,7 +36,7 @@ pub fn fleetrl_ok(args: &[&str]) -> String {
 /// `step` replaced by `step_body` (Python, indented 8 spaces, with `action` in scope and
 /// `CartPoleEnv.step` as the original), for `gym:MODULE:ID` with the directory on PYTHONPATH.
 pub fn own_gym_env(module: &str, id: &str, step_body: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fleetrl-{module}-{}", std::process::id()));
+    let dir = crate::scratch(&format!("fleetrl-{module}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let source = format!(

@@ -88,7 +88,7 @@ fn check(out: &Output, what: &str) -> anyhow::Result<()> {
 fn tls_certificates() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("fleetrl-compose-tls-{}", std::process::id()));
+        let dir = crate::scratch("fleetrl-compose-tls");
         let _ = std::fs::remove_dir_all(&dir);
         let made = Command::new("bash")
             .arg(repo_root().join("deploy/tls/make-certs.sh"))

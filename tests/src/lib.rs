@@ -337,6 +337,19 @@ pub async fn wait_health(
     }
 }
 
+/// A path under the system's temporary directory for one test's files: `STEM-PID-N`, with N
+/// counting the calls in this process, so tests running side by side in one binary never share
+/// a directory (a shared one makes the second learner refuse the first one's run directory).
+/// Whatever an earlier process left at that path is removed.
+pub fn scratch(stem: &str) -> PathBuf {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("{stem}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
 /// A loopback address with a port that was free a moment ago.
 fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
@@ -377,8 +390,7 @@ impl SandboxBuilder {
     /// Starts the processes and waits until both servers listen.
     pub async fn start(self) -> anyhow::Result<Sandbox> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let dir =
-            std::env::temp_dir().join(format!("fleetrl-{}-{}", self.name, std::process::id()));
+        let dir = scratch(&format!("fleetrl-{}", self.name));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let config = fleetrl_core::config::RunConfig::load(
@@ -520,7 +532,7 @@ pub fn train_preset(
     overrides: &[&str],
     env: &[(&str, &str)],
 ) -> anyhow::Result<(std::process::ExitStatus, String, Option<serde_json::Value>)> {
-    let out = std::env::temp_dir().join(format!("fleetrl-{name}-{}", std::process::id()));
+    let out = crate::scratch(&format!("fleetrl-{name}"));
     let _ = std::fs::remove_dir_all(&out);
     let mut cmd = cli::fleetrl_command(&["train", "--config", preset]);
     for o in overrides {

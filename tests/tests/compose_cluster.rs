@@ -68,7 +68,7 @@ fn write_config() -> anyhow::Result<std::path::PathBuf> {
         &root.join("configs/cartpole-ppo.toml").display().to_string(),
         &["stop.total_env_steps=10_000_000".to_string()],
     )?;
-    let dir = std::env::temp_dir().join(format!("fleetrl-compose-{}", std::process::id()));
+    let dir = fleetrl_tests::scratch("fleetrl-compose");
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join(format!("{PRESET}.toml")), config.to_toml())?;
     Ok(dir)

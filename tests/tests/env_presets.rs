@@ -183,7 +183,7 @@ fn pong_runs_end_to_end() {
 
 #[test]
 fn missing_gymnasium_and_wrong_ids_are_clear_errors() {
-    let empty = std::env::temp_dir().join(format!("fleetrl-no-venv-{}", std::process::id()));
+    let empty = fleetrl_tests::scratch("fleetrl-no-venv");
     std::fs::create_dir_all(&empty).unwrap();
     let (status, stderr, _) = train_preset(
         "no-gym",

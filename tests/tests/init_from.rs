@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use fleetrl_tests::cli::fleetrl_command;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fleetrl-init-{name}-{}", std::process::id()));
+    let dir = fleetrl_tests::scratch(&format!("fleetrl-init-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }

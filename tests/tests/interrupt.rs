@@ -152,8 +152,8 @@ fn sigterm_to_every_process_of_the_run_still_writes_the_summary() -> anyhow::Res
 /// the first one, then sends SIGTERM to the launcher (with `learner_too`, first to the learner,
 /// waiting until it has exited) and checks the run stops with its summary and exit status 130.
 fn sigterm_run(name: &str, learner_too: bool) -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-    let stderr_path = std::env::temp_dir().join(format!("{name}-{}.stderr", std::process::id()));
+    let out = fleetrl_tests::scratch(name);
+    let stderr_path = out.with_extension("stderr");
     let mut run = Endless(Some(
         endless_command(&out, &["eval.interval_env_steps=4096"])
             .stderr(std::fs::File::create(&stderr_path)?)
@@ -228,7 +228,7 @@ fn sigterm_run(name: &str, learner_too: bool) -> anyhow::Result<()> {
 /// directory is refused the same way.
 #[test]
 fn a_second_run_or_learner_on_the_same_directory_is_refused() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-twice-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-twice");
     let run = start_endless_run(&out)?;
     let token = std::fs::read_to_string(out.join("run.token"))?;
     let second = fleetrl_tests::cli::fleetrl_command(&["train", "--config", "cartpole-ppo"])
@@ -351,7 +351,7 @@ fn ctrl_c_ends_a_run_whose_evaluation_hangs() -> anyhow::Result<()> {
 
 #[test]
 fn ctrl_c_stops_the_run_cleanly() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-interrupt-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-interrupt");
     let run = start_endless_run(&out)?;
     let status = stop(run)?;
     assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
@@ -391,7 +391,7 @@ fn set(out: &Path, assignment: &str) -> anyhow::Result<(bool, String)> {
 /// error naming the key, and the run goes on; the final checkpoint records the new value.
 #[test]
 fn set_changes_a_running_learners_hyperparameter() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-set-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-set");
     let run = start_endless_run(&out)?;
     let (ok, text) = set(&out, "algo.learning_rate=2e-5")?;
     assert!(ok, "{text}");
@@ -436,7 +436,7 @@ fn set_changes_a_running_learners_hyperparameter() -> anyhow::Result<()> {
 /// backtrace until the launcher gave up on them, and checkpoints kept saving NaN weights.
 #[test]
 fn a_diverged_update_stops_the_run_naming_the_last_finite_checkpoint() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-diverged-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-diverged");
     let stderr_path = out.with_extension("stderr");
     let mut run = Endless(Some(
         endless_command(&out, &[])

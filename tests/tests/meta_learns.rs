@@ -19,7 +19,7 @@ use fleetrl_tests::Sandbox;
 
 /// Trains `preset` into a fresh directory (kept, for `fleetrl eval`); the summary and the dir.
 fn train(name: &str, preset: &str, overrides: &[&str]) -> (serde_json::Value, PathBuf) {
-    let out = std::env::temp_dir().join(format!("fleetrl-meta-{name}-{}", std::process::id()));
+    let out = fleetrl_tests::scratch(&format!("fleetrl-meta-{name}"));
     let _ = std::fs::remove_dir_all(&out);
     let mut cmd = fleetrl_command(&["train", "--config", preset]);
     for o in overrides {

@@ -84,12 +84,7 @@ async fn two_cpu_replicas_with_f16_chunked_weights_learn_cartpole() -> anyhow::R
 /// needing one) in a run directory of its own, as the tests of this file run side by side and
 /// a learner locks its run directory; its stderr.
 fn refused_learner(preset: &str, sets: &[&str]) -> anyhow::Result<String> {
-    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let run_dir = std::env::temp_dir().join(format!(
-        "fleetrl-refused-learner-{}-{}",
-        std::process::id(),
-        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
+    let run_dir = fleetrl_tests::scratch("fleetrl-refused-learner");
     let learner = fleetrl_runtime::launch::bin_dir()?.join("fleet-learner");
     let config = fleetrl_tests::compose::repo_root().join(format!("configs/{preset}.toml"));
     let mut command = Command::new(learner);

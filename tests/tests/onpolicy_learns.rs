@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn train(name: &str, preset: &str, overrides: &[&str]) -> anyhow::Result<serde_json::Value> {
-    let out = std::env::temp_dir().join(format!("fleetrl-{name}-{}", std::process::id()));
+    let out = fleetrl_tests::scratch(&format!("fleetrl-{name}"));
     let _ = std::fs::remove_dir_all(&out);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let bin = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
@@ -250,7 +250,7 @@ fn intrinsic_rewards_solve_sparse_mountain_car_where_plain_ppo_does_not() -> any
         algo.remove("intrinsic").is_some(),
         "the preset has [algo.intrinsic]"
     );
-    let plain = std::env::temp_dir().join(format!("sparse-mc-plain-{}.toml", std::process::id()));
+    let plain = fleetrl_tests::scratch("sparse-mc-plain").with_extension("toml");
     std::fs::write(&plain, toml::to_string(&preset)?)?;
     let summary = train(
         "ppo-plain",

@@ -15,7 +15,7 @@ use fleetrl_tests::cli::fleetrl_ok;
 
 #[test]
 fn r2d2_learns_cartpole_without_velocities() {
-    let out = std::env::temp_dir().join(format!("fleetrl-r2d2-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-r2d2");
     let _ = std::fs::remove_dir_all(&out);
     let out_str = out.display().to_string();
     fleetrl_ok(&[

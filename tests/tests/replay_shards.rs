@@ -51,7 +51,7 @@ async fn wait_until(what: &str, limit: Duration, done: impl Fn() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_shards_survive_losing_one() {
-    let dir = std::env::temp_dir().join(format!("fleetrl-replay-shards-{}", std::process::id()));
+    let dir = fleetrl_tests::scratch("fleetrl-replay-shards");
     let _ = std::fs::remove_dir_all(&dir);
     let mut shards = Vec::new();
     for i in 0..3 {
@@ -184,7 +184,7 @@ async fn three_shards_survive_losing_one() {
 /// learner behind its samples-per-insert ratio.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampling_runs_only_prefetch_batches_ahead_of_its_reader() {
-    let dir = std::env::temp_dir().join(format!("fleetrl-replay-ahead-{}", std::process::id()));
+    let dir = fleetrl_tests::scratch("fleetrl-replay-ahead");
     let _ = std::fs::remove_dir_all(&dir);
     // No samples-per-insert limit here: only the sampler's own restraint holds it back.
     let tables = TABLES.replace(
@@ -243,7 +243,7 @@ async fn sampling_runs_only_prefetch_batches_ahead_of_its_reader() {
 /// and its run stalled without a word in any log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_item_fails_the_writer_instead_of_stalling_it() {
-    let dir = std::env::temp_dir().join(format!("fleetrl-replay-reject-{}", std::process::id()));
+    let dir = fleetrl_tests::scratch("fleetrl-replay-reject");
     let _ = std::fs::remove_dir_all(&dir);
     let mut shard = ReplayProcess::start(&dir, "reject", TABLES, None)
         .await

@@ -38,7 +38,7 @@ fn train(out: &Path, steps: u64, resume: Option<&Path>) -> anyhow::Result<serde_
 
 #[test]
 fn training_resumes_where_the_checkpoint_left_off() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-resume-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-resume");
     let _ = std::fs::remove_dir_all(&out);
     let first = train(&out, 4_096, None)?;
     assert_eq!(first["stop_reason"], "step_budget", "{first:#}");
@@ -96,7 +96,7 @@ fn training_resumes_where_the_checkpoint_left_off() -> anyhow::Result<()> {
 /// start with "meta.json: No such file or directory".
 #[test]
 fn a_resume_with_nothing_to_resume_from_is_refused_at_once() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-no-resume-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-no-resume");
     let _ = std::fs::remove_dir_all(&out);
     let missing = out.with_extension("missing");
     for (resume, says) in [
@@ -143,7 +143,7 @@ fn a_resume_with_nothing_to_resume_from_is_refused_at_once() -> anyhow::Result<(
 /// replaced the run's config.
 #[test]
 fn a_run_resumes_with_its_own_config_and_refuses_another_network() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-own-config-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-own-config");
     let _ = std::fs::remove_dir_all(&out);
     let fleetrl = || -> anyhow::Result<Command> {
         let mut cmd = Command::new(fleetrl_runtime::launch::bin_dir()?.join("fleetrl"));

@@ -50,8 +50,7 @@ fn the_learner_names_an_unknown_key_without_a_backtrace() -> anyhow::Result<()> 
 
 #[test]
 fn the_replay_server_names_an_unknown_key_without_a_backtrace() -> anyhow::Result<()> {
-    let tables =
-        std::env::temp_dir().join(format!("fleetrl-bad-tables-{}.toml", std::process::id()));
+    let tables = fleetrl_tests::scratch("fleetrl-bad-tables").with_extension("toml");
     std::fs::write(&tables, "[[table]]\nname = \"t\"\nno_such_key = 1\n")?;
     let path = tables.display().to_string();
     let stderr = failing(
@@ -66,7 +65,7 @@ fn the_replay_server_names_an_unknown_key_without_a_backtrace() -> anyhow::Resul
 
 #[test]
 fn the_cli_names_an_unknown_key_without_a_backtrace() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-user-errors-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-user-errors");
     let out = out.to_string_lossy().into_owned();
     let stderr = failing(
         "fleetrl",
@@ -106,7 +105,7 @@ fn the_actor_names_an_address_it_cannot_serve_without_a_backtrace() -> anyhow::R
 /// `fleetrl train`'s own mistakes: each error names what to fix, where the user will look.
 #[test]
 fn fleetrl_train_names_the_mistake_itself() -> anyhow::Result<()> {
-    let out = std::env::temp_dir().join(format!("fleetrl-user-errors-{}", std::process::id()));
+    let out = fleetrl_tests::scratch("fleetrl-user-errors");
     let out = out.display().to_string();
     let train = |set: &str| failing("fleetrl", &["train", "--set", set, "--out", &out]);
 
