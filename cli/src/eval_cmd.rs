@@ -20,14 +20,17 @@ use fleetrl_proto::space::Space;
 /// env or on `env_id` (same wrappers, e.g. `gym:CartPole-v1` to score a native CartPole policy
 /// in gymnasium's own implementation). Blocks (tch and env work): call from a blocking thread.
 /// `seed` defaults to the run's evaluation seed; the seed used is returned with the result.
+/// `sets` change the run's config for this evaluation ([`for_evaluation`]).
 pub(crate) fn evaluate_checkpoint(
     path: &Path,
     episodes: usize,
     seed: Option<u64>,
     env_id: Option<&str>,
     task: Option<u64>,
+    sets: &[String],
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, config) = load_policy(path)?;
+    let config = for_evaluation(&config, sets)?;
     let task_agnostic = spec(&config)
         .task_agnostic
         .filter(|_| config.tasks.multi_task);
@@ -43,10 +46,10 @@ pub(crate) fn evaluate_checkpoint(
         );
     }
     if let Some(maml) = meta_evaluated {
-        return meta_evaluate_checkpoint(path, maml, seed, task);
+        return meta_evaluate_checkpoint(path, &config, maml, seed, task);
     }
     if pearl {
-        return pearl_evaluate_checkpoint(path, seed, task);
+        return pearl_evaluate_checkpoint(path, &config, seed, task);
     }
     if task_agnostic == Some(TaskAgnostic::AsPearl) {
         // `actors.envs_per_actor` episodes of every test task with the evaluation's actions.
@@ -68,7 +71,7 @@ pub(crate) fn evaluate_checkpoint(
             num_grad_updates: 0,
             ..MamlConfig::default()
         };
-        return meta_evaluate_checkpoint(path, &unadapted, seed, task);
+        return meta_evaluate_checkpoint(path, &config, &unadapted, seed, task);
     }
     if task.is_some() {
         bail!(
@@ -108,33 +111,56 @@ pub(crate) fn evaluate_checkpoint(
 /// as in training (adaptation is meta-trained for that many).
 fn meta_evaluate_checkpoint(
     path: &Path,
+    config: &RunConfig,
     maml: &MamlConfig,
     seed: Option<u64>,
     task: Option<u64>,
 ) -> anyhow::Result<(EvalResult, u64)> {
-    let (model, config) = load_actor_critic(path)?;
-    let seed = seed.unwrap_or_else(|| eval_seed(&config));
-    let tasks = evaluated_tasks(&config, task)?;
+    let (model, _) = load_actor_critic(path)?;
+    let seed = seed.unwrap_or_else(|| eval_seed(config));
+    let tasks = evaluated_tasks(config, task)?;
     let episodes = config.actors.envs_per_actor as usize;
-    let result = meta_evaluate(&model, &config, maml, &tasks, episodes, seed)?;
+    let result = meta_evaluate(&model, config, maml, &tasks, episodes, seed)?;
     Ok((result, seed))
 }
 
 /// PEARL's meta-test of checkpoint `path` on every held-out test task (or on `task` alone):
-/// `algo.n_exploration_eps` exploration episodes, then the adapted one.
+/// `algo.n_exploration_eps` exploration episodes, `algo.n_posterior_eps` search episodes,
+/// then the adapted one.
 fn pearl_evaluate_checkpoint(
     path: &Path,
+    config: &RunConfig,
     seed: Option<u64>,
     task: Option<u64>,
 ) -> anyhow::Result<(EvalResult, u64)> {
-    let (model, config) = load_pearl(path)?;
+    let (model, _) = load_pearl(path)?;
     let pearl = config
         .algo
         .as_pearl()
         .context("load_pearl returns PEARL checkpoints only")?;
-    let seed = seed.unwrap_or_else(|| eval_seed(&config));
-    let tasks = evaluated_tasks(&config, task)?;
-    Ok((pearl_evaluate(&model, &config, pearl, &tasks, seed)?, seed))
+    let seed = seed.unwrap_or_else(|| eval_seed(config));
+    let tasks = evaluated_tasks(config, task)?;
+    Ok((pearl_evaluate(&model, config, pearl, &tasks, seed)?, seed))
+}
+
+/// The keys `fleetrl eval --set` may change besides `eval.*`: they say how a policy is
+/// played, not what was trained.
+const EVAL_KEYS: [&str; 2] = ["algo.n_exploration_eps", "algo.n_posterior_eps"];
+
+/// The checkpoint's `config` with `sets` applied for one evaluation; a key that training
+/// fixed (the env, the network, the algorithm's training settings) is refused by name.
+fn for_evaluation(config: &RunConfig, sets: &[String]) -> anyhow::Result<RunConfig> {
+    for set in sets {
+        let key = set.split_once('=').map_or(set.as_str(), |(k, _)| k).trim();
+        if !(key.starts_with("eval.") || EVAL_KEYS.contains(&key)) {
+            bail!(
+                "--set {set}: fleetrl eval changes only how the checkpoint is played (eval.*, {}); \
+                 `{key}` is fixed by its training",
+                EVAL_KEYS.join(", ")
+            );
+        }
+    }
+    Ok(config.with_overrides(sets)?)
 }
 
 /// The held-out test tasks of the run, or `task` alone (an id the run's tasks do not hold is
@@ -184,8 +210,9 @@ pub(crate) fn run(
     seed: Option<u64>,
     env_id: Option<&str>,
     task: Option<u64>,
+    sets: &[String],
 ) -> anyhow::Result<()> {
-    let (result, seed) = evaluate_checkpoint(path, episodes, seed, env_id, task)?;
+    let (result, seed) = evaluate_checkpoint(path, episodes, seed, env_id, task, sets)?;
     if let Some(rate) = result.success_rate() {
         println!("success rate {:.1}%", 100.0 * rate);
     }
@@ -221,6 +248,7 @@ pub(crate) fn run(
         "adaptation_returns": result.adaptation,
         "success_rate": result.success_rate(),
         "task": task,
+        "set": sets,
     });
     // An evaluation on another env does not replace the run env's `eval.json`.
     let out = match env_id {

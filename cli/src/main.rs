@@ -71,6 +71,11 @@ enum Command {
         /// of on every held-out test task.
         #[arg(long)]
         task: Option<u64>,
+        /// KEY=VALUE: change how the checkpoint is played for this evaluation (repeatable):
+        /// `eval.*` keys, and PEARL's meta-test `algo.n_exploration_eps` and
+        /// `algo.n_posterior_eps`.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
     },
     /// Record demonstrations: play a checkpoint's policy (or a scripted controller, or the
     /// keyboard) and write each episode as a demo file (format: fleetrl-demo, see the README).
@@ -262,10 +267,11 @@ async fn run() -> anyhow::Result<()> {
             seed,
             env,
             task,
+            sets,
         } => {
             let checkpoint = resolve_checkpoint(&checkpoint)?;
             tokio::task::spawn_blocking(move || {
-                eval_cmd::run(&checkpoint, episodes, seed, env.as_deref(), task)
+                eval_cmd::run(&checkpoint, episodes, seed, env.as_deref(), task, &sets)
             })
             .await?
         }

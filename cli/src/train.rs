@@ -576,7 +576,7 @@ impl Running<'_> {
         std::thread::Builder::new()
             .name("evaluation".into())
             .spawn(move || {
-                let _ = done.send(evaluate_checkpoint(&path, episodes, None, None, None));
+                let _ = done.send(evaluate_checkpoint(&path, episodes, None, None, None, &[]));
             })
             .context("starting the evaluation's thread")?;
         let begun = Instant::now();

@@ -176,6 +176,37 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
         stderr.contains("--env Pendulum-v1") && stderr.contains("held-out tasks"),
         "{stderr}"
     );
+    // `--set` changes how the meta-test plays, never what was trained.
+    let stderr = eval_refused(&ckpt, "--set", "model.hidden_sizes=[8]");
+    assert!(
+        stderr.contains("`model.hidden_sizes` is fixed by its training"),
+        "{stderr}"
+    );
+    let searched = fleetrl_command(&[
+        "eval",
+        "--checkpoint",
+        &ckpt,
+        "--task",
+        "45",
+        "--set",
+        "algo.n_posterior_eps=2",
+    ])
+    .output()
+    .expect("fleetrl runs");
+    assert!(
+        searched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&searched.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{ckpt}/eval.json")).unwrap())
+            .unwrap();
+    let episodes = report["adaptation_returns"].as_array().map(Vec::len);
+    assert_eq!(
+        episodes,
+        Some(4),
+        "one exploration, two search and the adapted episode: {report:#}"
+    );
     let _ = std::fs::remove_dir_all(out);
 }
 

@@ -223,31 +223,62 @@ impl PearlActing {
     }
 }
 
-/// The meta-test's `z` for one episode: a fresh draw from the prior for an exploration
-/// episode, whatever `context` holds; the mean of the posterior over `context` for the
-/// adapted one.
+/// What a meta-test episode is for, in the order they are played on a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// `z` drawn from the prior whatever the context holds, actions sampled.
+    Explore,
+    /// `z` drawn from the posterior over the context so far, the policy's mean action.
+    Search,
+    /// The posterior's mean and the policy's mean action: the episode that is scored.
+    Adapted,
+}
+
+impl Phase {
+    /// The phase of episode `e` (from 0) in a meta-test of `pearl`'s episodes.
+    fn of(e: usize, pearl: &PearlConfig) -> Phase {
+        let explore = pearl.n_exploration_eps as usize;
+        if e < explore {
+            Phase::Explore
+        } else if e < explore + pearl.n_posterior_eps as usize {
+            Phase::Search
+        } else {
+            Phase::Adapted
+        }
+    }
+}
+
+/// The meta-test's `z` for one episode of `phase`, given the `context` collected on the task
+/// so far.
 fn meta_test_z(
     model: &PearlModel,
     context: &Context,
-    adapted: bool,
+    phase: Phase,
     limit: usize,
     rng: &mut SmallRng,
 ) -> Tensor {
-    if adapted {
-        context.posterior(model, limit, rng).0
-    } else {
-        let (mu, var) = model.prior(1);
-        PearlModel::sample_z(&mu, &var)
+    match phase {
+        Phase::Explore => {
+            let (mu, var) = model.prior(1);
+            PearlModel::sample_z(&mu, &var)
+        }
+        Phase::Search => {
+            let (mu, var) = context.posterior(model, limit, rng);
+            PearlModel::sample_z(&mu, &var)
+        }
+        Phase::Adapted => context.posterior(model, limit, rng).0,
     }
 }
 
 /// PEARL's meta-test on each of `tasks`: `n_exploration_eps` exploration episodes, each with
-/// its own `z` drawn from the prior, then one adapted episode with the mean of the posterior
-/// over every exploration transition and the policy's mean action. This is how the paper's
-/// code (oyster's `num_exp_traj_eval`) and garage (`adapt_policy` after the exploration
-/// episodes) meta-test: no belief is updated between exploration episodes, so on a sparse
-/// task each of them is an independent guess at the goal, where a posterior over episodes
-/// that scored nothing would send every next one to the same wrong place. The result's
+/// its own `z` drawn from the prior, then `n_posterior_eps` search episodes, each with `z`
+/// drawn from the posterior over every transition so far, then one adapted episode with the
+/// mean of the posterior over all of them and the policy's mean action. With no search
+/// episodes this is garage's meta-test (`adapt_policy` after the exploration episodes) and
+/// oyster's first posterior episode: no belief is updated between exploration episodes, so
+/// on a sparse task each of them is an independent guess at the goal. Search episodes are
+/// oyster's meta-test past its `num_exp_traj_eval` episodes: posterior sampling, each
+/// episode going where the belief points and adding what it found there. The result's
 /// returns are each task's adapted (last) episode, and its adaptation curve the mean over
 /// tasks of every episode in order (exploration first). Returns are scores.
 pub fn pearl_evaluate(
@@ -266,7 +297,7 @@ pub fn pearl_evaluate(
         0 => 100_000,
         n => n,
     };
-    let episodes = pearl.n_exploration_eps as usize + 1;
+    let episodes = pearl.n_exploration_eps as usize + pearl.n_posterior_eps as usize + 1;
     let mut sums = vec![0.0; episodes];
     let mut returns = Vec::with_capacity(tasks.len());
     let mut adapted_success = Vec::with_capacity(tasks.len());
@@ -274,11 +305,12 @@ pub fn pearl_evaluate(
         acting.start(task, &config.env.id, seed.wrapping_add(1000 * i as u64))?;
         let mut context = Context::default();
         for (e, sum) in sums.iter_mut().enumerate() {
-            let adapted = e + 1 == episodes;
-            let z = meta_test_z(model, &context, adapted, limit, &mut rng);
-            let score = acting.episode(model, &z, adapted, &mut context, max_steps)?;
+            let phase = Phase::of(e, pearl);
+            let z = meta_test_z(model, &context, phase, limit, &mut rng);
+            let deterministic = phase != Phase::Explore;
+            let score = acting.episode(model, &z, deterministic, &mut context, max_steps)?;
             *sum += score;
-            if adapted {
+            if phase == Phase::Adapted {
                 returns.push(score);
             }
         }
@@ -306,15 +338,24 @@ mod tests {
     use tch::Device;
 
     /// Exploration episodes draw `z` from the prior even when the context so far points
-    /// elsewhere; the adapted episode takes the posterior's mean. The encoder here maps every
-    /// transition to `N(40, softplus(0))`, so the posterior's mean is 40 in every dimension.
+    /// elsewhere, search episodes draw it from the posterior, and the adapted episode takes
+    /// the posterior's mean. The encoder here maps every transition to `N(40, softplus(0))`,
+    /// so over 20 transitions the posterior is `N(40, 0.69 / 20)` in every dimension.
     #[test]
-    fn exploration_draws_from_the_prior_and_adaptation_uses_the_posterior() {
+    fn exploration_draws_from_the_prior_search_from_the_posterior_adaptation_its_mean() {
         let pearl = PearlConfig {
             latent_dim: 5,
             encoder_hidden_sizes: vec![8],
+            n_exploration_eps: 2,
+            n_posterior_eps: 3,
             ..PearlConfig::default()
         };
+        let phases: Vec<Phase> = (0..6).map(|e| Phase::of(e, &pearl)).collect();
+        use Phase::{Adapted, Explore, Search};
+        assert_eq!(
+            phases[..],
+            [Explore, Explore, Search, Search, Search, Adapted]
+        );
         let env = crate::envs::make("PointRobotSparse-v0").unwrap();
         let model = PearlModel::new(
             &ModelConfig::default(),
@@ -351,11 +392,28 @@ mod tests {
         }
         let mut rng = SmallRng::seed_from_u64(0);
         for _ in 0..20 {
-            let z = meta_test_z(&model, &context, false, 1024, &mut rng);
+            let z = meta_test_z(&model, &context, Explore, 1024, &mut rng);
             let largest = z.abs().max().double_value(&[]);
             assert!(largest < 10.0, "an exploration z is not a prior draw: {z}");
         }
-        let z = meta_test_z(&model, &context, true, 1024, &mut rng);
+        let draws = Tensor::cat(
+            &(0..200)
+                .map(|_| meta_test_z(&model, &context, Search, 1024, &mut rng))
+                .collect::<Vec<_>>(),
+            0,
+        );
+        let mean = draws.mean(tch::Kind::Float).double_value(&[]);
+        let var = draws.var(true).double_value(&[]);
+        assert!(
+            (mean - 40.0).abs() < 0.1,
+            "search draws centre on {mean}, not 40"
+        );
+        let want = f64::ln(2.0) / 20.0;
+        assert!(
+            (var / want - 1.0).abs() < 0.25,
+            "search draws have variance {var}, not the posterior's {want}"
+        );
+        let z = meta_test_z(&model, &context, Adapted, 1024, &mut rng);
         let off = (z - 40.0).abs().max().double_value(&[]);
         assert!(
             off < 1e-3,

@@ -246,6 +246,12 @@ pub struct PearlConfig {
     /// own `z` from the prior; the adapted one uses the posterior over all of them (garage's
     /// `MetaEvaluator.n_exploration_eps`, oyster's `num_exp_traj_eval`).
     pub n_exploration_eps: u32,
+    /// Meta-test: episodes after the exploration ones and before the adapted one, each with
+    /// `z` drawn from the posterior over every transition of the task so far, so each searches
+    /// where the belief points and adds what it found (0: none, garage's meta-test). Oyster
+    /// meta-tests this way after its `num_exp_traj_eval` episodes, up to `num_steps_per_eval`
+    /// steps (400 on the sparse point robot: 5 exploration and 15 posterior episodes).
+    pub n_posterior_eps: u32,
     /// Updates between weight publications to the actors (1: after every update). Each
     /// publication exports the weights, which on a GPU learner costs more than a graphed
     /// update (2.4 ms against 1.2 ms for `point-robot-sparse-pearl` on an H200).
@@ -283,6 +289,7 @@ impl Default for PearlConfig {
             reward_scale: 1.0,
             update_post_train: 1,
             n_exploration_eps: 2,
+            n_posterior_eps: 0,
             publish_interval: 1,
         }
     }

@@ -704,6 +704,22 @@ impl RunConfig {
         Ok(config)
     }
 
+    /// This config with `--set` style `overrides` applied (an error names the first one
+    /// that breaks it), e.g. a checkpoint's config changed for one evaluation.
+    pub fn with_overrides(&self, overrides: &[String]) -> Result<RunConfig, ConfigError> {
+        let mut table: toml::Table =
+            toml::from_str(&self.to_toml()).map_err(|e| ConfigError::Parse {
+                origin: "the effective config".to_string(),
+                message: e.to_string(),
+            })?;
+        let mut config = self.clone();
+        for o in overrides {
+            apply_override(&mut table, o)?;
+            config = RunConfig::from_table(table.clone(), &format!("--set {o}"))?;
+        }
+        Ok(config)
+    }
+
     /// The effective config as TOML, every default filled in.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("RunConfig always serialises")
@@ -1198,6 +1214,27 @@ pub(crate) fn check(ok: bool, key: &'static str, message: &str) -> Result<(), Co
 mod tests {
     use super::*;
     use std::path::Path;
+
+    /// A loaded config changed by `--set`s keeps everything else, and a bad value is
+    /// refused naming the `--set` that brought it.
+    #[test]
+    fn overrides_apply_to_a_loaded_config_and_name_the_one_that_breaks_it() {
+        let config = RunConfig::load("point-robot-sparse-pearl", &[]).unwrap();
+        let changed = config
+            .with_overrides(&["algo.n_posterior_eps=15".into()])
+            .unwrap();
+        assert_eq!(changed.algo.as_pearl().unwrap().n_posterior_eps, 15);
+        let mut back = changed.clone();
+        back.algo = config.algo.clone();
+        assert_eq!(back, config, "only the key that was set changed");
+        let err = config
+            .with_overrides(&["algo.n_posterior_eps=-1".into()])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("--set algo.n_posterior_eps=-1"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn nan_and_infinities_are_refused_naming_the_key_except_where_they_mean_no_limit() {
