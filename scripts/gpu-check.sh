@@ -38,10 +38,11 @@ if [ "${1:-}" = --pack ]; then
   # No `python` feature: the binaries then need libtorch alone, not this machine's libpython.
   cargo build --release --no-default-features -p fleetrl -p fleet-learner -p fleet-actor \
     -p fleet-replay-server -p fleetrl-core --bins --example learner_update \
-    --example offpolicy_timing >&2 || { log "build failed"; exit 1; }
+    --example offpolicy_timing --example pearl_probe >&2 || { log "build failed"; exit 1; }
   mkdir -p "$dir"
+  # pearl_probe is not a check: it rides along for long PEARL runs on the device.
   for b in fleetrl fleet-learner fleet-actor fleet-replay-server examples/learner_update \
-    examples/offpolicy_timing; do
+    examples/offpolicy_timing examples/pearl_probe; do
     cp "target/release/$b" "$dir/" && strip "$dir/$(basename "$b")" || exit 1
   done
   log "packed into $dir ($(du -sh "$dir" | cut -f1)); run there:" \
