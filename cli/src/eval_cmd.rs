@@ -31,6 +31,11 @@ pub(crate) fn evaluate_checkpoint(
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, config) = load_policy(path)?;
     let config = for_evaluation(&config, sets)?;
+    let seed = seed.unwrap_or_else(|| eval_seed(&config));
+    // Sampled actions and PEARL's draws of `z` come from torch's generator: seeded as well, an
+    // evaluation plays the same episodes whenever and in whichever process it runs (the run's
+    // own evaluations, then `fleetrl eval` of the same checkpoint).
+    tch::manual_seed(seed as i64);
     let task_agnostic = spec(&config)
         .task_agnostic
         .filter(|_| config.tasks.multi_task);
@@ -53,7 +58,6 @@ pub(crate) fn evaluate_checkpoint(
     }
     if task_agnostic == Some(TaskAgnostic::AsPearl) {
         // `actors.envs_per_actor` episodes of every test task with the evaluation's actions.
-        let seed = seed.unwrap_or_else(|| eval_seed(&config));
         let tasks = evaluated_tasks(&config, task)?;
         let result = evaluate_tasks(
             model.as_ref(),
@@ -79,7 +83,6 @@ pub(crate) fn evaluate_checkpoint(
             config.algo.name()
         );
     }
-    let seed = seed.unwrap_or_else(|| eval_seed(&config));
     // `[eval.env]` replaces the training env for evaluation (e.g. other wrappers or limit).
     let mut env = config
         .eval
@@ -113,11 +116,10 @@ fn meta_evaluate_checkpoint(
     path: &Path,
     config: &RunConfig,
     maml: &MamlConfig,
-    seed: Option<u64>,
+    seed: u64,
     task: Option<u64>,
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, _) = load_actor_critic(path)?;
-    let seed = seed.unwrap_or_else(|| eval_seed(config));
     let tasks = evaluated_tasks(config, task)?;
     let episodes = config.actors.envs_per_actor as usize;
     let result = meta_evaluate(&model, config, maml, &tasks, episodes, seed)?;
@@ -130,7 +132,7 @@ fn meta_evaluate_checkpoint(
 fn pearl_evaluate_checkpoint(
     path: &Path,
     config: &RunConfig,
-    seed: Option<u64>,
+    seed: u64,
     task: Option<u64>,
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, _) = load_pearl(path)?;
@@ -138,7 +140,6 @@ fn pearl_evaluate_checkpoint(
         .algo
         .as_pearl()
         .context("load_pearl returns PEARL checkpoints only")?;
-    let seed = seed.unwrap_or_else(|| eval_seed(config));
     let tasks = evaluated_tasks(config, task)?;
     Ok((pearl_evaluate(&model, config, pearl, &tasks, seed)?, seed))
 }

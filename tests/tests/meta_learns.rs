@@ -182,30 +182,39 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
         stderr.contains("`model.hidden_sizes` is fixed by its training"),
         "{stderr}"
     );
-    let searched = fleetrl_command(&[
-        "eval",
-        "--checkpoint",
-        &ckpt,
-        "--task",
-        "45",
-        "--set",
-        "algo.n_posterior_eps=2",
-    ])
-    .output()
-    .expect("fleetrl runs");
-    assert!(
-        searched.status.success(),
-        "{}",
-        String::from_utf8_lossy(&searched.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(format!("{ckpt}/eval.json")).unwrap())
-            .unwrap();
-    let episodes = report["adaptation_returns"].as_array().map(Vec::len);
+    let searched = || {
+        let run = fleetrl_command(&[
+            "eval",
+            "--checkpoint",
+            &ckpt,
+            "--task",
+            "45",
+            "--set",
+            "algo.n_posterior_eps=2",
+        ])
+        .output()
+        .expect("fleetrl runs");
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(format!("{ckpt}/eval.json")).unwrap())
+                .unwrap();
+        report["adaptation_returns"].clone()
+    };
+    let first = searched();
     assert_eq!(
-        episodes,
+        first.as_array().map(Vec::len),
         Some(4),
-        "one exploration, two search and the adapted episode: {report:#}"
+        "one exploration, two search and the adapted episode: {first:#}"
+    );
+    // Its draws of `z` and sampled actions are seeded: another process plays the same.
+    assert_eq!(
+        searched(),
+        first,
+        "the same evaluation twice played differently"
     );
     let _ = std::fs::remove_dir_all(out);
 }
