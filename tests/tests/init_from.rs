@@ -7,9 +7,7 @@ use std::path::PathBuf;
 use fleetrl_tests::cli::fleetrl_command;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = fleetrl_tests::scratch(&format!("fleetrl-init-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    fleetrl_tests::scratch(&format!("fleetrl-init-{name}"))
 }
 
 /// Runs `fleetrl train` and returns its exit success, stderr and summary (when written).

@@ -14,9 +14,7 @@ use fleetrl_tests::cli::{fleetrl_command, fleetrl_ok};
 use fleetrl_tests::Sandbox;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = fleetrl_tests::scratch(&format!("fleetrl-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    fleetrl_tests::scratch(&format!("fleetrl-{name}"))
 }
 
 /// Runs `fleetrl train` on `preset` with overrides and returns its summary.
