@@ -85,8 +85,9 @@ fn posterior_mean(model: &PearlModel, context: &[Transition]) -> Tensor {
     model.posterior(&c.unsqueeze(0)).0
 }
 
-/// The adapted episode with `z`: whether it reached the goal's radius, and its final distance.
-fn adapted(model: &PearlModel, env: &mut dyn Env, z: &Tensor, goal: [f32; 2]) -> (bool, f32) {
+/// A 20-step episode with `z` and the policy's mean action: whether it reached the goal's
+/// radius, and where it ended.
+fn play(model: &PearlModel, env: &mut dyn Env, z: &Tensor) -> (bool, [f32; 2]) {
     let mut obs = env.reset(None);
     let mut reached = false;
     for _ in 0..20 {
@@ -96,8 +97,7 @@ fn adapted(model: &PearlModel, env: &mut dyn Env, z: &Tensor, goal: [f32; 2]) ->
         reached |= env.score_reward().unwrap_or(0.0) > 0.0;
         obs = out.obs;
     }
-    let d = ((obs[0] - goal[0]).powi(2) + (obs[1] - goal[1]).powi(2)).sqrt();
-    (reached, d)
+    (reached, [obs[0], obs[1]])
 }
 
 fn main() -> anyhow::Result<()> {
@@ -146,9 +146,9 @@ fn main() -> anyhow::Result<()> {
         ];
         means.push(zs[0].shallow_clone());
         for (k, z) in zs.iter().enumerate() {
-            let (r, d) = adapted(&model, env.as_mut(), z, goal);
+            let (r, end) = play(&model, env.as_mut(), z);
             reached[k] += usize::from(r);
-            distance[k] += d;
+            distance[k] += (end[0] - goal[0]).hypot(end[1] - goal[1]);
         }
     }
     let n = tasks.len();
@@ -165,17 +165,7 @@ fn main() -> anyhow::Result<()> {
     let ends: Vec<[f32; 2]> = (0..20)
         .map(|_| {
             let (mu, var) = model.prior(1);
-            let z = PearlModel::sample_z(&mu, &var);
-            let mut obs = env.reset(None);
-            for _ in 0..20 {
-                let a = model.act(&Tensor::from_slice(&obs).view([1, 2]), &z, true);
-                let a = Vec::<f32>::try_from(a.reshape([-1])).expect("an action");
-                obs = env
-                    .step(&Action::Continuous(a))
-                    .expect("a valid action")
-                    .obs;
-            }
-            [obs[0], obs[1]]
+            play(&model, env.as_mut(), &PearlModel::sample_z(&mu, &var)).1
         })
         .collect();
     let mut radii: Vec<f32> = ends.iter().map(|e| e[0].hypot(e[1])).collect();

@@ -37,7 +37,6 @@ pub fn fleetrl_ok(args: &[&str]) -> String {
 /// `CartPoleEnv.step` as the original), for `gym:MODULE:ID` with the directory on PYTHONPATH.
 pub fn own_gym_env(module: &str, id: &str, step_body: &str) -> PathBuf {
     let dir = crate::scratch(&format!("fleetrl-{module}"));
-    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let source = format!(
         "import gymnasium as gym\n\

@@ -89,7 +89,6 @@ fn tls_certificates() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let dir = crate::scratch("fleetrl-compose-tls");
-        let _ = std::fs::remove_dir_all(&dir);
         let made = Command::new("bash")
             .arg(repo_root().join("deploy/tls/make-certs.sh"))
             .arg(&dir)

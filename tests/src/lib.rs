@@ -391,7 +391,6 @@ impl SandboxBuilder {
     pub async fn start(self) -> anyhow::Result<Sandbox> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let dir = scratch(&format!("fleetrl-{}", self.name));
-        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let config = fleetrl_core::config::RunConfig::load(
             &root
@@ -533,7 +532,6 @@ pub fn train_preset(
     env: &[(&str, &str)],
 ) -> anyhow::Result<(std::process::ExitStatus, String, Option<serde_json::Value>)> {
     let out = crate::scratch(&format!("fleetrl-{name}"));
-    let _ = std::fs::remove_dir_all(&out);
     let mut cmd = cli::fleetrl_command(&["train", "--config", preset]);
     for o in overrides {
         cmd.args(["--set", o]);

@@ -8,7 +8,6 @@ use fleetrl_tests::cli::{fleetrl_command, fleetrl_ok};
 #[test]
 fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
     let out = fleetrl_tests::scratch("fleetrl-learns");
-    let _ = std::fs::remove_dir_all(&out);
     let run = fleetrl_command(&[
         "train",
         "--config",

@@ -26,7 +26,6 @@ fn eval(checkpoint: &Path, extra: &[&str]) -> serde_json::Value {
 #[test]
 fn a_native_cartpole_policy_scores_the_same_in_gymnasium() {
     let out = fleetrl_tests::scratch("fleetrl-eval-twin");
-    let _ = std::fs::remove_dir_all(&out);
     // Part-trained (no target), so that episodes vary in length and both envs' terminations
     // matter: a fully solved policy would score 500 in any CartPole that times out at 500.
     let train = fleetrl_command(&[

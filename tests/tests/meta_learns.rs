@@ -14,13 +14,12 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use fleetrl_tests::cli::fleetrl_command;
+use fleetrl_tests::cli::{fleetrl_command, fleetrl_ok};
 use fleetrl_tests::Sandbox;
 
 /// Trains `preset` into a fresh directory (kept, for `fleetrl eval`); the summary and the dir.
 fn train(name: &str, preset: &str, overrides: &[&str]) -> (serde_json::Value, PathBuf) {
     let out = fleetrl_tests::scratch(&format!("fleetrl-meta-{name}"));
-    let _ = std::fs::remove_dir_all(&out);
     let mut cmd = fleetrl_command(&["train", "--config", preset]);
     for o in overrides {
         cmd.args(["--set", o]);
@@ -183,7 +182,7 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
         "{stderr}"
     );
     let searched = || {
-        let run = fleetrl_command(&[
+        fleetrl_ok(&[
             "eval",
             "--checkpoint",
             &ckpt,
@@ -191,14 +190,7 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
             "45",
             "--set",
             "algo.n_posterior_eps=2",
-        ])
-        .output()
-        .expect("fleetrl runs");
-        assert!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
+        ]);
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(format!("{ckpt}/eval.json")).unwrap())
                 .unwrap();

@@ -13,7 +13,6 @@ use std::process::Command;
 
 fn train(name: &str, preset: &str, overrides: &[&str]) -> anyhow::Result<serde_json::Value> {
     let out = fleetrl_tests::scratch(&format!("fleetrl-{name}"));
-    let _ = std::fs::remove_dir_all(&out);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let bin = fleetrl_runtime::launch::bin_dir()?.join("fleetrl");
     let mut cmd = Command::new(bin);

@@ -82,7 +82,6 @@ async fn demo_client(server: &ReplayProcess) -> DemoServiceClient<fleetrl_runtim
 #[tokio::test]
 async fn demo_buffers_refuse_bad_demos_and_survive_a_restart() -> anyhow::Result<()> {
     let dir = fleetrl_tests::scratch("fleetrl-ppod-service");
-    let _ = std::fs::remove_dir_all(&dir);
     let demos = dir.join("demos");
     std::fs::create_dir_all(&demos)?;
     let human = episode("SparseMountainCar-v0", 5, true);
@@ -203,7 +202,6 @@ fn train(root: &Path, out: &Path, overrides: &[String]) -> anyhow::Result<serde_
 #[test]
 fn ppod_with_one_demo_solves_sparse_mountain_car_where_ppo_does_not() -> anyhow::Result<()> {
     let dir = fleetrl_tests::scratch("fleetrl-ppod-learns");
-    let _ = std::fs::remove_dir_all(&dir);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let demos = dir.join("demos");
     let printed = fleetrl(

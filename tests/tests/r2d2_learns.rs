@@ -16,7 +16,6 @@ use fleetrl_tests::cli::fleetrl_ok;
 #[test]
 fn r2d2_learns_cartpole_without_velocities() {
     let out = fleetrl_tests::scratch("fleetrl-r2d2");
-    let _ = std::fs::remove_dir_all(&out);
     let out_str = out.display().to_string();
     fleetrl_ok(&[
         "train",

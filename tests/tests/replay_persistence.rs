@@ -85,7 +85,6 @@ async fn start(dir: &Path, name: &str) -> ReplayProcess {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_and_terminated_servers_keep_what_they_acknowledged() {
     let dir = fleetrl_tests::scratch("fleetrl-replay-persistence");
-    let _ = std::fs::remove_dir_all(&dir);
 
     let mut server = start(&dir, "first").await;
     let addr = server.addr.to_string();

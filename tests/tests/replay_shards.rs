@@ -52,7 +52,6 @@ async fn wait_until(what: &str, limit: Duration, done: impl Fn() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_shards_survive_losing_one() {
     let dir = fleetrl_tests::scratch("fleetrl-replay-shards");
-    let _ = std::fs::remove_dir_all(&dir);
     let mut shards = Vec::new();
     for i in 0..3 {
         shards.push(
@@ -185,7 +184,6 @@ async fn three_shards_survive_losing_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampling_runs_only_prefetch_batches_ahead_of_its_reader() {
     let dir = fleetrl_tests::scratch("fleetrl-replay-ahead");
-    let _ = std::fs::remove_dir_all(&dir);
     // No samples-per-insert limit here: only the sampler's own restraint holds it back.
     let tables = TABLES.replace(
         r#"{ kind = "samples_per_insert", samples_per_insert = 2.0, min_size_to_sample = 20, error_buffer = 64.0 }"#,
@@ -244,7 +242,6 @@ async fn sampling_runs_only_prefetch_batches_ahead_of_its_reader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_item_fails_the_writer_instead_of_stalling_it() {
     let dir = fleetrl_tests::scratch("fleetrl-replay-reject");
-    let _ = std::fs::remove_dir_all(&dir);
     let mut shard = ReplayProcess::start(&dir, "reject", TABLES, None)
         .await
         .unwrap();

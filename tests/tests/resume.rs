@@ -39,7 +39,6 @@ fn train(out: &Path, steps: u64, resume: Option<&Path>) -> anyhow::Result<serde_
 #[test]
 fn training_resumes_where_the_checkpoint_left_off() -> anyhow::Result<()> {
     let out = fleetrl_tests::scratch("fleetrl-resume");
-    let _ = std::fs::remove_dir_all(&out);
     let first = train(&out, 4_096, None)?;
     assert_eq!(first["stop_reason"], "step_budget", "{first:#}");
     let first_version = first["policy_version"].as_i64().expect("policy_version");
@@ -97,7 +96,6 @@ fn training_resumes_where_the_checkpoint_left_off() -> anyhow::Result<()> {
 #[test]
 fn a_resume_with_nothing_to_resume_from_is_refused_at_once() -> anyhow::Result<()> {
     let out = fleetrl_tests::scratch("fleetrl-no-resume");
-    let _ = std::fs::remove_dir_all(&out);
     let missing = out.with_extension("missing");
     for (resume, says) in [
         (
@@ -144,7 +142,6 @@ fn a_resume_with_nothing_to_resume_from_is_refused_at_once() -> anyhow::Result<(
 #[test]
 fn a_run_resumes_with_its_own_config_and_refuses_another_network() -> anyhow::Result<()> {
     let out = fleetrl_tests::scratch("fleetrl-own-config");
-    let _ = std::fs::remove_dir_all(&out);
     let fleetrl = || -> anyhow::Result<Command> {
         let mut cmd = Command::new(fleetrl_runtime::launch::bin_dir()?.join("fleetrl"));
         cmd.current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))

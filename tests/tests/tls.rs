@@ -73,7 +73,6 @@ fn trusting(dir: &Path, addr: std::net::SocketAddr) -> (Endpoint, ClientTlsConfi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_mutual_tls_on_the_replay_server() -> anyhow::Result<()> {
     let dir = fleetrl_tests::scratch("fleetrl-tls");
-    let _ = std::fs::remove_dir_all(&dir);
     let made = Command::new("bash")
         .arg(repo_root().join("deploy/tls/make-certs.sh"))
         .arg(&dir)

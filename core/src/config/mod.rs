@@ -646,18 +646,37 @@ impl RunConfig {
                 }
             }
         })?;
-        let mut table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             origin: path.display().to_string(),
             message: e.to_string(),
         })?;
-        let origin = path.display().to_string();
-        let file = table.clone();
+        RunConfig::from_table_with(table, &path.display().to_string(), overrides)
+    }
+
+    /// This config with `--set` style `overrides` applied (an error names the first one
+    /// that breaks it), e.g. a checkpoint's config changed for one evaluation.
+    pub fn with_overrides(&self, overrides: &[String]) -> Result<RunConfig, ConfigError> {
+        let origin = "the effective config";
+        let table = toml::from_str(&self.to_toml()).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        RunConfig::from_table_with(table, origin, overrides)
+    }
+
+    /// The config of `file` (read from `origin`) with `overrides` applied. When the file alone
+    /// is fine and the result is not, the error is the first `--set` that breaks it.
+    fn from_table_with(
+        file: toml::Table,
+        origin: &str,
+        overrides: &[String],
+    ) -> Result<RunConfig, ConfigError> {
+        let mut table = file.clone();
         for o in overrides {
             apply_override(&mut table, o)?;
         }
-        RunConfig::from_table(table, &origin).map_err(|error| {
-            // When the file alone is fine, the first `--set` that breaks it is to blame.
-            if overrides.is_empty() || RunConfig::from_table(file.clone(), &origin).is_err() {
+        RunConfig::from_table(table, origin).map_err(|error| {
+            if overrides.is_empty() || RunConfig::from_table(file.clone(), origin).is_err() {
                 return error;
             }
             let mut table = file;
@@ -701,22 +720,6 @@ impl RunConfig {
             config.learner.batch_rollouts = maml.meta_batch_size;
         }
         config.validate()?;
-        Ok(config)
-    }
-
-    /// This config with `--set` style `overrides` applied (an error names the first one
-    /// that breaks it), e.g. a checkpoint's config changed for one evaluation.
-    pub fn with_overrides(&self, overrides: &[String]) -> Result<RunConfig, ConfigError> {
-        let mut table: toml::Table =
-            toml::from_str(&self.to_toml()).map_err(|e| ConfigError::Parse {
-                origin: "the effective config".to_string(),
-                message: e.to_string(),
-            })?;
-        let mut config = self.clone();
-        for o in overrides {
-            apply_override(&mut table, o)?;
-            config = RunConfig::from_table(table.clone(), &format!("--set {o}"))?;
-        }
         Ok(config)
     }
 
