@@ -162,7 +162,12 @@ impl Pearl {
             let idx = Tensor::randint(n, [k, batch], (Kind::Int64, device));
             let obs = rows(&b.obs, &idx).reshape([-1, d]);
             let action = rows(&b.action, &idx).reshape([k * batch, -1]);
-            let reward = rows(&b.reward, &idx).reshape([-1]);
+            let reward = if c.critic_on_score {
+                &b.score
+            } else {
+                &b.reward
+            };
+            let reward = rows(reward, &idx).reshape([-1]);
             let terminated = rows(&b.terminated, &idx).reshape([-1]);
             let next_obs = rows(&b.next_obs, &idx).reshape([-1, d]);
             let z_rows = z.unsqueeze(1).expand([k, batch, l], false).reshape([-1, l]);
@@ -270,12 +275,8 @@ mod tests {
         }
     }
 
-    /// Rounds of a task whose reward is the action's first component: after updates the
-    /// critic ranks a high first component above a low one, the encoder's posteriors move
-    /// off the prior, and every loss is finite.
-    #[test]
-    fn updates_on_rounds_fit_the_critic_and_move_the_posterior() {
-        tch::manual_seed(0);
+    /// A fresh learner with small networks; `critic_on_score` as given.
+    fn learner(critic_on_score: bool) -> Pearl {
         let config = PearlConfig {
             latent_dim: 2,
             encoder_hidden_sizes: vec![16],
@@ -290,24 +291,27 @@ mod tests {
             vf_lr: 1e-3,
             context_lr: 1e-3,
             discount: 0.0,
+            critic_on_score,
             ..PearlConfig::default()
         };
         let model_config = ModelConfig {
             hidden_sizes: vec![32, 32],
             ..ModelConfig::default()
         };
-        let fresh = || {
-            let model = PearlModel::new(
-                &model_config,
-                &config,
-                &space(2, 2.0),
-                &space(1, 1.0),
-                tch::Device::Cpu,
-            )
-            .unwrap();
-            Pearl::new(&config, model, &model_config)
-        };
-        let mut pearl = fresh();
+        let model = PearlModel::new(
+            &model_config,
+            &config,
+            &space(2, 2.0),
+            &space(1, 1.0),
+            tch::Device::Cpu,
+        )
+        .unwrap();
+        Pearl::new(&config, model, &model_config)
+    }
+
+    /// 300 updates of `pearl` on two rounds whose env reward is the action and whose score
+    /// is its negation; the last update and Q(0.9), Q(-0.9) at `z = 0`.
+    fn train_on_rounds(pearl: &mut Pearl) -> (Update, [f32; 2]) {
         let item = |task: u32| {
             let mut builder = RoundBuilder::default();
             for i in 0..16 {
@@ -316,7 +320,7 @@ mod tests {
                     obs: &[0.0, 0.0],
                     action: &[a],
                     reward: a,
-                    score: a,
+                    score: -a,
                     terminated: false,
                     next_obs: &[0.0, 0.0],
                 });
@@ -335,6 +339,23 @@ mod tests {
         for _ in 0..300 {
             last = pearl.update(&batch).unwrap();
         }
+        let model = &pearl.trained.model;
+        let obs = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
+        let z = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
+        let actions = Tensor::from_slice(&[0.9f32, -0.9]).view([2, 1]);
+        let q = model.sac().q(0, &PearlModel::with_z(&obs, &z), &actions);
+        let q = Vec::<f32>::try_from(q).unwrap();
+        (last, [q[0], q[1]])
+    }
+
+    /// On rounds whose env reward is the action's first component, updates fit the critic
+    /// (it ranks a high first component above a low one), the encoder's posteriors move off
+    /// the prior, every loss is finite, and the state round-trips into a fresh learner.
+    #[test]
+    fn updates_on_rounds_fit_the_critic_and_move_the_posterior() {
+        tch::manual_seed(0);
+        let mut pearl = learner(false);
+        let (last, q) = train_on_rounds(&mut pearl);
         for (name, value) in &last.metrics.0 {
             assert!(value.is_finite(), "{name} = {value}");
         }
@@ -343,16 +364,19 @@ mod tests {
             "{:?}",
             last.metrics
         );
-        let model = &pearl.trained.model;
-        let obs = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
-        let z = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
-        let actions = Tensor::from_slice(&[0.9f32, -0.9]).view([2, 1]);
-        let q = model.sac().q(0, &PearlModel::with_z(&obs, &z), &actions);
-        let q = Vec::<f32>::try_from(q).unwrap();
         assert!(q[0] > q[1] + 1.0, "Q(0.9) = {}, Q(-0.9) = {}", q[0], q[1]);
         // Checkpoint state round-trips into a fresh learner.
-        let mut restored = fresh();
+        let mut restored = learner(false);
         restored.load_state(&pearl.state()).unwrap();
         assert_eq!(restored.trained.updates, 300);
+    }
+
+    /// `critic_on_score`: the critic learns the score's ranking (the negated action), not the
+    /// env reward's.
+    #[test]
+    fn the_critic_can_train_on_the_score() {
+        tch::manual_seed(0);
+        let (_, q) = train_on_rounds(&mut learner(true));
+        assert!(q[1] > q[0] + 1.0, "Q(0.9) = {}, Q(-0.9) = {}", q[0], q[1]);
     }
 }

@@ -240,6 +240,10 @@ pub struct PearlConfig {
     pub replay_buffer_size: u64,
     /// Rewards are multiplied by this in the Bellman target (SAC's temperature, inverted).
     pub reward_scale: f64,
+    /// The critics' Bellman target takes the step's score (what the context encoder sees:
+    /// the sparse reward of a sparse task) in place of the env's reward (false: the env's
+    /// reward, as garage and the PEARL paper's code train, dense on the sparse point robot).
+    pub critic_on_score: bool,
     /// Episodes between posterior updates while collecting with the posterior.
     pub update_post_train: u32,
     /// Meta-test: episodes played on an unseen task before the adapted one, each with its
@@ -287,6 +291,7 @@ impl Default for PearlConfig {
             discount: 0.99,
             replay_buffer_size: 1_000_000,
             reward_scale: 1.0,
+            critic_on_score: false,
             update_post_train: 1,
             n_exploration_eps: 2,
             n_posterior_eps: 0,
