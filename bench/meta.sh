@@ -4,14 +4,14 @@
 #   and 2 actors, and the task-agnostic baseline (point-ppo-multitask) on the same held-out goals;
 # - point-pearl on the same goals at 60k env steps (2 actors);
 # - point-robot-sparse-pearl on PointRobotSparse-v0 (the PEARL paper's sparse point robot) at
-#   300k env steps;
+#   100k env steps, its preset's budget;
 # - halfcheetah-vel-maml-trpo on HalfCheetahVel-v0 (gymnasium MuJoCo) at 2M env steps with 1
 #   and 2 actors, and halfcheetah-vel-pearl at 200k.
 # Prints one row per run: return on the held-out tasks before adapting and adapted (MAML: after
 # one step; PEARL: the episode after the exploration episodes), wall time, env steps/s,
 # rollouts dropped; then each run's evaluation curve.
 #   bash bench/meta.sh
-#   POINT_STEPS=400000 CHEETAH_STEPS=1000000 PEARL_STEPS=30000 SPARSE_STEPS=100000 \
+#   POINT_STEPS=400000 CHEETAH_STEPS=1000000 PEARL_STEPS=30000 SPARSE_STEPS=50000 \
 #     PEARL_CHEETAH_STEPS=50000 bash bench/meta.sh
 # garage itself does not install here: garage 2021.3.0 pins torch<1.8, which has no wheel for
 # this Python; compare with the MAML paper's curves at the same env steps instead.
@@ -23,7 +23,7 @@ cargo build --release --bins >&2
 point_steps=${POINT_STEPS:-800000}
 cheetah_steps=${CHEETAH_STEPS:-2000000}
 pearl_steps=${PEARL_STEPS:-60000}
-sparse_steps=${SPARSE_STEPS:-300000}
+sparse_steps=${SPARSE_STEPS:-100000}
 pearl_cheetah_steps=${PEARL_CHEETAH_STEPS:-200000}
 out=$(mktemp -d)
 run() { # name preset actors steps [extra --set ...]
