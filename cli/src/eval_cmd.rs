@@ -15,6 +15,8 @@ use fleetrl_core::models::Policy;
 use fleetrl_core::tasks::{Task, TaskSet};
 use fleetrl_proto::space::Space;
 
+use crate::summary::success_text;
+
 /// Plays `episodes` episodes (deterministic unless the run's `eval.deterministic` is false,
 /// cut at its `eval.max_episode_length` if set) with the policy in checkpoint `path`, on the run's
 /// env or on `env_id` (same wrappers, e.g. `gym:CartPole-v1` to score a native CartPole policy
@@ -215,7 +217,11 @@ pub(crate) fn run(
 ) -> anyhow::Result<()> {
     let (result, seed) = evaluate_checkpoint(path, episodes, seed, env_id, task, sets)?;
     if let Some(rate) = result.success_rate() {
-        println!("success rate {:.1}%", 100.0 * rate);
+        let controls = [
+            result.no_context_success_rate(),
+            result.other_task_success_rate(),
+        ];
+        println!("success rate {}", success_text(rate, controls, 1));
     }
     if result.adaptation.is_empty() {
         println!(
@@ -248,6 +254,8 @@ pub(crate) fn run(
         "returns": result.returns,
         "adaptation_returns": result.adaptation,
         "success_rate": result.success_rate(),
+        "success_rate_no_context": result.no_context_success_rate(),
+        "success_rate_other_task": result.other_task_success_rate(),
         "task": task,
         "set": sets,
     });

@@ -7,6 +7,22 @@ use fleetrl_core::config::RunConfig;
 use fleetrl_proto::v1::LearnerStatus;
 use serde::Serialize;
 
+/// A success rate and PEARL's controls for it (with no context, with another task's belief,
+/// where known) as evaluations print them, with `digits` decimals: `45% (no context 50%,
+/// another task's belief 25%)`.
+pub(crate) fn success_text(rate: f64, controls: [Option<f64>; 2], digits: usize) -> String {
+    let percent = |r: f64| format!("{:.digits$}%", 100.0 * r);
+    let named: Vec<String> = ["no context", "another task's belief"]
+        .iter()
+        .zip(controls)
+        .filter_map(|(what, r)| r.map(|r| format!("{what} {}", percent(r))))
+        .collect();
+    match named.is_empty() {
+        true => percent(rate),
+        false => format!("{} ({})", percent(rate), named.join(", ")),
+    }
+}
+
 /// One evaluation of the deterministic policy.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Evaluation {
@@ -21,6 +37,14 @@ pub(crate) struct Evaluation {
     /// with a success flag (Meta-World).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) success_rate: Option<f64>,
+    /// PEARL: the share of test tasks solved with no context (the prior's mean `z`): without
+    /// adapting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) success_rate_no_context: Option<f64>,
+    /// PEARL: the share of test tasks solved with the next test task's adapted `z` in place
+    /// of their own: the control to set `success_rate` against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) success_rate_other_task: Option<f64>,
     pub(crate) wall_seconds: f64,
     pub(crate) checkpoint: String,
 }
@@ -41,6 +65,12 @@ pub(crate) struct Summary {
     /// The last evaluation's success rate, for envs with a success flag (Meta-World).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) final_success_rate: Option<f64>,
+    /// PEARL: the last evaluation's success rate with no context.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) final_success_rate_no_context: Option<f64>,
+    /// PEARL: the last evaluation's success rate with another task's belief.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) final_success_rate_other_task: Option<f64>,
     pub(crate) eval_episodes: u32,
     pub(crate) solved: bool,
     pub(crate) checkpoint: String,
@@ -83,6 +113,8 @@ impl Summary {
             final_eval_return: last.mean_return,
             final_adaptation_returns: last.adaptation_returns.clone(),
             final_success_rate: last.success_rate,
+            final_success_rate_no_context: last.success_rate_no_context,
+            final_success_rate_other_task: last.success_rate_other_task,
             eval_episodes: config.eval.episodes,
             solved: config
                 .stop

@@ -17,7 +17,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::eval_cmd::evaluate_checkpoint;
 use crate::progress::Progress;
-use crate::summary::{Evaluation, Summary};
+use crate::summary::{success_text, Evaluation, Summary};
 use fleetrl_runtime::launch::{self, Role};
 
 const START_PATIENCE: Duration = Duration::from_secs(120);
@@ -546,9 +546,10 @@ impl Running<'_> {
                 eval.mean_return, self.config.eval.episodes
             ),
         };
+        let controls = [eval.success_rate_no_context, eval.success_rate_other_task];
         let success = eval
             .success_rate
-            .map(|s| format!(", success {:.0}%", 100.0 * s))
+            .map(|s| format!(", success {}", success_text(s, controls, 0)))
             .unwrap_or_default();
         self.progress.println(&format!(
             "eval at {} steps: {what}{success} (version {})",
@@ -611,6 +612,8 @@ impl Running<'_> {
             mean_return: result.mean(),
             std_return: result.std(),
             success_rate: result.success_rate(),
+            success_rate_no_context: result.no_context_success_rate(),
+            success_rate_other_task: result.other_task_success_rate(),
             adaptation_returns: result.adaptation,
             wall_seconds: self.started.elapsed().as_secs_f64(),
             checkpoint: saved.path,

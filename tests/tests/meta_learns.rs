@@ -213,7 +213,8 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
 
 /// Meta-World ML1 (`MetaWorld/reach-v3`, the arm's goal hidden) through the same binaries:
 /// actors set Meta-World tasks, PEARL trains on them, the meta-test plays held-out goals and
-/// reports Meta-World's success rate, and `fleetrl eval` replays one. Wiring only: at 4,500 env steps nothing is learned yet (measured
+/// reports Meta-World's success rate (adapted, and its controls: with no context and with
+/// another task's belief), and `fleetrl eval` replays one. Wiring only: at 4,500 env steps nothing is learned yet (measured
 /// here: 10.5 s for the run, 13 s for the test, on 2 cores).
 #[test]
 fn pearl_trains_and_meta_tests_on_metaworld() {
@@ -250,13 +251,20 @@ fn pearl_trains_and_meta_tests_on_metaworld() {
         let r = r.as_f64().unwrap();
         assert!((0.0..=1500.0).contains(&r) && r > 0.0, "{last:#}");
     }
-    // Meta-World's success flag reaches the evaluation: a share of the 4 adapted episodes.
-    let rate = last["success_rate"].as_f64().expect("a success rate");
-    assert!(
-        (0.0..=1.0).contains(&rate) && (rate * 4.0).fract() == 0.0,
-        "{last:#}"
-    );
-    assert_eq!(summary["final_success_rate"], last["success_rate"]);
+    // Meta-World's success flag reaches the evaluation: a share of the 4 adapted episodes, and
+    // of the same 4 tasks played with no context and with another task's belief.
+    for key in [
+        "success_rate",
+        "success_rate_no_context",
+        "success_rate_other_task",
+    ] {
+        let rate = last[key].as_f64().expect("a success rate");
+        assert!(
+            (0.0..=1.0).contains(&rate) && (rate * 4.0).fract() == 0.0,
+            "{key}: {last:#}"
+        );
+        assert_eq!(summary[format!("final_{key}")], last[key]);
+    }
     let ckpt = newest_checkpoint(&out);
     let one = fleetrl_command(&["eval", "--checkpoint", &ckpt, "--task", "41"])
         .output()

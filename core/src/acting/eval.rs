@@ -28,15 +28,41 @@ pub struct EvalResult {
     /// Whether each evaluated episode (meta-RL: each adapted one) solved its task, for envs
     /// with a success flag ([`Env::success`], Meta-World); `None` entries otherwise.
     pub successes: Vec<Option<bool>>,
+    /// PEARL: whether each test task, played once more with no context (`z` at the prior's
+    /// mean, the policy's mean action), was solved: where the policy goes without adapting.
+    /// Empty otherwise.
+    pub no_context_successes: Vec<Option<bool>>,
+    /// PEARL: whether each test task, played once more with the next test task's adapted `z`
+    /// (the policy's mean action), was solved: a control for `successes`, so that a path that
+    /// passes many goals, or one the policy takes after any context, is not taken for
+    /// adaptation. Empty otherwise (and for a single task).
+    pub other_task_successes: Vec<Option<bool>>,
+}
+
+/// The share of `flags` that are set, among those known; `None` when none is.
+fn share(flags: &[Option<bool>]) -> Option<f64> {
+    let known: Vec<bool> = flags.iter().flatten().copied().collect();
+    let solved = known.iter().filter(|&&s| s).count();
+    (!known.is_empty()).then(|| solved as f64 / known.len() as f64)
 }
 
 impl EvalResult {
     /// The share of the episodes with a success flag that solved their task; `None` when no
     /// episode has one.
     pub fn success_rate(&self) -> Option<f64> {
-        let known: Vec<bool> = self.successes.iter().flatten().copied().collect();
-        let solved = known.iter().filter(|&&s| s).count();
-        (!known.is_empty()).then(|| solved as f64 / known.len() as f64)
+        share(&self.successes)
+    }
+
+    /// PEARL: the share of test tasks solved with no context ([`Self::no_context_successes`]).
+    pub fn no_context_success_rate(&self) -> Option<f64> {
+        share(&self.no_context_successes)
+    }
+
+    /// PEARL: the share of test tasks solved with another task's belief
+    /// ([`Self::other_task_successes`]); `None` for other evaluations, a single task, and envs
+    /// without a success flag.
+    pub fn other_task_success_rate(&self) -> Option<f64> {
+        share(&self.other_task_successes)
     }
 
     /// Mean return.
@@ -117,6 +143,8 @@ pub fn evaluate_tasks(
         returns,
         adaptation: vec![mean],
         successes,
+        no_context_successes: Vec::new(),
+        other_task_successes: Vec::new(),
     })
 }
 
@@ -195,6 +223,8 @@ fn play(
         returns,
         adaptation: Vec::new(),
         successes: succeeded,
+        no_context_successes: Vec::new(),
+        other_task_successes: Vec::new(),
     })
 }
 
@@ -268,17 +298,23 @@ mod tests {
 
     #[test]
     fn success_rate_counts_only_episodes_with_a_flag() {
-        let rate = |successes: Vec<Option<bool>>| {
-            EvalResult {
-                returns: Vec::new(),
-                adaptation: Vec::new(),
-                successes,
-            }
-            .success_rate()
+        let result = |successes: Vec<Option<bool>>| EvalResult {
+            returns: Vec::new(),
+            adaptation: Vec::new(),
+            successes: successes.clone(),
+            no_context_successes: successes.clone(),
+            other_task_successes: successes,
         };
-        assert_eq!(rate(vec![None, None]), None);
-        assert_eq!(rate(vec![Some(true), None, Some(false)]), Some(0.5));
-        assert_eq!(rate(vec![Some(true), Some(true)]), Some(1.0));
+        for flags in [
+            (vec![None, None], None),
+            (vec![Some(true), None, Some(false)], Some(0.5)),
+            (vec![Some(true), Some(true)], Some(1.0)),
+        ] {
+            let r = result(flags.0);
+            assert_eq!(r.success_rate(), flags.1);
+            assert_eq!(r.no_context_success_rate(), flags.1);
+            assert_eq!(r.other_task_success_rate(), flags.1);
+        }
     }
 
     fn untrained_cartpole_policy() -> ActorCritic {

@@ -189,5 +189,7 @@ pub fn meta_evaluate(
         returns,
         adaptation: sums.into_iter().map(|s| s / n).collect(),
         successes: adapted_success,
+        no_context_successes: Vec::new(),
+        other_task_successes: Vec::new(),
     })
 }

@@ -280,7 +280,10 @@ fn meta_test_z(
 /// oyster's meta-test past its `num_exp_traj_eval` episodes: posterior sampling, each
 /// episode going where the belief points and adding what it found there. The result's
 /// returns are each task's adapted (last) episode, and its adaptation curve the mean over
-/// tasks of every episode in order (exploration first). Returns are scores.
+/// tasks of every episode in order (exploration first). Returns are scores. Each task is then
+/// played twice more, the controls for its success: with no context (the prior's mean `z`,
+/// [`EvalResult::no_context_successes`]) and with the next task's adapted `z`
+/// ([`EvalResult::other_task_successes`]).
 pub fn pearl_evaluate(
     model: &PearlModel,
     config: &RunConfig,
@@ -301,6 +304,7 @@ pub fn pearl_evaluate(
     let mut sums = vec![0.0; episodes];
     let mut returns = Vec::with_capacity(tasks.len());
     let mut adapted_success = Vec::with_capacity(tasks.len());
+    let mut adapted_z = Vec::with_capacity(tasks.len());
     for (i, task) in tasks.iter().enumerate() {
         acting.start(task, &config.env.id, seed.wrapping_add(1000 * i as u64))?;
         let mut context = Context::default();
@@ -312,6 +316,7 @@ pub fn pearl_evaluate(
             *sum += score;
             if phase == Phase::Adapted {
                 returns.push(score);
+                adapted_z.push(z);
             }
         }
         // The adapted episode is the last, when every episode ended (none was cut short).
@@ -322,11 +327,34 @@ pub fn pearl_evaluate(
                 .flatten(),
         );
     }
+    // The controls: each task once more with no context (the prior's mean: where the policy
+    // goes without adapting), and with the next task's adapted z (what its own context told
+    // the policy, not where it goes after any context).
+    let mut control = |i: usize, z: &Tensor| -> Result<Option<bool>, ActingError> {
+        acting.start(
+            &tasks[i],
+            &config.env.id,
+            seed.wrapping_add(1000 * i as u64),
+        )?;
+        acting.episode(model, z, true, &mut Context::default(), max_steps)?;
+        let finished = acting.envs_mut().drain_episodes();
+        Ok((finished.len() == 1).then(|| finished[0].success).flatten())
+    };
+    let prior_mean = model.prior(1).0;
+    let no_context_success = (0..tasks.len())
+        .map(|i| control(i, &prior_mean))
+        .collect::<Result<Vec<_>, _>>()?;
+    let other_task_success = (0..tasks.len())
+        .filter(|_| tasks.len() > 1)
+        .map(|i| control(i, &adapted_z[(i + 1) % tasks.len()]))
+        .collect::<Result<Vec<_>, _>>()?;
     let n = tasks.len().max(1) as f64;
     Ok(EvalResult {
         returns,
         adaptation: sums.into_iter().map(|s| s / n).collect(),
         successes: adapted_success,
+        no_context_successes: no_context_success,
+        other_task_successes: other_task_success,
     })
 }
 
@@ -336,6 +364,19 @@ mod tests {
     use crate::config::ModelConfig;
     use rand::SeedableRng;
     use tch::Device;
+
+    /// A fresh PEARL model for the sparse point robot's spaces.
+    fn sparse_robot_model(pearl: &PearlConfig) -> PearlModel {
+        let env = crate::envs::make("PointRobotSparse-v0").unwrap();
+        PearlModel::new(
+            &ModelConfig::default(),
+            pearl,
+            &env.observation_space(),
+            &env.action_space(),
+            Device::Cpu,
+        )
+        .unwrap()
+    }
 
     /// Exploration episodes draw `z` from the prior even when the context so far points
     /// elsewhere, search episodes draw it from the posterior, and the adapted episode takes
@@ -356,15 +397,7 @@ mod tests {
             phases[..],
             [Explore, Explore, Search, Search, Search, Adapted]
         );
-        let env = crate::envs::make("PointRobotSparse-v0").unwrap();
-        let model = PearlModel::new(
-            &ModelConfig::default(),
-            &pearl,
-            &env.observation_space(),
-            &env.action_space(),
-            Device::Cpu,
-        )
-        .unwrap();
+        let model = sparse_robot_model(&pearl);
         tch::no_grad(|| {
             for (name, mut p) in model.var_store().variables() {
                 if !name.starts_with("encoder.") {
@@ -419,5 +452,38 @@ mod tests {
             off < 1e-3,
             "the adapted z is not the posterior's mean 40 (off by {off})"
         );
+    }
+
+    /// The meta-test plays every task twice more, with no context and with another task's
+    /// belief: one success flag per task for the adapted episode and for each control, and
+    /// the scores of the exploration and adapted episodes only in the adaptation curve; a
+    /// single task has no other to borrow from.
+    #[test]
+    fn the_meta_test_also_plays_each_task_with_another_tasks_belief() {
+        let mut config = RunConfig::default();
+        config.env.id = "PointRobotSparse-v0".into();
+        let pearl = PearlConfig {
+            latent_dim: 1,
+            encoder_hidden_sizes: vec![8],
+            n_exploration_eps: 2,
+            ..PearlConfig::default()
+        };
+        let model = sparse_robot_model(&pearl);
+        let tasks = crate::tasks::TaskSet::new(&crate::tasks::TasksConfig::default(), 0);
+        let tasks: Vec<Task> = (0..3).map(|id| tasks.get(id).unwrap()).collect();
+        let result = pearl_evaluate(&model, &config, &pearl, &tasks, 7).unwrap();
+        assert_eq!(result.adaptation.len(), 3);
+        assert_eq!(result.returns.len(), 3);
+        assert_eq!(result.successes.len(), 3);
+        assert_eq!(result.no_context_successes.len(), 3);
+        assert_eq!(result.other_task_successes.len(), 3);
+        assert!(result.other_task_successes.iter().all(Option::is_some));
+        assert!(result.other_task_success_rate().is_some());
+        let one = pearl_evaluate(&model, &config, &pearl, &tasks[..1], 7).unwrap();
+        assert_eq!(
+            (one.successes.len(), one.other_task_success_rate()),
+            (1, None)
+        );
+        assert_eq!(one.no_context_successes.len(), 1);
     }
 }

@@ -14,6 +14,9 @@
 //! - policy: `mean(log pi(a~ | s, z') - min_k Q_k(s, a~, z'))` plus the mean, log-std and
 //!   pre-activation regularisers; Polyak target for V.
 //!
+//! With `relabel_fraction` above 0, that share of the rounds first gets, in hindsight, a goal
+//! one of its steps reached ([`hindsight_goals`]), for the context and the critics alike.
+//!
 //! On a CUDA device the update is replayed from a CUDA graph (`learner.cuda_graph`, see
 //! [`UpdateGraph`]): its shapes are fixed by the config, its sampling is `randint`/`randn` on
 //! the device, and it reads nothing back but its metrics, after the replay.
@@ -25,6 +28,7 @@ use super::target::read_metrics;
 use super::{Algorithm, Model, Trained, Update};
 use crate::checkpoint::TargetNet;
 use crate::config::PearlConfig;
+use crate::envs::hindsight_goals;
 use crate::items::round::RoundBatch;
 use crate::models::{kl_from_prior, Mlp, ModelError, PearlModel};
 use crate::optim::{Adam, GraphError, UpdateGraph};
@@ -139,12 +143,17 @@ impl Pearl {
             i64::from(c.embedding_batch_size),
             i64::from(c.embedding_mini_batch_size),
         );
+        let (reward, score) = if c.relabel_fraction > 0.0 {
+            hindsight_goals(&b.next_obs, &b.reward, &b.score, c.relabel_fraction)
+        } else {
+            (b.reward.shallow_clone(), b.score.shallow_clone())
+        };
         let idx = Tensor::randint(context_rows, [k, e], (Kind::Int64, device));
         let model = &self.trained.model;
         let context = model.context(
             &rows(&b.obs, &idx),
             &rows(&b.action, &idx),
-            &rows(&b.score, &idx),
+            &rows(&score, &idx),
             &rows(&b.next_obs, &idx),
         );
         let (d, l) = (model.obs_dim(), model.latent_dim());
@@ -162,11 +171,7 @@ impl Pearl {
             let idx = Tensor::randint(n, [k, batch], (Kind::Int64, device));
             let obs = rows(&b.obs, &idx).reshape([-1, d]);
             let action = rows(&b.action, &idx).reshape([k * batch, -1]);
-            let reward = if c.critic_on_score {
-                &b.score
-            } else {
-                &b.reward
-            };
+            let reward = if c.critic_on_score { &score } else { &reward };
             let reward = rows(reward, &idx).reshape([-1]);
             let terminated = rows(&b.terminated, &idx).reshape([-1]);
             let next_obs = rows(&b.next_obs, &idx).reshape([-1, d]);

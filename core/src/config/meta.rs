@@ -244,6 +244,11 @@ pub struct PearlConfig {
     /// the sparse reward of a sparse task) in place of the env's reward (false: the env's
     /// reward, as garage and the PEARL paper's code train, dense on the sparse point robot).
     pub critic_on_score: bool,
+    /// Share of the rounds in each update given, in hindsight, a goal one of their steps
+    /// reached, with their rewards and scores recomputed for it (hindsight task relabelling,
+    /// [`crate::envs::hindsight_goals`]); 0: none, as garage and the PEARL paper. Needs a task
+    /// family whose goals the learner knows how to score: PointRobotSparse-v0.
+    pub relabel_fraction: f64,
     /// Episodes between posterior updates while collecting with the posterior.
     pub update_post_train: u32,
     /// Meta-test: episodes played on an unseen task before the adapted one, each with its
@@ -292,6 +297,7 @@ impl Default for PearlConfig {
             replay_buffer_size: 1_000_000,
             reward_scale: 1.0,
             critic_on_score: false,
+            relabel_fraction: 0.0,
             update_post_train: 1,
             n_exploration_eps: 2,
             n_posterior_eps: 0,
@@ -391,6 +397,11 @@ impl PearlConfig {
             "must be in (0, 1]",
         )?;
         check(self.kl_lambda >= 0.0, "algo.kl_lambda", "must be >= 0")?;
+        check(
+            (0.0..=1.0).contains(&self.relabel_fraction),
+            "algo.relabel_fraction",
+            "must be in [0, 1]",
+        )?;
         check(
             self.encoder_hidden_sizes.iter().all(|&w| w >= 1),
             "algo.encoder_hidden_sizes",

@@ -992,6 +992,16 @@ impl RunConfig {
             dqn.replay.validate_sequences()?;
         }
         if let Some(pearl) = self.algo.as_pearl() {
+            check(
+                pearl.relabel_fraction == 0.0
+                    || (self.env.id == "PointRobotSparse-v0" && !self.env.has_wrappers()),
+                "algo.relabel_fraction",
+                &format!(
+                    "relabels rounds with goals the learner scores itself, which it knows how \
+                     to do for PointRobotSparse-v0 without env wrappers only; env.id is {:?}",
+                    self.env.id
+                ),
+            )?;
             // PEARL's table counts rounds; its first update waits for the initial env steps.
             let initial = pearl.initial_env_steps(&self.tasks);
             check(
@@ -1407,8 +1417,8 @@ mod tests {
     }
 
     /// PEARL's settings that cannot work are refused by key: several envs per actor, a context
-    /// mini-batch that does not divide the context batch, a round without context, and the
-    /// replay table counts in rounds.
+    /// mini-batch that does not divide the context batch, a round without context, hindsight
+    /// goals out of range or on a family without them, and the replay table counts in rounds.
     #[test]
     fn pearl_refuses_what_cannot_work_and_counts_its_table_in_rounds() {
         let load = |extra: &str| {
@@ -1439,6 +1449,9 @@ mod tests {
             "algo.num_steps_prior",
         );
         refused("meta_batch_size = 0", "algo.meta_batch_size");
+        refused("relabel_fraction = 1.5", "algo.relabel_fraction");
+        // Hindsight goals are the sparse robot's: PointGoal-v0's rounds cannot be relabelled.
+        refused("relabel_fraction = 0.5", "env.id is \"PointGoal-v0\"");
         // The initial collection is per training task: 2,000 x 100 tasks outlasts the budget.
         refused(
             "num_initial_steps = 2000\n[stop]\ntotal_env_steps = 100000",

@@ -67,7 +67,7 @@ pub use minatar::{
 pub use mountain_car::MountainCar;
 pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
-pub use point_goal::PointGoal;
+pub use point_goal::{hindsight_goals, PointGoal};
 pub use point_mass::PointMass;
 pub use prev_action_reward::PrevActionReward;
 pub use reward_transform::RewardTransform;

@@ -19,6 +19,8 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use tch::{Kind, Tensor};
+
 use super::{Env, EnvError, Step};
 use crate::tasks::Task;
 use fleetrl_proto::space::{Action, Space};
@@ -158,6 +160,54 @@ impl Env for PointGoal {
     }
 }
 
+/// Hindsight task relabelling of sparse-robot rounds (after Packer et al. 2021, "Hindsight
+/// Task Relabelling: Experience Replay for Sparse Reward Meta-RL"): a round that never found
+/// its goal says little, but it is a round that found another goal of the family.
+///
+/// Of K rounds of positions after each step, `next_obs` `[K, N, 2]`, each is taken with
+/// probability `fraction`; one of its steps within the goal radius of the upper half circle
+/// is drawn at random, and the goal on the half circle at that step's angle becomes the
+/// round's. Its rewards (`-distance`) and scores are recomputed for that goal as
+/// [`PointGoal`]'s step computes them. A round that is not taken, or none of whose steps came
+/// that near, keeps its own `reward` and `score` (`[K, N]`). Returns the new (reward, score).
+pub fn hindsight_goals(
+    next_obs: &Tensor,
+    reward: &Tensor,
+    score: &Tensor,
+    fraction: f64,
+) -> (Tensor, Tensor) {
+    let _guard = tch::no_grad_guard();
+    let (k, n) = (next_obs.size()[0], next_obs.size()[1]);
+    let device = next_obs.device();
+    let (x, y) = (next_obs.select(2, 0), next_obs.select(2, 1));
+    let radius = (x.square() + y.square()).sqrt();
+    let near = (radius - 1.0)
+        .abs()
+        .le(f64::from(SPARSE_RADIUS))
+        .logical_and(&y.ge(0.0));
+    // Near steps draw keys in [1, 2), the others in [0, 1): the largest is a random near step.
+    let keys = Tensor::rand([k, n], (Kind::Float, device)) + near.to_kind(Kind::Float);
+    let pick = keys.argmax(1, true);
+    let angle = y
+        .atan2(&x)
+        .gather(1, &pick, false)
+        .clamp(0.0, std::f64::consts::PI);
+    let goal = Tensor::stack(&[angle.cos(), angle.sin()], -1);
+    let distance = (next_obs - goal)
+        .square()
+        .sum_dim_intlist(2, false, Kind::Float)
+        .sqrt();
+    let inside = distance.le(f64::from(SPARSE_RADIUS));
+    let new_score = (-&distance + 1.0).where_self(&inside, &distance.zeros_like());
+    let taken = Tensor::rand([k, 1], (Kind::Float, device))
+        .lt(fraction)
+        .logical_and(&near.any_dim(1, true));
+    (
+        (-distance).where_self(&taken, reward),
+        new_score.where_self(&taken, score),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +254,53 @@ mod tests {
         // After 7 unit steps the point is 0.3 from the goal, after 8 0.2, after 9 0.1.
         assert!(rewards[..7].iter().all(|&r| r == 0.0), "{rewards:?}");
         assert!((rewards[8] - 0.9).abs() < 1e-4, "{rewards:?}");
+    }
+
+    /// Hindsight goals: a taken round gets the half circle's goal at its one step near it,
+    /// and the env's rewards and scores for that goal; a round that is not taken, or that never
+    /// came near the half circle, keeps its own; about `fraction` of the rounds are taken.
+    #[test]
+    fn hindsight_goals_relabel_rounds_with_a_goal_they_reached() {
+        // Round 0 crosses the half circle once, at (0.6, 0.8); round 1 never comes near it.
+        let path = [[0.1, 0.0], [0.3, 0.2], [0.6, 0.8], [1.5, 1.5]];
+        let stay = [[0.1, 0.0], [0.2, 0.0], [0.3, 0.1], [0.2, -0.3]];
+        let next_obs: Vec<f32> = path.iter().chain(&stay).flatten().copied().collect();
+        let next_obs = Tensor::from_slice(&next_obs).view([2, 4, 2]);
+        let own = Tensor::full([2, 4], -7.0, (Kind::Float, tch::Device::Cpu));
+        let (reward, score) = hindsight_goals(&next_obs, &own, &own, 1.0);
+        // The env's own reward and score with the goal at (0.6, 0.8), standing at each point.
+        let mut env = PointGoal::sparse();
+        env.goal = [0.6, 0.8];
+        let reward = Vec::<f32>::try_from(reward.flatten(0, -1)).unwrap();
+        let score = Vec::<f32>::try_from(score.flatten(0, -1)).unwrap();
+        for (t, p) in path.iter().enumerate() {
+            env.position = *p;
+            let step = env.step(&Action::Continuous(vec![0.0, 0.0])).unwrap();
+            assert!((reward[t] - step.reward).abs() < 1e-5, "{t}: {reward:?}");
+            let want = env.score_reward().unwrap();
+            assert!((score[t] - want).abs() < 1e-5, "{t}: {score:?}");
+        }
+        assert!(score[2] > 0.99, "{score:?}");
+        assert_eq!(&reward[4..], &[-7.0; 4]);
+        assert_eq!(&score[4..], &[-7.0; 4]);
+        let (reward, _) = hindsight_goals(&next_obs, &own, &own, 0.0);
+        assert_eq!(
+            Vec::<f32>::try_from(reward.flatten(0, -1)).unwrap(),
+            vec![-7.0; 8]
+        );
+        // 400 copies of round 0 at a half: about 200 taken.
+        let many = next_obs
+            .narrow(0, 0, 1)
+            .expand([400, 4, 2], false)
+            .contiguous();
+        let own = Tensor::full([400, 4], -7.0, (Kind::Float, tch::Device::Cpu));
+        let (reward, _) = hindsight_goals(&many, &own, &own, 0.5);
+        let taken = reward
+            .ne(-7.0)
+            .any_dim(1, false)
+            .sum(Kind::Int64)
+            .int64_value(&[]);
+        assert!((140..=260).contains(&taken), "{taken} of 400 taken");
     }
 
     /// Reward is minus the distance to the task's goal; tasks move the goal, deterministically.
