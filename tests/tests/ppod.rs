@@ -4,10 +4,13 @@
 //!   serving, and a restart restores every demo buffer from the checkpoint directory.
 //! - On SparseMountainCar-v0 (reward 1 only at the goal), PPO+D with ONE demo recorded by
 //!   `fleetrl record --scripted` solves the task within a 32k-step budget, and plain PPO with
-//!   the same preset and budget does not. Measured here (9 PPO+D and 9 PPO runs, seeds 0-3,
-//!   bench/ppod.sh and by hand): PPO+D's first evaluation, at 16k-18k steps, was 0.85-1.0 and
-//!   every later one 1.0; PPO's evaluations at 16k-18k were all 0, its first non-zero one
-//!   came at 38k (0.35, seed 3) and others stayed 0 up to 100k.
+//!   the same preset had not reached the goal by the step PPO+D solved it at. Measured here
+//!   (9 PPO+D and 9 PPO runs, seeds 0-3, bench/ppod.sh and by hand): PPO+D's first
+//!   evaluation, at 16k-18k steps, was 0.85-1.0 and every later one 1.0; PPO's evaluations at
+//!   16k-18k were all 0, its first non-zero one came at 38k (0.35, seed 3) and others stayed
+//!   0 up to 100k. Once (a fresh-clone CI run, 2026-11-29) plain PPO on seed 1 scored 0 at
+//!   18k and 1.0 at the end of the 32k budget, which is why only the earlier point is
+//!   asserted.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -200,7 +203,7 @@ fn train(root: &Path, out: &Path, overrides: &[String]) -> anyhow::Result<serde_
 }
 
 #[test]
-fn ppod_with_one_demo_solves_sparse_mountain_car_where_ppo_does_not() -> anyhow::Result<()> {
+fn ppod_with_one_demo_solves_sparse_mountain_car_before_ppo_does() -> anyhow::Result<()> {
     let dir = fleetrl_tests::scratch("fleetrl-ppod-learns");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let demos = dir.join("demos");
@@ -265,10 +268,9 @@ fn ppod_with_one_demo_solves_sparse_mountain_car_where_ppo_does_not() -> anyhow:
         &dir.join("ppo"),
         &["seed=1".into(), budget, "ppod.enabled=false".into()],
     )?;
-    assert_eq!(ppo["solved"], false, "plain PPO solved: {ppo:#}");
-    // And at the point PPO+D had solved it, plain PPO had not learned to reach the flag. (Its
+    // At the point PPO+D had solved it, plain PPO had not learned to reach the flag. (Its
     // final evaluation is not asserted on: two actors over gRPC make the run's timing, and so
-    // its last few updates, vary, and once in a while it starts finding the flag by the end.)
+    // its last few updates, vary, and once in a while it finds the flag by the end.)
     let solved_at = ppod["total_env_steps"].as_u64().unwrap();
     let ppo_then = ppo["evaluations"]
         .as_array()
