@@ -305,8 +305,10 @@ pub fn pearl_evaluate(
     let mut returns = Vec::with_capacity(tasks.len());
     let mut adapted_success = Vec::with_capacity(tasks.len());
     let mut adapted_z = Vec::with_capacity(tasks.len());
+    // Task i's env seed, for its meta-test and its controls alike.
+    let task_seed = |i: usize| seed.wrapping_add(1000 * i as u64);
     for (i, task) in tasks.iter().enumerate() {
-        acting.start(task, &config.env.id, seed.wrapping_add(1000 * i as u64))?;
+        acting.start(task, &config.env.id, task_seed(i))?;
         let mut context = Context::default();
         for (e, sum) in sums.iter_mut().enumerate() {
             let phase = Phase::of(e, pearl);
@@ -331,11 +333,7 @@ pub fn pearl_evaluate(
     // goes without adapting), and with the next task's adapted z (what its own context told
     // the policy, not where it goes after any context).
     let mut control = |i: usize, z: &Tensor| -> Result<Option<bool>, ActingError> {
-        acting.start(
-            &tasks[i],
-            &config.env.id,
-            seed.wrapping_add(1000 * i as u64),
-        )?;
+        acting.start(&tasks[i], &config.env.id, task_seed(i))?;
         acting.episode(model, z, true, &mut Context::default(), max_steps)?;
         let finished = acting.envs_mut().drain_episodes();
         Ok((finished.len() == 1).then(|| finished[0].success).flatten())

@@ -189,8 +189,8 @@ pub fn hindsight_goals(
     let keys = Tensor::rand([k, n], (Kind::Float, device)) + near.to_kind(Kind::Float);
     let pick = keys.argmax(1, true);
     let angle = y
-        .atan2(&x)
         .gather(1, &pick, false)
+        .atan2(&x.gather(1, &pick, false))
         .clamp(0.0, std::f64::consts::PI);
     let goal = Tensor::stack(&[angle.cos(), angle.sin()], -1);
     let distance = (next_obs - goal)
