@@ -2,7 +2,8 @@
 //! binaries: on the 20 held-out goals, the return after one adaptation step must beat the
 //! return before it by a clear margin and beat a task-agnostic PPO policy trained on the same
 //! goals and evaluated the same way; PEARL likewise after one exploration episode, against a
-//! task-agnostic SAC policy on its goals. Also: an
+//! task-agnostic SAC policy on its goals, and (ignored by default for its length) on the sparse
+//! point robot, above the SAC and above its own controls. Also: an
 //! unknown task id is refused by name, and a killed actor does not stop a meta-training run.
 //!
 //! Measured here: each preset reaches -20 (the stop target) at 0.4M-2.4M env steps, 30-60 s;
@@ -43,10 +44,18 @@ fn train(name: &str, preset: &str, overrides: &[&str]) -> (serde_json::Value, Pa
     (summary, out)
 }
 
+/// The summary of task-agnostic `preset` trained for `steps` env steps (its run dir removed).
+fn task_agnostic(name: &str, preset: &str, steps: &str, overrides: &[&str]) -> serde_json::Value {
+    let steps = format!("stop.total_env_steps={steps}");
+    let overrides: Vec<&str> = overrides.iter().copied().chain([steps.as_str()]).collect();
+    let (summary, out) = train(name, preset, &overrides);
+    let _ = std::fs::remove_dir_all(out);
+    summary
+}
+
 /// The final evaluation of task-agnostic `preset` trained for `steps` env steps.
 fn task_agnostic_return(name: &str, preset: &str, steps: &str) -> f64 {
-    let (summary, out) = train(name, preset, &[&format!("stop.total_env_steps={steps}")]);
-    let _ = std::fs::remove_dir_all(out);
+    let summary = task_agnostic(name, preset, steps, &[]);
     summary["final_eval_return"].as_f64().expect("a return")
 }
 
@@ -208,6 +217,75 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
         first,
         "the same evaluation twice played differently"
     );
+    let _ = std::fs::remove_dir_all(out);
+}
+
+/// `fleetrl eval --checkpoint ckpt --seed seed` on the run's held-out tasks: the adapted
+/// success rate and its two controls, with no context and with another task's belief.
+fn meta_test_success(ckpt: &str, seed: u32) -> [f64; 3] {
+    fleetrl_ok(&["eval", "--checkpoint", ckpt, "--seed", &seed.to_string()]);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{ckpt}/eval.json")).unwrap())
+            .unwrap();
+    [
+        "success_rate",
+        "success_rate_no_context",
+        "success_rate_other_task",
+    ]
+    .map(|key| {
+        report[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {report:#}"))
+    })
+}
+
+/// PEARL on the sparse point robot (`point-robot-sparse-pearl`, the PEARL paper's §6.3): a
+/// goal scores only within 0.2 of it, so the policy must find it while exploring and then
+/// read it from the context. Over five meta-tests of the 20 held-out goals (evaluation seeds
+/// 1-5), the adapted success rate beats a task-agnostic SAC's on the same goals, and both of
+/// the meta-test's controls, the same policy played with no context and with another task's
+/// belief: a path that passes many goals whatever the context scores alike on all three.
+///
+/// Not in the default run: it needs the preset's whole budget, 100k env steps (about 82k
+/// updates, 13-17 ms each on a 2-core VM where the default suite takes 38 minutes), and took
+/// 1,337 s there; at 60k env steps runs had not adapted yet (README, "A test for the sparse
+/// robot"). Measured there: adapted 55, 65, 55, 55, 55% against 20% with no context, 10-20%
+/// with another task's belief and 0% for the SAC. Run it with
+/// `cargo test --release --workspace --test scenarios pearl_finds -- --ignored`.
+#[test]
+#[ignore = "22 minutes on 2 cores; run it with --ignored"]
+fn pearl_finds_sparse_goals_from_its_context() {
+    let sac = task_agnostic(
+        "sac-sparse",
+        "point-sac-multitask",
+        "10_000",
+        &["env.id=PointRobotSparse-v0", "tasks.num_train=80"],
+    );
+    let sac = sac["final_success_rate"].as_f64().expect("a success rate");
+    let (summary, out) = train("pearl-sparse", "point-robot-sparse-pearl", &[]);
+    assert_eq!(summary["env"], "PointRobotSparse-v0");
+    let ckpt = newest_checkpoint(&out);
+    let tests: Vec<[f64; 3]> = (1..=5).map(|seed| meta_test_success(&ckpt, seed)).collect();
+    let mean = |i: usize| tests.iter().map(|t| t[i]).sum::<f64>() / tests.len() as f64;
+    let (adapted, no_context, other_task) = (mean(0), mean(1), mean(2));
+    eprintln!(
+        "sparse PEARL: adapted success {adapted:.2}, no context {no_context:.2}, another \
+         task's belief {other_task:.2}, task-agnostic SAC {sac:.2} ({tests:?})"
+    );
+    assert!(
+        adapted >= sac + 0.15,
+        "adapted success {adapted:.2} does not clearly beat the task-agnostic SAC's {sac:.2}"
+    );
+    for (control, rate) in [
+        ("no context", no_context),
+        ("another task's belief", other_task),
+    ] {
+        assert!(
+            adapted >= rate + 0.05,
+            "adapted success {adapted:.2} is not clearly above the same policy with \
+             {control} ({rate:.2}): a path, not adaptation ({tests:?})"
+        );
+    }
     let _ = std::fs::remove_dir_all(out);
 }
 
