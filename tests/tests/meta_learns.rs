@@ -124,6 +124,13 @@ fn eval_refused(ckpt: &str, flag: &str, value: &str) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The report the last `fleetrl eval` of `ckpt` wrote, `ckpt/eval.json`.
+fn eval_report(ckpt: &str) -> serde_json::Value {
+    let path = format!("{ckpt}/eval.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 /// Budget 6M env steps; measured 0.4M to the target.
 #[test]
 fn maml_trpo_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
@@ -200,10 +207,7 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
             "--set",
             "algo.n_posterior_eps=2",
         ]);
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(format!("{ckpt}/eval.json")).unwrap())
-                .unwrap();
-        report["adaptation_returns"].clone()
+        eval_report(&ckpt)["adaptation_returns"].clone()
     };
     let first = searched();
     assert_eq!(
@@ -224,9 +228,7 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
 /// success rate and its two controls, with no context and with another task's belief.
 fn meta_test_success(ckpt: &str, seed: u32) -> [f64; 3] {
     fleetrl_ok(&["eval", "--checkpoint", ckpt, "--seed", &seed.to_string()]);
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(format!("{ckpt}/eval.json")).unwrap())
-            .unwrap();
+    let report = eval_report(ckpt);
     [
         "success_rate",
         "success_rate_no_context",
