@@ -4,7 +4,7 @@
 #   and 2 actors, and the task-agnostic baseline (point-ppo-multitask) on the same held-out goals;
 # - point-pearl on the same goals at 60k env steps (2 actors);
 # - point-robot-sparse-pearl on PointRobotSparse-v0 (the PEARL paper's sparse point robot) at
-#   100k env steps, its preset's budget;
+#   80k env steps, its preset's budget;
 # - halfcheetah-vel-maml-trpo on HalfCheetahVel-v0 (gymnasium MuJoCo) at 2M env steps with 1
 #   and 2 actors, and halfcheetah-vel-pearl at 200k.
 # Prints one row per run: return on the held-out tasks before adapting and adapted (MAML: after
@@ -23,7 +23,7 @@ cargo build --release --bins >&2
 point_steps=${POINT_STEPS:-800000}
 cheetah_steps=${CHEETAH_STEPS:-2000000}
 pearl_steps=${PEARL_STEPS:-60000}
-sparse_steps=${SPARSE_STEPS:-100000}
+sparse_steps=${SPARSE_STEPS:-80000}
 pearl_cheetah_steps=${PEARL_CHEETAH_STEPS:-200000}
 out=$(mktemp -d)
 run() { # name preset actors steps [extra --set ...]
