@@ -251,11 +251,10 @@ fn meta_test_success(ckpt: &str, seed: u32) -> [f64; 3] {
 /// Not in the default run: every run of the preset measured adapted, but about one in seven
 /// slowly, near or under these margins (at 60k env steps seed 7 scored 14% against 0% and
 /// 6%, one point under; at 80k, the preset's budget, seed 13 scored 17% against 5% and 11%,
-/// one point over), and a test that
-/// fails one run in ten or twenty would fail CI for no change of the code. It takes 499 s
-/// alone on a 2-core VM where an update takes about 5 ms (README, "A test for the sparse
-/// robot"). Run it with `cargo test --release --workspace --test scenarios pearl_finds --
-/// --ignored`.
+/// one point over), and a test that fails one run in ten or twenty would fail CI with no
+/// change of the code to blame. It takes 499 s alone on a 2-core VM where an update takes
+/// about 5 ms (README, "A test for the sparse robot"). Run it with `cargo test --release
+/// --workspace --test scenarios pearl_finds -- --ignored`.
 #[test]
 #[ignore = "about one run in seven adapts near or under its margins; run it with --ignored"]
 fn pearl_finds_sparse_goals_from_its_context() {
