@@ -253,7 +253,7 @@ fn meta_test_success(ckpt: &str, seed: u32) -> [f64; 3] {
 /// 6%, one point under; at 80k, the preset's budget, seed 13 scored 17% against 5% and 11%,
 /// one point over), and a test that fails one run in ten or twenty would fail CI with no
 /// change of the code to blame. It takes 499 s alone on a 2-core VM where an update takes
-/// about 5 ms (README, "A test for the sparse robot"). Run it with `cargo test --release
+/// about 7.5 ms (README, "A test for the sparse robot"). Run it with `cargo test --release
 /// --workspace --test scenarios pearl_finds -- --ignored`.
 #[test]
 #[ignore = "about one run in seven adapts near or under its margins; run it with --ignored"]
