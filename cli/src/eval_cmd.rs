@@ -148,7 +148,12 @@ fn pearl_evaluate_checkpoint(
 
 /// The keys `fleetrl eval --set` may change besides `eval.*`: they say how a policy is
 /// played, not what was trained.
-const EVAL_KEYS: [&str; 2] = ["algo.n_exploration_eps", "algo.n_posterior_eps"];
+/// `algo.exploration_pool` only to 0, exploration from the prior: a pool is kept by training.
+const EVAL_KEYS: [&str; 3] = [
+    "algo.n_exploration_eps",
+    "algo.n_posterior_eps",
+    "algo.exploration_pool",
+];
 
 /// The checkpoint's `config` with `sets` applied for one evaluation; a key that training
 /// fixed (the env, the network, the algorithm's training settings) is refused by name.
@@ -163,7 +168,18 @@ fn for_evaluation(config: &RunConfig, sets: &[String]) -> anyhow::Result<RunConf
             );
         }
     }
-    Ok(config.with_overrides(sets)?)
+    let changed = config.with_overrides(sets)?;
+    if let (Some(trained), Some(played)) = (config.algo.as_pearl(), changed.algo.as_pearl()) {
+        let (kept, asked) = (trained.exploration_pool, played.exploration_pool);
+        if asked != 0 && asked != kept {
+            bail!(
+                "--set algo.exploration_pool={asked}: fleetrl eval can set it only to 0 \
+                 (exploration from the prior); the checkpoint keeps a pool of {kept} training \
+                 posteriors, sized by its training"
+            );
+        }
+    }
+    Ok(changed)
 }
 
 /// The held-out test tasks of the run, or `task` alone (an id the run's tasks do not hold is

@@ -72,8 +72,8 @@ enum Command {
         #[arg(long)]
         task: Option<u64>,
         /// KEY=VALUE: change how the checkpoint is played for this evaluation (repeatable):
-        /// `eval.*` keys, and PEARL's meta-test `algo.n_exploration_eps` and
-        /// `algo.n_posterior_eps`.
+        /// `eval.*` keys, and PEARL's meta-test `algo.n_exploration_eps`,
+        /// `algo.n_posterior_eps` and `algo.exploration_pool=0` (explore from the prior).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
     },

@@ -6,6 +6,10 @@
 //! finds the goal when the context holds a success, the encoder reads successes and what is
 //! missing is exploration that finds one; if not, the encoder or the policy has not learned
 //! to use them.
+//! It then prints where the policy goes with `z` at the prior's quantiles, beside the
+//! posterior mean each goal's success gets, by goal angle: whether the prior's draws cover the
+//! goals' codes (`algo.exploration_pool` draws exploration from the training posteriors when
+//! they do not).
 //!   cargo run --release -p fleetrl-core --example pearl_probe -- RUN/checkpoints/ckpt-N
 
 use fleetrl_core::acting::policy_loader::load_pearl;
@@ -118,10 +122,12 @@ fn main() -> anyhow::Result<()> {
     let mut reached = [0usize; 4];
     let mut distance = [0.0f32; 4];
     let mut means = Vec::new();
+    let mut angles = Vec::new();
     for task in &tasks {
         env.set_task(task)?;
         let goal = find_goal(env.as_mut());
         let angle = goal[1].atan2(goal[0]);
+        angles.push(angle);
         let hit = scripted(env.as_mut(), goal);
         // Misses: 5 of 12 points spread over the half circle, each at least 0.6 rad from the
         // goal (0.56 from it at the closest point of the way there, outside its radius).
@@ -161,27 +167,46 @@ fn main() -> anyhow::Result<()> {
             distance[k] / n as f32
         );
     }
-    // Where exploration goes: the policy's mean action with 20 draws of z from the prior.
-    let ends: Vec<[f32; 2]> = (0..20)
-        .map(|_| {
-            let (mu, var) = model.prior(1);
-            play(&model, env.as_mut(), &PearlModel::sample_z(&mu, &var)).1
+    // Where exploration goes: the policy's mean action with z at the 20 quantiles
+    // (k + 0.5) / 20 of the prior, in every latent dimension at once (a diagonal through the
+    // prior), so the map from z to where the episode ends can be read in order.
+    let latent = model.latent_dim();
+    let ends: Vec<(f32, [f32; 2])> = (0..20)
+        .map(|k| {
+            let p = (k as f64 + 0.5) / 20.0;
+            let q = Tensor::from_slice(&[2.0 * p - 1.0]).erfinv() * std::f64::consts::SQRT_2;
+            let z = q
+                .to_kind(Kind::Float)
+                .expand([1, latent], false)
+                .contiguous();
+            (
+                q.double_value(&[0]) as f32,
+                play(&model, env.as_mut(), &z).1,
+            )
         })
         .collect();
-    let mut radii: Vec<f32> = ends.iter().map(|e| e[0].hypot(e[1])).collect();
-    let radius: Vec<String> = radii.iter().map(|r| format!("{r:.2}")).collect();
-    radii.sort_by(f32::total_cmp);
-    let angle: Vec<String> = ends
+    println!("  exploration, z at the prior's 20 quantiles: z -> where the episode ends (angle, distance)");
+    let map: Vec<String> = ends
         .iter()
-        .map(|e| format!("{:.2}", e[1].atan2(e[0])))
+        .map(|(z, e)| format!("{z:+.2}->{:.2}/{:.2}", e[1].atan2(e[0]), e[0].hypot(e[1])))
         .collect();
-    println!("  exploration (z from the prior, 20 draws): where episodes end");
-    println!(
-        "    distance from the origin {} (median {:.2})",
-        radius.join(" "),
-        (radii[9] + radii[10]) / 2.0
-    );
-    println!("    angle (goals lie in 0..3.14) {}", angle.join(" "));
+    for row in map.chunks(5) {
+        println!("    {}", row.join("  "));
+    }
+    println!("  posterior mean over a success, by goal angle:");
+    let mut by_angle: Vec<(f32, f32)> = angles
+        .iter()
+        .zip(&means)
+        .map(|(a, m)| (*a, m.double_value(&[0, 0]) as f32))
+        .collect();
+    by_angle.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let row: Vec<String> = by_angle
+        .iter()
+        .map(|(a, m)| format!("{a:.2}:{m:+.2}"))
+        .collect();
+    for r in row.chunks(5) {
+        println!("    {}", r.join("  "));
+    }
     let means = Tensor::cat(&means, 0);
     println!(
         "  posterior means over a success, spread across goals (std per latent dim): {:?}",

@@ -249,15 +249,18 @@ impl Phase {
 }
 
 /// The meta-test's `z` for one episode of `phase`, given the `context` collected on the task
-/// so far.
+/// so far; exploration draws from the model's pool of training posteriors when `from_pool`
+/// (`algo.exploration_pool` > 0), else from the prior.
 fn meta_test_z(
     model: &PearlModel,
     context: &Context,
     phase: Phase,
     limit: usize,
+    from_pool: bool,
     rng: &mut SmallRng,
 ) -> Tensor {
     match phase {
+        Phase::Explore if from_pool => model.exploration_z(rng),
         Phase::Explore => {
             let (mu, var) = model.prior(1);
             PearlModel::sample_z(&mu, &var)
@@ -271,7 +274,8 @@ fn meta_test_z(
 }
 
 /// PEARL's meta-test on each of `tasks`: `n_exploration_eps` exploration episodes, each with
-/// its own `z` drawn from the prior, then `n_posterior_eps` search episodes, each with `z`
+/// its own `z` drawn from the prior (or with `exploration_pool`, from the posterior of a
+/// training context the model keeps), then `n_posterior_eps` search episodes, each with `z`
 /// drawn from the posterior over every transition so far, then one adapted episode with the
 /// mean of the posterior over all of them and the policy's mean action. With no search
 /// episodes this is garage's meta-test (`adapt_policy` after the exploration episodes) and
@@ -296,6 +300,7 @@ pub fn pearl_evaluate(
     let mut acting = PearlActing::new(envs, seed);
     let mut rng = SmallRng::seed_from_u64(seed);
     let limit = pearl.embedding_batch_size as usize;
+    let from_pool = pearl.exploration_pool > 0;
     let max_steps = match config.eval.max_episode_length {
         0 => 100_000,
         n => n,
@@ -312,7 +317,7 @@ pub fn pearl_evaluate(
         let mut context = Context::default();
         for (e, sum) in sums.iter_mut().enumerate() {
             let phase = Phase::of(e, pearl);
-            let z = meta_test_z(model, &context, phase, limit, &mut rng);
+            let z = meta_test_z(model, &context, phase, limit, from_pool, &mut rng);
             let deterministic = phase != Phase::Explore;
             let score = acting.episode(model, &z, deterministic, &mut context, max_steps)?;
             *sum += score;
@@ -423,13 +428,13 @@ mod tests {
         }
         let mut rng = SmallRng::seed_from_u64(0);
         for _ in 0..20 {
-            let z = meta_test_z(&model, &context, Explore, 1024, &mut rng);
+            let z = meta_test_z(&model, &context, Explore, 1024, false, &mut rng);
             let largest = z.abs().max().double_value(&[]);
             assert!(largest < 10.0, "an exploration z is not a prior draw: {z}");
         }
         let draws = Tensor::cat(
             &(0..200)
-                .map(|_| meta_test_z(&model, &context, Search, 1024, &mut rng))
+                .map(|_| meta_test_z(&model, &context, Search, 1024, false, &mut rng))
                 .collect::<Vec<_>>(),
             0,
         );
@@ -444,7 +449,7 @@ mod tests {
             (var / want - 1.0).abs() < 0.25,
             "search draws have variance {var}, not the posterior's {want}"
         );
-        let z = meta_test_z(&model, &context, Adapted, 1024, &mut rng);
+        let z = meta_test_z(&model, &context, Adapted, 1024, false, &mut rng);
         let off = (z - 40.0).abs().max().double_value(&[]);
         assert!(
             off < 1e-3,

@@ -163,6 +163,7 @@ impl Pearl {
         for i in 0..slices {
             let model = &self.trained.model;
             let (mu, var) = model.posterior(&context.narrow(1, i * mb, mb));
+            model.remember_posteriors(&mu, &var);
             let z = if c.use_information_bottleneck {
                 PearlModel::sample_z(&mu, &var)
             } else {
@@ -282,7 +283,13 @@ mod tests {
 
     /// A fresh learner with small networks; `critic_on_score` as given.
     fn learner(critic_on_score: bool) -> Pearl {
+        learner_with(critic_on_score, 0)
+    }
+
+    /// [`learner`] with an exploration pool of `pool` posteriors.
+    fn learner_with(critic_on_score: bool, pool: u32) -> Pearl {
         let config = PearlConfig {
+            exploration_pool: pool,
             latent_dim: 2,
             encoder_hidden_sizes: vec![16],
             meta_batch_size: 2,
@@ -317,6 +324,23 @@ mod tests {
     /// 300 updates of `pearl` on two rounds whose env reward is the action and whose score
     /// is its negation; the last update and Q(0.9), Q(-0.9) at `z = 0`.
     fn train_on_rounds(pearl: &mut Pearl) -> (Update, [f32; 2]) {
+        let batch = rounds_batch();
+        let mut last = Update::default();
+        for _ in 0..300 {
+            last = pearl.update(&batch).unwrap();
+        }
+        let model = &pearl.trained.model;
+        let obs = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
+        let z = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
+        let actions = Tensor::from_slice(&[0.9f32, -0.9]).view([2, 1]);
+        let q = model.sac().q(0, &PearlModel::with_z(&obs, &z), &actions);
+        let q = Vec::<f32>::try_from(q).unwrap();
+        (last, [q[0], q[1]])
+    }
+
+    /// Two rounds (tasks 0 and 1) of 16 steps whose env reward is the action and whose score
+    /// is its negation.
+    fn rounds_batch() -> crate::algos::Batch {
         let item = |task: u32| {
             let mut builder = RoundBuilder::default();
             for i in 0..16 {
@@ -337,20 +361,7 @@ mod tests {
             let parts = [&a.tensors[k], &b.tensors[k]];
             (k.clone(), fleetrl_proto::Tensor::stack(&parts).unwrap())
         }));
-        let batch = crate::algos::Batch::Rounds(
-            RoundBatch::from_stacked(&stacked, tch::Device::Cpu).unwrap(),
-        );
-        let mut last = Update::default();
-        for _ in 0..300 {
-            last = pearl.update(&batch).unwrap();
-        }
-        let model = &pearl.trained.model;
-        let obs = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
-        let z = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
-        let actions = Tensor::from_slice(&[0.9f32, -0.9]).view([2, 1]);
-        let q = model.sac().q(0, &PearlModel::with_z(&obs, &z), &actions);
-        let q = Vec::<f32>::try_from(q).unwrap();
-        (last, [q[0], q[1]])
+        crate::algos::Batch::Rounds(RoundBatch::from_stacked(&stacked, tch::Device::Cpu).unwrap())
     }
 
     /// On rounds whose env reward is the action's first component, updates fit the critic
@@ -383,5 +394,29 @@ mod tests {
         tch::manual_seed(0);
         let (_, q) = train_on_rounds(&mut learner(true));
         assert!(q[1] > q[0] + 1.0, "Q(0.9) = {}, Q(-0.9) = {}", q[0], q[1]);
+    }
+
+    /// Each update keeps the posteriors it trained on in the exploration pool: one update of
+    /// two tasks in two context slices adds four rows (the newest), and the older rows still
+    /// hold the prior.
+    #[test]
+    fn updates_fill_the_exploration_pool_with_their_posteriors() {
+        tch::manual_seed(0);
+        let mut pearl = learner_with(false, 6);
+        let pool = |p: &Pearl| -> Vec<f32> {
+            let named = p.trained.model.named_parameters();
+            let var = &named.iter().find(|(n, _)| n == "explore.var").unwrap().1;
+            Vec::<f32>::try_from(var.reshape([-1])).unwrap()
+        };
+        assert_eq!(pool(&pearl), vec![1.0; 12]);
+        let (_, _) = train_on_rounds(&mut pearl);
+        let after = pool(&pearl);
+        assert!(after.iter().all(|&v| v > 0.0 && v != 1.0), "{after:?}");
+        // One update from a fresh pool: four new rows, two still the prior's.
+        let mut fresh = learner_with(false, 6);
+        fresh.update(&rounds_batch()).unwrap();
+        let one = pool(&fresh);
+        assert_eq!(one[..4], [1.0; 4]);
+        assert!(one[4..].iter().all(|&v| v != 1.0), "{one:?}");
     }
 }

@@ -255,6 +255,14 @@ pub struct PearlConfig {
     /// own `z` from the prior; the adapted one uses the posterior over all of them (garage's
     /// `MetaEvaluator.n_exploration_eps`, oyster's `num_exp_traj_eval`).
     pub n_exploration_eps: u32,
+    /// Meta-test: draw each exploration episode's `z` from the posterior of one of the last
+    /// this many training contexts the learner encoded (their mixture: the distribution of
+    /// task beliefs the policy was trained on, a learned prior), in place of the prior
+    /// `N(0, I)`; 0: from the prior, as garage and the PEARL paper. The prior covers the
+    /// training tasks only as far as the information bottleneck pulled their posteriors onto
+    /// it; on the sparse point robot it often misses a whole arc of goals. The pool is part of
+    /// the model: it travels with the weights and into checkpoints.
+    pub exploration_pool: u32,
     /// Meta-test: episodes after the exploration ones and before the adapted one, each with
     /// `z` drawn from the posterior over every transition of the task so far, so each searches
     /// where the belief points and adds what it found (0: none, garage's meta-test). Oyster
@@ -266,6 +274,9 @@ pub struct PearlConfig {
     /// update (2.4 ms against 1.2 ms for `point-robot-sparse-pearl` on an H200).
     pub publish_interval: u64,
 }
+
+/// The most training posteriors `algo.exploration_pool` may keep.
+pub(super) const MAX_EXPLORATION_POOL: u32 = 65_536;
 
 impl Default for PearlConfig {
     fn default() -> Self {
@@ -300,6 +311,7 @@ impl Default for PearlConfig {
             relabel_fraction: 0.0,
             update_post_train: 1,
             n_exploration_eps: 2,
+            exploration_pool: 0,
             n_posterior_eps: 0,
             publish_interval: 1,
         }
@@ -397,6 +409,14 @@ impl PearlConfig {
             "must be in (0, 1]",
         )?;
         check(self.kl_lambda >= 0.0, "algo.kl_lambda", "must be >= 0")?;
+        check(
+            self.exploration_pool <= MAX_EXPLORATION_POOL,
+            "algo.exploration_pool",
+            &format!(
+                "must be <= {MAX_EXPLORATION_POOL} (posteriors kept with the weights and sent \
+                 to every actor with them)"
+            ),
+        )?;
         check(
             (0.0..=1.0).contains(&self.relabel_fraction),
             "algo.relabel_fraction",

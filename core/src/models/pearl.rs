@@ -49,6 +49,10 @@ pub struct PearlModel {
     obs_dim: i64,
     bottleneck: bool,
     next_obs_in_context: bool,
+    /// `explore.mean` and `explore.var` `[P, L]`: the posteriors of the last P training
+    /// contexts, newest last (`algo.exploration_pool`; the prior's until the learner has
+    /// encoded that many). None: exploration draws from the prior.
+    pool: Option<(Tensor, Tensor)>,
 }
 
 impl PearlModel {
@@ -115,6 +119,14 @@ impl PearlModel {
             model.activation,
             None,
         );
+        let pool = (pearl.exploration_pool > 0).then(|| {
+            let explore = vs.root() / "explore";
+            let size = [i64::from(pearl.exploration_pool), latent_dim];
+            (
+                explore.zeros_no_train("mean", &size),
+                explore.ones_no_train("var", &size),
+            )
+        });
         Ok(PearlModel {
             vs,
             encoder,
@@ -124,6 +136,7 @@ impl PearlModel {
             obs_dim,
             bottleneck: pearl.use_information_bottleneck,
             next_obs_in_context: pearl.use_next_obs_in_context,
+            pool,
         })
     }
 
@@ -203,6 +216,36 @@ impl PearlModel {
     /// A reparameterised draw `mu + sqrt(var) eps`, `[K, L]`.
     pub fn sample_z(mu: &Tensor, var: &Tensor) -> Tensor {
         mu + var.sqrt() * mu.randn_like()
+    }
+
+    /// Keeps the posteriors `[K, L]` of K training contexts in the exploration pool, dropping
+    /// the oldest K (a no-op without a pool). Fixed shapes and no host state, so it runs
+    /// inside a captured CUDA graph.
+    pub fn remember_posteriors(&self, mu: &Tensor, var: &Tensor) {
+        let Some((pool_mu, pool_var)) = &self.pool else {
+            return;
+        };
+        let _guard = tch::no_grad_guard();
+        let (p, k) = (pool_mu.size()[0], mu.size()[0]);
+        for (pool, new) in [(pool_mu, mu), (pool_var, var)] {
+            let rolled = if k >= p {
+                new.narrow(0, k - p, p)
+            } else {
+                Tensor::cat(&[pool.narrow(0, k, p - k), new.detach()], 0)
+            };
+            pool.shallow_clone().copy_(&rolled.detach());
+        }
+    }
+
+    /// One exploration `z` `[1, L]` for the meta-test: drawn from the posterior of a training
+    /// context picked from the pool by `rng`, or from the prior without a pool.
+    pub fn exploration_z(&self, rng: &mut impl rand::Rng) -> Tensor {
+        let Some((pool_mu, pool_var)) = &self.pool else {
+            let (mu, var) = self.prior(1);
+            return PearlModel::sample_z(&mu, &var);
+        };
+        let i = rng.random_range(0..pool_mu.size()[0]);
+        PearlModel::sample_z(&pool_mu.narrow(0, i, 1), &pool_var.narrow(0, i, 1))
     }
 
     /// Observations `[N, D]` widened by task variables `[N, L]`.
@@ -369,5 +412,93 @@ mod tests {
         let context = Tensor::randn([2, 10, 5], (Kind::Float, Device::Cpu));
         let (_, var) = model.posterior(&context);
         assert!(var.max().double_value(&[]) < 1.0, "{var}");
+    }
+
+    /// The exploration pool starts as the prior, keeps the newest posteriors it is given
+    /// (the oldest dropped, newest last), travels with the weights, and exploration draws
+    /// come from its rows; without a pool there is nothing to carry and draws come from the
+    /// prior.
+    #[test]
+    fn the_exploration_pool_keeps_the_newest_posteriors_and_exploration_draws_from_them() {
+        let space = |d: usize| Space::Box {
+            shape: vec![d as i64],
+            low: vec![-1.0; d],
+            high: vec![1.0; d],
+        };
+        let model = |pool: u32| {
+            let pearl = PearlConfig {
+                latent_dim: 1,
+                encoder_hidden_sizes: vec![8],
+                exploration_pool: pool,
+                ..PearlConfig::default()
+            };
+            PearlModel::new(
+                &ModelConfig::default(),
+                &pearl,
+                &space(2),
+                &space(2),
+                Device::Cpu,
+            )
+            .unwrap()
+        };
+        let pool = |m: &PearlModel| -> (Vec<f32>, Vec<f32>) {
+            let named = m.named_parameters();
+            let get = |name: &str| {
+                let t = &named.iter().find(|(n, _)| n == name).expect(name).1;
+                Vec::<f32>::try_from(t.reshape([-1])).unwrap()
+            };
+            (get("explore.mean"), get("explore.var"))
+        };
+        let rows = |v: &[f32]| Tensor::from_slice(v).view([-1, 1]);
+        let m = model(4);
+        assert_eq!(pool(&m), (vec![0.0; 4], vec![1.0; 4]));
+        m.remember_posteriors(&rows(&[10.0, 11.0, 12.0]), &rows(&[0.1, 0.2, 0.3]));
+        assert_eq!(
+            pool(&m),
+            (vec![0.0, 10.0, 11.0, 12.0], vec![1.0, 0.1, 0.2, 0.3])
+        );
+        m.remember_posteriors(&rows(&[20.0, 21.0]), &rows(&[0.4, 0.5]));
+        assert_eq!(pool(&m).0, vec![11.0, 12.0, 20.0, 21.0]);
+        let six: Vec<f32> = (30..36).map(|v| v as f32).collect();
+        m.remember_posteriors(&rows(&six), &rows(&[1e-6; 6]));
+        assert_eq!(pool(&m).0, vec![32.0, 33.0, 34.0, 35.0]);
+        // The pool reaches a fresh model (an actor, a checkpoint) with the weights.
+        let mut copy = model(4);
+        copy.load_named(&m.named_parameters()).unwrap();
+        assert_eq!(pool(&copy), pool(&m));
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(0);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let z = copy.exploration_z(&mut rng).double_value(&[0, 0]);
+            let row = z.round();
+            assert!(
+                (32.0..=35.0).contains(&row) && (z - row).abs() < 0.01,
+                "z = {z}"
+            );
+            seen.insert(row as i64);
+        }
+        assert_eq!(seen.len(), 4, "draws use every row: {seen:?}");
+        // Without a pool: no `explore.*` weights, and draws from N(0, 1).
+        let plain = model(0);
+        assert!(plain
+            .named_parameters()
+            .iter()
+            .all(|(n, _)| !n.starts_with("explore.")));
+        plain.remember_posteriors(&rows(&[50.0]), &rows(&[1e-6]));
+        let draws: Vec<f64> = (0..200)
+            .map(|_| plain.exploration_z(&mut rng).double_value(&[0, 0]))
+            .collect();
+        let mean = draws.iter().sum::<f64>() / 200.0;
+        let var = draws.iter().map(|z| (z - mean).powi(2)).sum::<f64>() / 199.0;
+        assert!(
+            mean.abs() < 0.3 && (0.7..1.4).contains(&var),
+            "N({mean}, {var})"
+        );
+        // A checkpoint without the pool does not load into a model with one.
+        let err = model(4)
+            .load_named(&plain.named_parameters())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing `explore."), "{err}");
     }
 }
