@@ -147,8 +147,8 @@ fn pearl_evaluate_checkpoint(
 }
 
 /// The keys `fleetrl eval --set` may change besides `eval.*`: they say how a policy is
-/// played, not what was trained.
-/// `algo.exploration_pool` only to 0, exploration from the prior: a pool is kept by training.
+/// played, not what was trained. `algo.exploration_pool` may only go to 0 (explore from the
+/// prior): the pool itself was kept by training.
 const EVAL_KEYS: [&str; 3] = [
     "algo.n_exploration_eps",
     "algo.n_posterior_eps",

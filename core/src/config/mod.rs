@@ -1450,6 +1450,7 @@ mod tests {
         );
         refused("meta_batch_size = 0", "algo.meta_batch_size");
         refused("relabel_fraction = 1.5", "algo.relabel_fraction");
+        refused("exploration_pool = 100000", "algo.exploration_pool");
         // Hindsight goals are the sparse robot's: PointGoal-v0's rounds cannot be relabelled.
         refused("relabel_fraction = 0.5", "env.id is \"PointGoal-v0\"");
         // The initial collection is per training task: 2,000 x 100 tasks outlasts the budget.
