@@ -409,7 +409,7 @@ mod tests {
             Vec::<f32>::try_from(var.reshape([-1])).unwrap()
         };
         assert_eq!(pool(&pearl), vec![1.0; 12]);
-        let (_, _) = train_on_rounds(&mut pearl);
+        train_on_rounds(&mut pearl);
         let after = pool(&pearl);
         assert!(after.iter().all(|&v| v > 0.0 && v != 1.0), "{after:?}");
         // One update from a fresh pool: four new rows, two still the prior's.

@@ -231,9 +231,9 @@ impl PearlModel {
             let rolled = if k >= p {
                 new.narrow(0, k - p, p)
             } else {
-                Tensor::cat(&[pool.narrow(0, k, p - k), new.detach()], 0)
+                Tensor::cat(&[pool.narrow(0, k, p - k), new.shallow_clone()], 0)
             };
-            pool.shallow_clone().copy_(&rolled.detach());
+            pool.shallow_clone().copy_(&rolled);
         }
     }
 
@@ -331,6 +331,15 @@ impl super::Policy for PearlModel {
 mod tests {
     use super::*;
 
+    /// A box of `d` dimensions within `[-bound, bound]`.
+    fn space(d: usize, bound: f32) -> Space {
+        Space::Box {
+            shape: vec![d as i64],
+            low: vec![-bound; d],
+            high: vec![bound; d],
+        }
+    }
+
     /// The product of two 1-D Gaussians N(1, 1) and N(3, 1) is N(2, 1/2); of N(0, 4) and
     /// N(6, 2) it is N(4, 4/3): the closed form `var = 1/(1/a + 1/b)`,
     /// `mu = var (mu_a/a + mu_b/b)`.
@@ -386,11 +395,6 @@ mod tests {
     /// (every per-transition variance is below the product's inverse sum).
     #[test]
     fn posterior_is_the_prior_without_context_and_narrows_with_it() {
-        let space = |d: usize, bound: f32| Space::Box {
-            shape: vec![d as i64],
-            low: vec![-bound; d],
-            high: vec![bound; d],
-        };
         let pearl = PearlConfig {
             latent_dim: 3,
             encoder_hidden_sizes: vec![16],
@@ -420,11 +424,6 @@ mod tests {
     /// prior.
     #[test]
     fn the_exploration_pool_keeps_the_newest_posteriors_and_exploration_draws_from_them() {
-        let space = |d: usize| Space::Box {
-            shape: vec![d as i64],
-            low: vec![-1.0; d],
-            high: vec![1.0; d],
-        };
         let model = |pool: u32| {
             let pearl = PearlConfig {
                 latent_dim: 1,
@@ -435,8 +434,8 @@ mod tests {
             PearlModel::new(
                 &ModelConfig::default(),
                 &pearl,
-                &space(2),
-                &space(2),
+                &space(2, 1.0),
+                &space(2, 1.0),
                 Device::Cpu,
             )
             .unwrap()
