@@ -4,7 +4,7 @@
 #   and 2 actors, and the task-agnostic baseline (point-ppo-multitask) on the same held-out goals;
 # - point-pearl on the same goals at 60k env steps (2 actors);
 # - point-robot-sparse-pearl on PointRobotSparse-v0 (the PEARL paper's sparse point robot) at
-#   80k env steps, its preset's budget;
+#   80k env steps, its preset's budget, with 1 and 2 actors;
 # - halfcheetah-vel-maml-trpo on HalfCheetahVel-v0 (gymnasium MuJoCo) at 2M env steps with 1
 #   and 2 actors, and halfcheetah-vel-pearl at 200k.
 # Prints one row per run: return on the held-out tasks before adapting and adapted (MAML: after
@@ -39,6 +39,7 @@ run point-trpo-1 point-maml-trpo 1 "$point_steps"
 run point-trpo-2 point-maml-trpo 2 "$point_steps"
 run point-ppo-baseline point-ppo-multitask 2 "$point_steps" --set eval.interval_env_steps=200000
 run point-pearl-2 point-pearl 2 "$pearl_steps"
+run sparse-pearl-1 point-robot-sparse-pearl 1 "$sparse_steps" --set stop.max_wall_seconds=0
 run sparse-pearl-2 point-robot-sparse-pearl 2 "$sparse_steps" --set stop.max_wall_seconds=0
 run cheetah-trpo-1 halfcheetah-vel-maml-trpo 1 "$cheetah_steps"
 run cheetah-trpo-2 halfcheetah-vel-maml-trpo 2 "$cheetah_steps"

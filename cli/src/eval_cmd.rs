@@ -44,6 +44,14 @@ pub(crate) fn evaluate_checkpoint(
     let meta_evaluated = config.algo.as_maml().filter(|m| m.meta_evaluator);
     let pearl = config.algo.as_pearl().is_some();
     let plays_tasks = meta_evaluated.is_some() || pearl || task_agnostic.is_some();
+    let tasks_set = sets.iter().find(|s| s.trim_start().starts_with("tasks."));
+    if let (false, Some(set)) = (plays_tasks, tasks_set) {
+        bail!(
+            "--set {set}: this checkpoint ({} on {}) is not evaluated on held-out tasks",
+            config.algo.name(),
+            config.env.id
+        );
+    }
     if let (true, Some(id)) = (plays_tasks, env_id) {
         bail!(
             "--env {id}: this checkpoint ({}) is evaluated on its run's held-out tasks of {}, \
@@ -148,11 +156,14 @@ fn pearl_evaluate_checkpoint(
 
 /// The keys `fleetrl eval --set` may change besides `eval.*`: they say how a policy is
 /// played, not what was trained. `algo.exploration_pool` may only go to 0 (explore from the
-/// prior): the pool itself was kept by training.
-const EVAL_KEYS: [&str; 3] = [
+/// prior): the pool itself was kept by training. `tasks.num_test` meta-tests on more (or
+/// fewer) held-out tasks than the run evaluated: ids from `tasks.num_train` on, which
+/// training never drew, so every one is unseen and the first `num_test` are the run's own.
+const EVAL_KEYS: [&str; 4] = [
     "algo.n_exploration_eps",
     "algo.n_posterior_eps",
     "algo.exploration_pool",
+    "tasks.num_test",
 ];
 
 /// The checkpoint's `config` with `sets` applied for one evaluation; a key that training
@@ -263,7 +274,9 @@ pub(crate) fn run(
     let report = serde_json::json!({
         "checkpoint": path.display().to_string(),
         "env": env_id,
-        "episodes": episodes,
+        // On a run's tasks `--episodes` plays no part: `returns` has one a task.
+        "episodes": result.adaptation.is_empty().then_some(episodes),
+        "tasks": (!result.adaptation.is_empty()).then_some(result.returns.len()),
         "seed": seed,
         "mean_return": result.mean(),
         "std_return": result.std(),

@@ -23,6 +23,16 @@ fn eval(checkpoint: &Path, extra: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(written).expect("the eval file")).expect("eval JSON")
 }
 
+/// `fleetrl eval --checkpoint checkpoint extra...`, which must fail: its stderr.
+fn refused(checkpoint: &Path, extra: &[&str]) -> String {
+    let ckpt = checkpoint.to_str().expect("utf-8 path");
+    let mut args = vec!["eval", "--checkpoint", ckpt];
+    args.extend_from_slice(extra);
+    let out = fleetrl_command(&args).output().expect("fleetrl runs");
+    assert!(!out.status.success(), "eval {extra:?} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn a_native_cartpole_policy_scores_the_same_in_gymnasium() {
     let out = fleetrl_tests::scratch("fleetrl-eval-twin");
@@ -72,20 +82,17 @@ fn a_native_cartpole_policy_scores_the_same_in_gymnasium() {
     );
 
     // An env whose spaces the policy cannot play is refused, naming both.
-    let wrong = fleetrl_command(&[
-        "eval",
-        "--checkpoint",
-        checkpoint.to_str().unwrap(),
-        "--env",
-        "Acrobot-v1",
-    ])
-    .output()
-    .unwrap();
-    let stderr = String::from_utf8_lossy(&wrong.stderr);
-    assert!(!wrong.status.success());
+    let stderr = refused(&checkpoint, &["--env", "Acrobot-v1"]);
     assert!(
         stderr.contains("--env Acrobot-v1 does not fit this checkpoint")
             && stderr.contains("CartPole-v1"),
+        "{stderr}"
+    );
+    assert_eq!(native["episodes"], EPISODES, "{native:#}");
+    // A run without tasks has no held-out tasks to meta-test more of.
+    let stderr = refused(&checkpoint, &["--set", "tasks.num_test=100"]);
+    assert!(
+        stderr.contains("is not evaluated on held-out tasks"),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&out);
