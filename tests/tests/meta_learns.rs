@@ -266,9 +266,9 @@ fn column_mean<const N: usize>(rows: &[[f64; N]], i: usize) -> f64 {
 /// the meta-test's controls, the same policy played with no context and with another task's
 /// belief: a path that passes many goals whatever the context scores alike on all three.
 ///
-/// Measured (README, "A test for the sparse robot"): runs of the preset as shipped scored
-/// 41-45% adapted against 15-20% with no context, 13-15% with another task's belief and 0%
-/// for the SAC; 8-10 minutes on 2 cores beside the other scenarios.
+/// Measured (README, "A test for the sparse robot"): eight runs of the preset as shipped
+/// scored 38-46% adapted against 9-20% with no context, 10-18% with another task's belief
+/// and 0% for the SAC; a run took 790-900 s beside another on 2 cores.
 #[test]
 fn pearl_finds_sparse_goals_from_its_context() {
     let (_, sac_out) = train(
