@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod compose;
+pub mod meta;
 pub mod requires;
 
 use std::net::SocketAddr;

@@ -2,8 +2,8 @@
 //! binaries: on the 20 held-out goals, the return after one adaptation step must beat the
 //! return before it by a clear margin and beat a task-agnostic PPO policy trained on the same
 //! goals and evaluated the same way; PEARL likewise after one exploration episode, against a
-//! task-agnostic SAC policy on its goals, and (ignored by default for its length) on the sparse
-//! point robot, above the SAC and above its own controls. Also: an
+//! task-agnostic SAC policy on its goals, and (in `sparse_pearl.rs`, a binary of its own) on
+//! the sparse point robot, above the SAC and above its own controls. Also: an
 //! unknown task id is refused by name, and a killed actor does not stop a meta-training run.
 //!
 //! Measured here: each preset reaches -20 (the stop target) at 0.4M-2.4M env steps, 30-60 s;
@@ -16,33 +16,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use fleetrl_tests::cli::{fleetrl_command, fleetrl_ok};
+use fleetrl_tests::meta::{eval_report, newest_checkpoint, train};
 use fleetrl_tests::Sandbox;
-
-/// Trains `preset` into a fresh directory (kept, for `fleetrl eval`); the summary and the dir.
-fn train(name: &str, preset: &str, overrides: &[&str]) -> (serde_json::Value, PathBuf) {
-    let out = fleetrl_tests::scratch(&format!("fleetrl-meta-{name}"));
-    let mut cmd = fleetrl_command(&["train", "--config", preset]);
-    for o in overrides {
-        cmd.args(["--set", o]);
-    }
-    let run = cmd.arg("--out").arg(&out).output().expect("fleetrl runs");
-    assert!(
-        run.status.success(),
-        "fleetrl train {preset} failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("summary.json")).expect("summary"))
-            .expect("summary.json parses");
-    eprintln!(
-        "{preset}: {} env steps, {:.1} s, adapted {} (before/after: {})",
-        summary["total_env_steps"],
-        summary["wall_seconds"].as_f64().unwrap_or(f64::NAN),
-        summary["final_eval_return"],
-        summary["final_adaptation_returns"]
-    );
-    (summary, out)
-}
 
 /// The final evaluation of task-agnostic `preset` trained for `steps` env steps (its run dir
 /// removed).
@@ -97,17 +72,6 @@ fn assert_beats(summary: &serde_json::Value, (what, baseline): (&str, f64), marg
     );
 }
 
-/// The newest checkpoint under run directory `out`.
-fn newest_checkpoint(out: &std::path::Path) -> String {
-    let ckpt = std::fs::read_dir(out.join("checkpoints"))
-        .expect("checkpoints")
-        .flatten()
-        .map(|e| e.path())
-        .max()
-        .expect("a checkpoint");
-    ckpt.to_str().expect("utf-8 path").to_string()
-}
-
 /// `fleetrl eval --checkpoint ckpt flag value`, which must fail: its stderr.
 fn eval_refused(ckpt: &str, flag: &str, value: &str) -> String {
     let out = fleetrl_command(&["eval", "--checkpoint", ckpt, flag, value])
@@ -115,13 +79,6 @@ fn eval_refused(ckpt: &str, flag: &str, value: &str) -> String {
         .expect("fleetrl runs");
     assert!(!out.status.success(), "eval {flag} {value} was accepted");
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The report the last `fleetrl eval` of `ckpt` wrote, `ckpt/eval.json`.
-fn eval_report(ckpt: &str) -> serde_json::Value {
-    let path = format!("{ckpt}/eval.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// Budget 6M env steps; measured 0.4M to the target.
@@ -220,98 +177,6 @@ fn pearl_adapts_to_held_out_goals_and_refuses_unknown_tasks() {
         first,
         "the same evaluation twice played differently"
     );
-    let _ = std::fs::remove_dir_all(out);
-}
-
-/// The sparse robot's meta-test plays this many held-out goals: ids 80-179, the run's own 20
-/// test goals and 80 more that training never drew either. The no-context control, a fixed
-/// path, scored 25-35% on training seed 0's 20 goals and 9-20% on these 100.
-const SPARSE_TEST_GOALS: &str = "tasks.num_test=100";
-
-/// `keys` of `fleetrl eval --checkpoint ckpt --seed S` on [`SPARSE_TEST_GOALS`] for evaluation
-/// seeds 1-5, each seed's values in order.
-fn success_by_seed<const N: usize>(ckpt: &str, keys: [&str; N]) -> Vec<[f64; N]> {
-    (1..=5u32)
-        .map(|seed| {
-            let seed = seed.to_string();
-            fleetrl_ok(&[
-                "eval",
-                "--checkpoint",
-                ckpt,
-                "--seed",
-                &seed,
-                "--set",
-                SPARSE_TEST_GOALS,
-            ]);
-            let report = eval_report(ckpt);
-            assert_eq!(report["tasks"], 100, "{report:#}");
-            keys.map(|key| {
-                report[key]
-                    .as_f64()
-                    .unwrap_or_else(|| panic!("{key}: {report:#}"))
-            })
-        })
-        .collect()
-}
-
-/// The mean of column `i` of `rows`.
-fn column_mean<const N: usize>(rows: &[[f64; N]], i: usize) -> f64 {
-    rows.iter().map(|row| row[i]).sum::<f64>() / rows.len() as f64
-}
-
-/// PEARL on the sparse point robot (`point-robot-sparse-pearl`, the PEARL paper's §6.3): a
-/// goal scores only within 0.2 of it, so the policy must find it while exploring and then
-/// read it from the context. Over five meta-tests of 100 held-out goals (evaluation seeds
-/// 1-5), the adapted success rate beats a task-agnostic SAC's on the same goals, and both of
-/// the meta-test's controls, the same policy played with no context and with another task's
-/// belief: a path that passes many goals whatever the context scores alike on all three.
-///
-/// Measured (README, "A test for the sparse robot"): eight runs of the preset as shipped
-/// scored 38-46% adapted against 9-20% with no context, 10-18% with another task's belief
-/// and 0% for the SAC; a run took 790-900 s beside another on 2 cores.
-#[test]
-fn pearl_finds_sparse_goals_from_its_context() {
-    let (_, sac_out) = train(
-        "sac-sparse",
-        "point-sac-multitask",
-        &[
-            "env.id=PointRobotSparse-v0",
-            "tasks.num_train=80",
-            "stop.total_env_steps=10_000",
-        ],
-    );
-    let sac = success_by_seed(&newest_checkpoint(&sac_out), ["success_rate"]);
-    let sac = column_mean(&sac, 0);
-    let (summary, out) = train("pearl-sparse", "point-robot-sparse-pearl", &[]);
-    assert_eq!(summary["env"], "PointRobotSparse-v0");
-    let tests = success_by_seed(
-        &newest_checkpoint(&out),
-        [
-            "success_rate",
-            "success_rate_no_context",
-            "success_rate_other_task",
-        ],
-    );
-    let [adapted, no_context, other_task] = [0, 1, 2].map(|i| column_mean(&tests, i));
-    eprintln!(
-        "sparse PEARL: adapted success {adapted:.3}, no context {no_context:.3}, another \
-         task's belief {other_task:.3}, task-agnostic SAC {sac:.3} ({tests:?})"
-    );
-    assert!(
-        adapted >= sac + 0.15,
-        "adapted success {adapted:.3} does not clearly beat the task-agnostic SAC's {sac:.3}"
-    );
-    for (control, rate) in [
-        ("no context", no_context),
-        ("another task's belief", other_task),
-    ] {
-        assert!(
-            adapted >= rate + 0.05,
-            "adapted success {adapted:.3} is not clearly above the same policy with \
-             {control} ({rate:.3}): a path, not adaptation ({tests:?})"
-        );
-    }
-    let _ = std::fs::remove_dir_all(sac_out);
     let _ = std::fs::remove_dir_all(out);
 }
 
