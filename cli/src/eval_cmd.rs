@@ -243,6 +243,8 @@ pub(crate) fn run(
     sets: &[String],
 ) -> anyhow::Result<()> {
     let (result, seed) = evaluate_checkpoint(path, episodes, seed, env_id, task, sets)?;
+    // On a run's tasks `--episodes` plays no part: `returns` has one a task.
+    let on_tasks = !result.adaptation.is_empty();
     if let Some(rate) = result.success_rate() {
         let controls = [
             result.no_context_success_rate(),
@@ -250,7 +252,7 @@ pub(crate) fn run(
         ];
         println!("success rate {}", success_text(rate, controls, 1));
     }
-    if result.adaptation.is_empty() {
+    if !on_tasks {
         println!(
             "mean return {:.2} ± {:.2} over {} episodes",
             result.mean(),
@@ -274,9 +276,8 @@ pub(crate) fn run(
     let report = serde_json::json!({
         "checkpoint": path.display().to_string(),
         "env": env_id,
-        // On a run's tasks `--episodes` plays no part: `returns` has one a task.
-        "episodes": result.adaptation.is_empty().then_some(episodes),
-        "tasks": (!result.adaptation.is_empty()).then_some(result.returns.len()),
+        "episodes": (!on_tasks).then_some(episodes),
+        "tasks": on_tasks.then_some(result.returns.len()),
         "seed": seed,
         "mean_return": result.mean(),
         "std_return": result.std(),
