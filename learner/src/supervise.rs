@@ -16,7 +16,7 @@ use tonic_health::ServingStatus;
 
 use crate::sampler::Ended;
 use crate::service::{self, Learner};
-use crate::trainer::{log_final_checkpoint, Work};
+use crate::trainer::{log_final_checkpoint, TrainerStop, Work};
 
 /// How long a failing learner keeps answering NOT_SERVING before it exits, so probes and
 /// clients see why it goes away.
@@ -28,7 +28,7 @@ const SERVER_GRACE: Duration = Duration::from_secs(5);
 /// What the learner runs besides its server.
 pub(crate) struct Roles {
     /// The trainer thread (it ends when every sender of `work` is gone).
-    pub(crate) trainer: std::thread::JoinHandle<Result<(), String>>,
+    pub(crate) trainer: std::thread::JoinHandle<Result<(), TrainerStop>>,
     /// The sampling task.
     pub(crate) sampler: JoinHandle<Ended>,
     /// Background helpers (priority updates, demo stats) stopped with the rest.
@@ -62,11 +62,11 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
     } = roles;
     let mut trainer = tokio::task::spawn_blocking(move || trainer.join());
     let trainer_ended = |joined: Result<
-        std::thread::Result<Result<(), String>>,
+        std::thread::Result<Result<(), TrainerStop>>,
         tokio::task::JoinError,
     >| match joined {
         Ok(Ok(Ok(()))) => "the trainer thread ended".to_string(),
-        Ok(Ok(Err(cause))) => cause,
+        Ok(Ok(Err(stop))) => stop.to_string(),
         Ok(Err(panic)) => format!("the trainer thread panicked: {}", panic_message(&*panic)),
         Err(error) => format!("the trainer thread could not be joined: {error}"),
     };

@@ -82,7 +82,34 @@ pub(crate) struct Trainer {
     pub(crate) filling: Filling,
     /// Why training must stop: an update made the weights NaN or infinite (nothing is
     /// published or checkpointed from then on), or its CUDA graph failed.
-    pub(crate) stopped: Option<String>,
+    pub(crate) stopped: Option<TrainerStop>,
+}
+
+/// Why the trainer stopped training before its work queue closed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TrainerStop {
+    /// An update made the weights NaN or infinite; they were not published or checkpointed.
+    #[error(
+        "update {update} made the weights non-finite ({cause}); they were not published or \
+         checkpointed and training stops; {newest}: resume with a smaller learning rate or \
+         gradient clipping, or scale the env's rewards (env.reward_scale)"
+    )]
+    Diverged {
+        /// The update's number.
+        update: u64,
+        /// Which tensor went non-finite.
+        cause: String,
+        /// What the user can resume from.
+        newest: String,
+    },
+    /// The update's CUDA graph could not be captured or replayed.
+    #[error("update {update}: {source}")]
+    Graph {
+        /// The update's number.
+        update: u64,
+        /// What the graph said.
+        source: BatchError,
+    },
 }
 
 /// The on-policy batch being filled: when filling began (the last update's end) and, once
@@ -143,7 +170,7 @@ pub(crate) fn weights_message(algo: &dyn Algorithm, version: i64) -> Result<Weig
 impl Trainer {
     /// Runs until every sender of `work` is gone (Ok), or until an update makes the weights
     /// NaN or infinite (Err, saying so): those weights are never published or checkpointed.
-    pub(crate) fn run(mut self, mut work: mpsc::Receiver<Work>) -> Result<(), String> {
+    pub(crate) fn run(mut self, mut work: mpsc::Receiver<Work>) -> Result<(), TrainerStop> {
         fleetrl_core::cpu::flush_denormals();
         loop {
             let waited = Instant::now();
@@ -198,14 +225,13 @@ impl Trainer {
                 )
             },
         );
-        let cause = format!(
-            "update {} made the weights non-finite ({error}); they were not published or \
-             checkpointed and training stops; {newest}: resume with a smaller learning rate or \
-             gradient clipping, or scale the env's rewards (env.reward_scale)",
-            self.algo.trained().updates()
-        );
-        tracing::error!(cause, "training diverged");
-        self.stopped = Some(cause);
+        let stop = TrainerStop::Diverged {
+            update: self.algo.trained().updates(),
+            cause: error.to_string(),
+            newest,
+        };
+        tracing::error!(cause = %stop, "training diverged");
+        self.stopped = Some(stop);
     }
 
     /// The next piece of work; while a batch waits for the rest of the actors' shares, a
@@ -421,10 +447,11 @@ impl Trainer {
         let span = tracing::info_span!("update", step = self.algo.trained().updates() + 1);
         let update = match span.in_scope(|| algos::train_on(self.algo.as_mut(), batch)) {
             Ok(update) => update,
-            Err(error @ BatchError::Graph(_)) => {
-                let cause = format!("update {}: {error}", self.algo.trained().updates() + 1);
-                tracing::error!(cause, "training stops");
-                self.stopped = Some(cause);
+            Err(source @ BatchError::Graph(_)) => {
+                let update = self.algo.trained().updates() + 1;
+                let stop = TrainerStop::Graph { update, source };
+                tracing::error!(cause = %stop, "training stops");
+                self.stopped = Some(stop);
                 return None;
             }
             Err(error) => {
@@ -537,7 +564,9 @@ impl Trainer {
             .config
             .with_live_change(key, value)
             .map_err(|e| bad(e.to_string()))?;
-        self.algo.reconfigure(&changed.algo).map_err(bad)?;
+        self.algo
+            .reconfigure(&changed.algo)
+            .map_err(|e| bad(e.to_string()))?;
         self.config = changed;
         let policy_version = self.stats().policy_version;
         tracing::info!(key, %previous, value = %now, policy_version, "parameter changed");

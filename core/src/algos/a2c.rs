@@ -134,9 +134,15 @@ impl A2c {
 impl Algorithm for A2c {
     super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [optim, intrinsic]);
 
-    fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
+    fn reconfigure(
+        &mut self,
+        algo: &crate::config::AlgoConfig,
+    ) -> Result<(), super::ReconfigureError> {
         let crate::config::AlgoConfig::A2c(config) = algo else {
-            return Err(format!("this learner trains a2c, not {}", algo.name()));
+            return Err(super::ReconfigureError::OtherAlgorithm {
+                trains: "a2c",
+                asked: algo.name(),
+            });
         };
         self.config = config.clone();
         Ok(())

@@ -132,9 +132,15 @@ impl Impala {
 impl Algorithm for Impala {
     super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [optim]);
 
-    fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
+    fn reconfigure(
+        &mut self,
+        algo: &crate::config::AlgoConfig,
+    ) -> Result<(), super::ReconfigureError> {
         let crate::config::AlgoConfig::Impala(config) = algo else {
-            return Err(format!("this learner trains impala, not {}", algo.name()));
+            return Err(super::ReconfigureError::OtherAlgorithm {
+                trains: "impala",
+                asked: algo.name(),
+            });
         };
         self.config = config.clone();
         Ok(())

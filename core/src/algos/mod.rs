@@ -216,6 +216,36 @@ pub enum BatchError {
     Graph(#[from] crate::optim::GraphError),
 }
 
+/// Why an algorithm refused a live change of its hyperparameters ([`Algorithm::reconfigure`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconfigureError {
+    /// The algorithm keeps its hyperparameters for the whole run.
+    #[error(
+        "algo.name = \"{algo}\" keeps its hyperparameters for the whole run (ppo, a2c and \
+         impala can change theirs)"
+    )]
+    Fixed {
+        /// The algorithm asked to change.
+        algo: &'static str,
+    },
+    /// The new config names another algorithm than the one training.
+    #[error("this learner trains {trains}, not {asked}")]
+    OtherAlgorithm {
+        /// The algorithm training.
+        trains: &'static str,
+        /// The one the new config names.
+        asked: &'static str,
+    },
+    /// This key is fixed when the run starts, for the reason given.
+    #[error("{key}: {why}")]
+    FixedKey {
+        /// The key, as `fleetrl set` names it.
+        key: &'static str,
+        /// Why it cannot change during the run.
+        why: &'static str,
+    },
+}
+
 /// What the learner publishes and checkpoints of a network, whatever its shape: the
 /// actor-critic, the off-policy model (with or without its recurrent Q network).
 pub trait Model: Send {
@@ -438,11 +468,7 @@ pub trait Algorithm: Send {
     /// Takes `algo` (this run's config with [`crate::config::LIVE_ALGO_KEYS`] changed, as
     /// `fleetrl set` asks) for the next updates, or says why it cannot. By default an
     /// algorithm keeps its hyperparameters for the whole run.
-    fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), String> {
-        Err(format!(
-            "algo.name = \"{}\" keeps its hyperparameters for the whole run (ppo, a2c and \
-             impala can change theirs)",
-            algo.name()
-        ))
+    fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), ReconfigureError> {
+        Err(ReconfigureError::Fixed { algo: algo.name() })
     }
 }

@@ -84,7 +84,12 @@ pub fn targets(
             (returns, None)
         }
         Some(clips) => {
-            let params = clips.params(discount, lambda, bootstrap_truncation);
+            let params = super::vtrace::VtraceParams::from_clips(
+                clips,
+                discount,
+                lambda,
+                bootstrap_truncation,
+            );
             let (returns, ratio) = super::vtrace::vtrace_returns(model, batch, data, &params);
             (returns, Some(ratio))
         }

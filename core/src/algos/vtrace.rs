@@ -37,6 +37,26 @@ pub struct VtraceParams {
     pub bootstrap_truncation: bool,
 }
 
+impl VtraceParams {
+    /// The coefficients of a policy-gradient algorithm's `algo.vtrace` clips, with its
+    /// discount, trace decay and time-limit bootstrap.
+    pub fn from_clips(
+        clips: &crate::config::VtraceClips,
+        discount: f64,
+        lambda: f64,
+        bootstrap_truncation: bool,
+    ) -> VtraceParams {
+        VtraceParams {
+            discount: discount as f32,
+            lambda: lambda as f32,
+            rho_bar: clips.rho_bar as f32,
+            pg_rho_bar: clips.pg_rho_bar as f32,
+            c_bar: clips.c_bar as f32,
+            bootstrap_truncation,
+        }
+    }
+}
+
 impl Default for VtraceParams {
     fn default() -> Self {
         VtraceParams {

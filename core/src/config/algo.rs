@@ -427,23 +427,6 @@ impl VtraceClips {
         }
         Ok(())
     }
-
-    /// The V-trace coefficients with these clips.
-    pub fn params(
-        &self,
-        discount: f64,
-        lambda: f64,
-        bootstrap_truncation: bool,
-    ) -> crate::algos::vtrace::VtraceParams {
-        crate::algos::vtrace::VtraceParams {
-            discount: discount as f32,
-            lambda: lambda as f32,
-            rho_bar: self.rho_bar as f32,
-            pg_rho_bar: self.pg_rho_bar as f32,
-            c_bar: self.c_bar as f32,
-            bootstrap_truncation,
-        }
-    }
 }
 
 impl Default for PpoConfig {

@@ -693,10 +693,7 @@ impl RunConfig {
     }
 
     fn from_table(table: toml::Table, origin: &str) -> Result<RunConfig, ConfigError> {
-        check_finite(&table, "").map_err(|message| ConfigError::Parse {
-            origin: origin.to_string(),
-            message,
-        })?;
+        check_finite(&table, "", origin)?;
         let batch_set = table
             .get("learner")
             .and_then(|l| l.get("batch_rollouts"))
@@ -1155,18 +1152,24 @@ const INFINITE_OK: [&str; 2] = ["algo.clip_return", "stop.target_return"];
 /// Refuses NaN anywhere in `table` (under the dotted `prefix`), and infinities outside
 /// [`INFINITE_OK`]: `> 0` and range checks let `inf` through, and a learning rate of `inf`
 /// (from a file, `--set`, or `fleetrl set` on a running learner) makes every weight NaN.
-fn check_finite(table: &toml::Table, prefix: &str) -> Result<(), String> {
-    fn value(key: &str, v: &toml::Value) -> Result<(), String> {
+fn check_finite(table: &toml::Table, prefix: &str, origin: &str) -> Result<(), ConfigError> {
+    fn value(key: &str, v: &toml::Value, origin: &str) -> Result<(), ConfigError> {
+        let refuse = |message: String| ConfigError::Parse {
+            origin: origin.to_string(),
+            message,
+        };
         match v {
-            toml::Value::Float(x) if x.is_nan() => Err(format!("`{key}` = nan is not a number")),
+            toml::Value::Float(x) if x.is_nan() => {
+                Err(refuse(format!("`{key}` = nan is not a number")))
+            }
             toml::Value::Float(x) if x.is_infinite() && !INFINITE_OK.contains(&key) => {
-                Err(format!(
+                Err(refuse(format!(
                     "`{key}` = {x} must be a finite number (infinity means no limit only for {})",
                     INFINITE_OK.join(" and ")
-                ))
+                )))
             }
-            toml::Value::Table(t) => check_finite(t, key),
-            toml::Value::Array(items) => items.iter().try_for_each(|item| value(key, item)),
+            toml::Value::Table(t) => check_finite(t, key, origin),
+            toml::Value::Array(items) => items.iter().try_for_each(|item| value(key, item, origin)),
             _ => Ok(()),
         }
     }
@@ -1176,7 +1179,7 @@ fn check_finite(table: &toml::Table, prefix: &str) -> Result<(), String> {
         } else {
             format!("{prefix}.{k}")
         };
-        value(&key, v)
+        value(&key, v, origin)
     })
 }
 

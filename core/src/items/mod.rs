@@ -17,6 +17,7 @@ pub mod check;
 pub mod rollout;
 pub mod round;
 pub mod sequence;
+pub mod steps;
 pub mod transition;
 
 /// The observation fields of every item kind.

@@ -21,7 +21,7 @@
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
-use crate::algos::returns::StepData;
+use super::steps::StepData;
 use crate::config::RunConfig;
 use crate::envs::{self, EnvError};
 use fleetrl_proto::space::Space;
@@ -536,9 +536,7 @@ impl RolloutBatch {
         let done: Vec<bool> = (self.terminated.iter().zip(&self.truncated))
             .map(|(a, b)| *a || *b)
             .collect();
-        self.valid = Some(crate::algos::returns::valid_from_done(
-            &done, self.t, self.b,
-        ));
+        self.valid = Some(super::steps::valid_from_done(&done, self.t, self.b));
     }
 
     /// Reads several stacked batches (e.g. single rollouts sampled one at a time) as one.
