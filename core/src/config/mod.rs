@@ -587,8 +587,11 @@ pub struct EvalConfig {
     pub interval_env_steps: u64,
     /// Evaluate early once the recent training return reaches the target.
     pub on_target_training_return: bool,
-    /// Act with the policy's mode (argmax, or the Gaussian mean); false samples actions as in
-    /// training (garage's `deterministic_eval`).
+    /// Act with the policy's mode (argmax, or the Gaussian mean); false samples actions from
+    /// a stochastic policy (PPO, A2C, VPG, TRPO, IMPALA, MAML, SAC, PEARL, Gaussian BC), as
+    /// garage's `deterministic_eval`. DQN, TD3, DDPG and deterministic BC act greedily either
+    /// way: their exploration noise (epsilon, Gaussian action noise) is a training choice that
+    /// evaluation never adds.
     pub deterministic: bool,
     /// Ends an evaluation episode after this many steps, as a time limit (0: the env's own
     /// limit only; garage's `max_episode_length_eval`).
