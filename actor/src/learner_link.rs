@@ -12,7 +12,7 @@ use fleetrl_runtime::net::MAX_MESSAGE_BYTES;
 use tokio::sync::watch;
 use tonic_health::server::HealthReporter;
 
-use crate::acting::Progress;
+use crate::collect::Progress;
 use crate::health;
 use crate::metrics::ActorMetrics;
 

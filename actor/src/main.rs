@@ -3,7 +3,7 @@
 //! another anywhere; it needs only the learner's and the replay server's addresses. Exits 0
 //! after SIGTERM, non-zero when a part of it fails ([`supervisor`]).
 
-mod acting;
+mod collect;
 mod demo_replay;
 mod health;
 mod identity;
@@ -109,14 +109,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         patience,
     );
     parts.spawn(Part::Weights, follow);
-    let progress = Arc::new(Mutex::new(acting::Progress::default()));
+    let progress = Arc::new(Mutex::new(collect::Progress::default()));
     let interval = Duration::from_secs_f64(config.actors.report_interval_s.max(0.05));
     let report = learner_link::report_episodes(learner, args.actor_id, progress.clone(), interval);
     parts.spawn(Part::Reporter, report);
 
     // Off-policy actors insert single transitions: batch them per request and keep that many
     // times as many in flight.
-    let per_request = acting::items_per_request(&config);
+    let per_request = collect::items_per_request(&config);
     let (items_tx, items_rx) = mpsc::channel(per_request);
     let shards = replay_client::parse_shards(&args.replay)?;
     let demos = demo_replay::DemoLink::connect_if(&config, &shards, &registry, patience).await?;
@@ -136,7 +136,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let grace = SHUTDOWN_GRACE;
     let (stop, stop_rx) = watch::channel(false);
     let actor_id = args.actor_id;
-    let acting_loop = acting::ActingLoop {
+    let acting_loop = collect::ActingLoop {
         actor_id,
         config,
         weights: weights_rx,
@@ -146,7 +146,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
     };
     parts.spawn_blocking(Part::Acting, move || {
-        let collector = acting::collector(&acting_loop.config, actor_id, demos)?;
+        let collector = collect::collector(&acting_loop.config, actor_id, demos)?;
         acting_loop.run(collector)
     });
     parts

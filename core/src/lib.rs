@@ -5,8 +5,12 @@
 //! - [`algos`]: the learning algorithms; their math is pure and unit-tested without an env.
 //! - [`items`]: what actors write (rollouts, transitions, sequences, demos).
 //! - [`acting`]: acting loops, exploration, PPO+D demo replay, evaluation.
+//! - [`tasks`]: task families for meta-RL (goals, target velocities) and their train/test sets.
 //! - [`config`]: the run configuration every binary reads.
 //! - [`checkpoint`]: learner checkpoints (weights, optimiser state, counters).
+//! - [`optim`]: optimisers whose state is plain tensors (checkpointed), and CUDA graph replay.
+//! - [`broadcast`]: the weight stream from the learner to its subscribers, in chunks.
+//! - [`replay_client`]: inserts and samples across one or many replay servers (shards).
 //! - [`cpu`]: CPU settings for the threads and process that train.
 //! - [`suggest`]: "did you mean" for mistyped presets, env ids and algorithm names.
 //!
