@@ -6,10 +6,10 @@
 //! `gym:` or `envpool:` id with no wrapper is hosted as one vector env (one EnvPool) stepped per
 //! batch; with wrappers, as one env per row so the Rust wrappers see each env.
 
+use super::config::EnvConfig;
 #[cfg(feature = "python")]
 use super::AtariPreprocessing;
 use super::{make_limited, Env, EnvError, FrameStack, PrevActionReward, RewardTransform, VecEnv};
-use crate::config::EnvConfig;
 
 /// Frames an Atari run stacks when `frame_stack` is not set.
 const ATARI_STACK: u32 = 4;

@@ -31,6 +31,7 @@ mod acrobot;
 mod atari;
 mod batch;
 mod cartpole;
+pub mod config;
 mod configured;
 mod frame_stack;
 mod mask_velocity;
@@ -441,10 +442,10 @@ mod tests {
     #[test]
     fn max_episode_steps_replaces_the_native_limit() {
         for limit in [7u32, 80] {
-            let config = crate::config::EnvConfig {
+            let config = super::config::EnvConfig {
                 id: "PointMass-v0".into(),
                 max_episode_steps: limit,
-                ..crate::config::EnvConfig::default()
+                ..super::config::EnvConfig::default()
             };
             let mut env = make_configured(&config).unwrap();
             env.reset(Some(0));

@@ -7,7 +7,7 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use super::gym_env::read_f32;
 use super::{make_host_env, py_error, Host};
-use crate::config::Vectorization;
+use crate::envs::config::Vectorization;
 use crate::envs::{BatchActions, BatchEnv, EnvError, VecStep};
 use fleetrl_proto::space::Space;
 
