@@ -240,22 +240,44 @@ impl<'de> Deserialize<'de> for AlgoConfig {
             }
         }
         let rest = toml::Value::Table(table);
-        let err = |e: toml::de::Error| D::Error::custom(format!("[algo] ({name}): {e}"));
+        let err = |e: serde_path_to_error::Error<toml::de::Error>| {
+            let message = e.inner().to_string();
+            let path = e.path().to_string();
+            let key = match path.as_str() {
+                "" | "." => "algo".to_string(),
+                inner => format!("algo.{inner}"),
+            };
+            let message = message
+                .split("\nin `")
+                .next()
+                .unwrap_or_default()
+                .trim_end();
+            D::Error::custom(format!("{key}: {message} (algo.name = \"{name}\")"))
+        };
         Ok(match name.as_str() {
-            "ppo" => AlgoConfig::Ppo(rest.try_into().map_err(err)?),
-            "a2c" => AlgoConfig::A2c(rest.try_into().map_err(err)?),
-            "vpg" => AlgoConfig::Vpg(rest.try_into().map_err(err)?),
-            "trpo" => AlgoConfig::Trpo(rest.try_into().map_err(err)?),
-            "impala" => AlgoConfig::Impala(rest.try_into().map_err(err)?),
-            "dqn" => AlgoConfig::Dqn(rest.try_into().map_err(err)?),
-            "sac" => AlgoConfig::Sac(rest.try_into().map_err(err)?),
-            "td3" => AlgoConfig::Td3(rest.try_into().map_err(err)?),
-            "ddpg" => AlgoConfig::Ddpg(rest.try_into().map_err(err)?),
-            "bc" => AlgoConfig::Bc(rest.try_into().map_err(err)?),
-            "maml_vpg" => AlgoConfig::Maml(MetaOptimizer::Vpg, rest.try_into().map_err(err)?),
-            "maml_ppo" => AlgoConfig::Maml(MetaOptimizer::Ppo, rest.try_into().map_err(err)?),
-            "maml_trpo" => AlgoConfig::Maml(MetaOptimizer::Trpo, rest.try_into().map_err(err)?),
-            "pearl" => AlgoConfig::Pearl(rest.try_into().map_err(err)?),
+            "ppo" => AlgoConfig::Ppo(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "a2c" => AlgoConfig::A2c(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "vpg" => AlgoConfig::Vpg(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "trpo" => AlgoConfig::Trpo(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "impala" => AlgoConfig::Impala(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "dqn" => AlgoConfig::Dqn(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "sac" => AlgoConfig::Sac(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "td3" => AlgoConfig::Td3(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "ddpg" => AlgoConfig::Ddpg(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "bc" => AlgoConfig::Bc(serde_path_to_error::deserialize(rest).map_err(err)?),
+            "maml_vpg" => AlgoConfig::Maml(
+                MetaOptimizer::Vpg,
+                serde_path_to_error::deserialize(rest).map_err(err)?,
+            ),
+            "maml_ppo" => AlgoConfig::Maml(
+                MetaOptimizer::Ppo,
+                serde_path_to_error::deserialize(rest).map_err(err)?,
+            ),
+            "maml_trpo" => AlgoConfig::Maml(
+                MetaOptimizer::Trpo,
+                serde_path_to_error::deserialize(rest).map_err(err)?,
+            ),
+            "pearl" => AlgoConfig::Pearl(serde_path_to_error::deserialize(rest).map_err(err)?),
             other => {
                 return Err(D::Error::custom(format!(
                     "unknown algo.name `{other}`{}; expected one of {}",

@@ -615,10 +615,10 @@ impl RunConfig {
             .get("learner")
             .and_then(|l| l.get("batch_rollouts"))
             .is_some();
-        let mut config: RunConfig =
-            toml::Table::try_into(table).map_err(|e| ConfigError::Parse {
+        let mut config: RunConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| ConfigError::Parse {
                 origin: origin.to_string(),
-                message: e.to_string(),
+                message: typed_key_message(&e),
             })?;
         // MAML's meta-batch is the learner's batch: one rollout item per task.
         if let Some(maml) = config.algo.as_maml() {
@@ -822,6 +822,24 @@ fn check_finite(table: &toml::Table, prefix: &str, origin: &str) -> Result<(), C
     })
 }
 
+/// A deserialisation error with the dotted key it happened at (`actors.count: invalid type:
+/// floating point `2.5`, expected u32`); the message alone where the key is the whole file.
+fn typed_key_message(error: &serde_path_to_error::Error<toml::de::Error>) -> String {
+    let path = error.path().to_string();
+    let message = error.inner().to_string();
+    // toml ends a value's error with the key again (`\nin `actors.count``).
+    let message = message
+        .split("\nin `")
+        .next()
+        .unwrap_or_default()
+        .trim_end();
+    if path.is_empty() || path == "." || message.starts_with(&format!("{path}.")) {
+        message.to_string()
+    } else {
+        format!("{path}: {message}")
+    }
+}
+
 /// Whether `spec` names a preset rather than a file: no `/` and no `.toml`.
 fn is_bare_name(spec: &str) -> bool {
     !spec.contains('/') && !spec.ends_with(".toml")
@@ -1009,6 +1027,24 @@ mod tests {
         let err = RunConfig::from_toml("[algo]\nname = \"td3\"\nqf_weight_decay = -1.0\n", "test")
             .unwrap_err();
         assert!(err.to_string().contains("algo.qf_weight_decay"), "{err}");
+    }
+
+    #[test]
+    fn a_mistyped_value_names_its_dotted_key() {
+        for (text, key) in [
+            ("[actors]\ncount = 2.5\n", "actors.count"),
+            (
+                "[algo]\nname = \"ppo\"\nlearning_rate = \"fast\"\n",
+                "algo.learning_rate",
+            ),
+            (
+                "[model]\nhidden_sizes = [64, \"x\"]\n",
+                "model.hidden_sizes",
+            ),
+        ] {
+            let error = RunConfig::from_toml(text, "test").unwrap_err().to_string();
+            assert!(error.contains(key), "{text}: {error}");
+        }
     }
 
     #[test]
