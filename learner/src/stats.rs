@@ -9,6 +9,12 @@ use fleetrl_proto::v1::{ActorStatus, LearnerStatus, ReportEpisodesRequest};
 /// Episodes kept for the recent-return mean.
 const RECENT_EPISODES: usize = 100;
 
+/// Actors whose reports the learner keeps apart (`GetStatus` lists them): past it, the one
+/// heard from least recently is forgotten. Actor ids are the actors' word; without a bound,
+/// forged ids grew the map and the status message until the launcher's 4 MiB limit failed
+/// the run (about 140k ids). 4,096 rows are about 120 KB of status.
+const MAX_TRACKED_ACTORS: usize = 4096;
+
 #[derive(Debug)]
 struct ActorStats {
     episodes: u64,
@@ -85,6 +91,9 @@ impl Stats {
         self.episodes = self.episodes.saturating_add(n);
         // Saturating: reports are the actors' word, and no sum of them may wrap.
         self.env_steps_reported = self.env_steps_reported.saturating_add(report.env_steps);
+        if !self.actors.contains_key(&report.actor_id) && self.actors.len() >= MAX_TRACKED_ACTORS {
+            self.forget_quietest_actor();
+        }
         let actor = self.actors.entry(report.actor_id).or_insert(ActorStats {
             episodes: 0,
             env_steps: 0,
@@ -93,6 +102,18 @@ impl Stats {
         actor.episodes = actor.episodes.saturating_add(n);
         actor.env_steps = actor.env_steps.saturating_add(report.env_steps);
         actor.last_report = Instant::now();
+    }
+
+    /// Drops the actor whose last report is the oldest.
+    fn forget_quietest_actor(&mut self) {
+        let quietest = self
+            .actors
+            .iter()
+            .min_by_key(|(_, a)| a.last_report)
+            .map(|(&id, _)| id);
+        if let Some(id) = quietest {
+            self.actors.remove(&id);
+        }
     }
 
     /// Records the policy lag of the update just done.
@@ -150,5 +171,37 @@ impl Stats {
             mean_policy_lag: self.policy_lag_sum.0 / self.policy_lag_sum.1.max(1) as f64,
             rollouts_trained: self.rollouts_trained,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(actor_id: u32) -> ReportEpisodesRequest {
+        ReportEpisodesRequest {
+            actor_id,
+            returns: vec![1.0],
+            lengths: vec![1],
+            env_steps: 1,
+        }
+    }
+
+    /// Forged actor ids cannot grow the status without bound; the newest actors stay.
+    #[test]
+    fn tracked_actors_are_bounded_and_the_quietest_go_first() {
+        let mut stats = Stats::new(None);
+        let total = MAX_TRACKED_ACTORS as u32 + 500;
+        for id in 0..total {
+            stats.record_report(&report(id));
+        }
+        let listed = stats.to_proto().actors;
+        assert_eq!(listed.len(), MAX_TRACKED_ACTORS);
+        assert!(listed.iter().any(|a| a.actor_id == total - 1));
+        assert_eq!(
+            stats.episodes,
+            u64::from(total),
+            "every episode still counts"
+        );
     }
 }

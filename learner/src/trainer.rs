@@ -85,6 +85,16 @@ pub(crate) struct Trainer {
     pub(crate) stopped: Option<TrainerStop>,
 }
 
+/// Whether a rollout acted by policy `version` (from the wire) is one the learner trains on
+/// while at `current`: not negative, at most `max_lag` behind, and not from further ahead
+/// than a restarted learner's actors can be (`max_lag`); the arithmetic cannot overflow
+/// whatever the actor sent.
+fn plausible_version(version: i64, current: i64, max_lag: i64) -> bool {
+    version >= 0
+        && version <= current.saturating_add(max_lag)
+        && current.saturating_sub(version) <= max_lag
+}
+
 /// Why the trainer stopped training before its work queue closed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TrainerStop {
@@ -277,14 +287,14 @@ impl Trainer {
         let current = stats.policy_version;
         let before = self.pending.len() + 1;
         if let Some(version) = RolloutBatch::version_of(&rollout) {
-            let lag = (current - version).max(0) as f64;
+            let lag = current.saturating_sub(version).max(0) as f64;
             self.metrics.rollout_policy_lag.set(lag);
             self.metrics.rollout_policy_lag_sum.add(lag);
         }
         self.pending.push(rollout);
         self.pending.retain(|r| {
             let version = RolloutBatch::version_of(r);
-            let keep = version.is_some_and(|v| current - v <= max_lag);
+            let keep = version.is_some_and(|v| plausible_version(v, current, max_lag));
             if !keep {
                 tracing::debug!(current, ?version, "dropping a stale rollout");
             }
@@ -371,7 +381,7 @@ impl Trainer {
         }
         let env_steps = batch.env_steps();
         let rollouts = batch.policy_version.len() as u64;
-        let behaviour = batch.policy_version.iter().sum::<i64>() as f64
+        let behaviour = batch.policy_version.iter().map(|&v| v as f64).sum::<f64>()
             / batch.policy_version.len().max(1) as f64;
         let Some(mut metrics) = self.update(&Batch::Rollouts(Box::new(batch)), None) else {
             return false;
@@ -617,5 +627,28 @@ impl Trainer {
         )?;
         tracing::debug!(path = %path.display(), version, "checkpoint written");
         Ok((path, version))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plausible_version;
+
+    /// Versions from the wire are bounded before any subtraction: i64::MIN once wrapped the
+    /// staleness test and was trained on.
+    #[test]
+    fn implausible_policy_versions_are_dropped() {
+        assert!(plausible_version(10, 10, 2));
+        assert!(plausible_version(8, 10, 2));
+        assert!(
+            plausible_version(12, 10, 2),
+            "a restarted learner's actors may be ahead"
+        );
+        assert!(!plausible_version(7, 10, 2));
+        assert!(!plausible_version(13, 10, 2));
+        assert!(!plausible_version(-1, 10, 2));
+        assert!(!plausible_version(i64::MIN, 10, 2));
+        assert!(!plausible_version(i64::MAX, 10, 2));
+        assert!(!plausible_version(i64::MIN, i64::MAX, 2));
     }
 }
