@@ -76,6 +76,10 @@ impl Drop for Received {
     }
 }
 
+/// The most tensors a version's announced count reserves room for before any arrive (a
+/// count of `u32::MAX` once reserved ~170 GB and aborted the actor).
+const MAX_RESERVED_TENSORS: usize = 1024;
+
 /// The version being received: tensors finished so far and where the next chunk must go.
 #[derive(Debug)]
 struct Partial {
@@ -194,7 +198,9 @@ impl Receiver {
             offset: 0,
             wire: Dtype::Unspecified,
             wire_bytes: 0,
-            done: Vec::with_capacity(count as usize),
+            // The count is the sender's word: reserve for at most a model's worth of tensors
+            // and let a larger (honest) count grow the vector as tensors arrive.
+            done: Vec::with_capacity((count as usize).min(MAX_RESERVED_TENSORS)),
             spare,
         });
     }

@@ -117,6 +117,18 @@ fn a_chunk_out_of_order_is_an_error_and_the_next_version_still_arrives() {
     assert_eq!(receive(&mut receiver, msgs).version, 2);
 }
 
+/// A forged tensor count reserves nothing: the chunk is taken (it fits its tensor) and the
+/// version simply never completes, where `u32::MAX` once aborted the process.
+#[test]
+fn a_forged_tensor_count_does_not_allocate_it() {
+    let mut forged = messages(3, &[1.0; 8], BroadcastDtype::F32, 1024)[0].clone();
+    forged.slice.as_mut().unwrap().count = u32::MAX;
+    let mut receiver = Receiver::default();
+    assert!(receiver.push(forged).unwrap().is_none());
+    let honest = messages(4, &values(16), BroadcastDtype::F32, 1024);
+    receive(&mut receiver, honest);
+}
+
 #[test]
 fn bad_chunks_name_the_tensor_and_the_problem() {
     let msgs = messages(2, &[1.0; 8], BroadcastDtype::F32, 1024);
