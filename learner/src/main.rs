@@ -97,6 +97,10 @@ async fn run() -> anyhow::Result<()> {
          give this one another --run-dir",
     )?;
     let checkpoint_dir = args.run_dir.join("checkpoints");
+    let partial = fleetrl_core::checkpoint::remove_partial(&checkpoint_dir)?;
+    if partial > 0 {
+        tracing::warn!(partial, dir = %checkpoint_dir.display(), "removed partial checkpoints");
+    }
     let restored = build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
     let metrics = metrics::start(args.metrics_listen.as_deref(), &restored.stats).await?;
     let (service, roles) = roles::start(

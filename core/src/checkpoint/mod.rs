@@ -134,18 +134,36 @@ pub fn save(
 ) -> Result<PathBuf, CheckpointError> {
     let final_dir = dir.join(format!("ckpt-{:08}", meta.policy_version));
     let tmp = dir.join(format!(
-        ".tmp-ckpt-{:08}-{}",
+        "{PARTIAL_PREFIX}{:08}-{}",
         meta.policy_version,
         std::process::id()
     ));
-    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    // A failed write (a full disk, most often) leaves no partial directory to fill the disk.
+    if let Err(error) = write_files(&tmp, model, state, meta, config) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(error);
+    }
+    replace_dir(&tmp, &final_dir)?;
+    sync(dir).map_err(io(dir))?;
+    Ok(final_dir)
+}
+
+/// Writes the checkpoint's four files into `tmp` and syncs them and it to the disk.
+fn write_files(
+    tmp: &Path,
+    model: &[(String, Tensor)],
+    state: &[(String, Tensor)],
+    meta: &CheckpointMeta,
+    config: &RunConfig,
+) -> Result<(), CheckpointError> {
+    std::fs::create_dir_all(tmp).map_err(io(tmp))?;
     let model_path = tmp.join("model.safetensors");
     Tensor::write_safetensors(model, &model_path).map_err(tensors(&model_path))?;
     let state_path = tmp.join("state.safetensors");
     Tensor::write_safetensors(state, &state_path).map_err(tensors(&state_path))?;
     let meta_json = serde_json::to_string_pretty(meta).expect("meta always serialises");
-    std::fs::write(tmp.join("meta.json"), meta_json).map_err(io(&tmp))?;
-    std::fs::write(tmp.join("config.toml"), config.to_toml()).map_err(io(&tmp))?;
+    std::fs::write(tmp.join("meta.json"), meta_json).map_err(io(tmp))?;
+    std::fs::write(tmp.join("config.toml"), config.to_toml()).map_err(io(tmp))?;
     // On disk before it is named: a machine that goes down just after the rename must not
     // come back with a newest checkpoint of empty files.
     for file in [
@@ -155,11 +173,33 @@ pub fn save(
         "config.toml",
         "",
     ] {
-        sync(&tmp.join(file)).map_err(io(&tmp))?;
+        sync(&tmp.join(file)).map_err(io(tmp))?;
     }
-    replace_dir(&tmp, &final_dir)?;
-    sync(dir).map_err(io(dir))?;
-    Ok(final_dir)
+    Ok(())
+}
+
+/// The prefix of a checkpoint being written ([`save`] renames it to `ckpt-*` when whole).
+const PARTIAL_PREFIX: &str = ".tmp-ckpt-";
+
+/// Removes the partial checkpoints a learner that died mid-write left under `dir` (call it
+/// holding the run directory's lock, so no other learner is writing one); returns how many.
+pub fn remove_partial(dir: &Path) -> Result<usize, CheckpointError> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(0);
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let partial = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(PARTIAL_PREFIX));
+        if partial && path.is_dir() {
+            std::fs::remove_dir_all(&path).map_err(io(&path))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// Flushes a file, or a directory's entries, to the disk.
@@ -328,6 +368,23 @@ fn list(dir: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A learner that died mid-write left a `.tmp-ckpt-*` directory; the next start removes
+    /// it and keeps every whole checkpoint.
+    #[test]
+    fn partial_checkpoints_are_removed_and_whole_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("fleetrl-partial-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let partial = dir.join(".tmp-ckpt-00000004-77");
+        std::fs::create_dir_all(&partial).unwrap();
+        std::fs::write(partial.join("model.safetensors"), b"half").unwrap();
+        std::fs::create_dir_all(dir.join("ckpt-00000003")).unwrap();
+        assert_eq!(remove_partial(&dir).unwrap(), 1);
+        assert!(!partial.exists());
+        assert!(dir.join("ckpt-00000003").is_dir());
+        assert_eq!(remove_partial(&dir.join("absent")).unwrap(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn save_load_prune() {
