@@ -61,6 +61,7 @@ struct Args {
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
+    fleetrl_runtime::private::private_files();
     telemetry::init("info");
     let args = Args::parse();
     tch::set_num_threads(1);

@@ -192,6 +192,7 @@ fn resolve_checkpoint(path: &std::path::Path) -> anyhow::Result<std::path::PathB
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    fleetrl_runtime::private::private_files();
     telemetry::exit_code(run().await)
 }
 

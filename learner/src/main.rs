@@ -60,6 +60,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    fleetrl_runtime::private::private_files();
     telemetry::exit_code(run().await)
 }
 

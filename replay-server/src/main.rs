@@ -69,6 +69,7 @@ struct TablesFile {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    fleetrl_runtime::private::private_files();
     telemetry::exit_code(run().await)
 }
 

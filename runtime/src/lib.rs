@@ -9,9 +9,11 @@
 //! - [`demo`]: the demo file format (PPO+D, behaviour cloning) and what actors and the replay
 //!   server share about demo buffers.
 //! - [`dir_lock`]: one process per run, learner or replay checkpoint directory.
+//! - [`private`]: every file the roles write is readable by their user only.
 
 pub mod demo;
 pub mod dir_lock;
 pub mod launch;
 pub mod net;
+pub mod private;
 pub mod telemetry;

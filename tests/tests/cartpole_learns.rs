@@ -45,6 +45,29 @@ fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
         (replayed - final_return).abs() < 1e-6,
         "eval of the same checkpoint and seeds must agree: {replayed} vs {final_return}"
     );
+    assert_private(&out, PathBuf::from(checkpoint).as_path());
     std::fs::remove_dir_all(&out)?;
     Ok(())
+}
+
+/// The run's directories are 0700 and its checkpoint, config and logs 0600, whatever the
+/// umask the test runs under (the binaries set their own): no other local user reads them.
+fn assert_private(out: &std::path::Path, checkpoint: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| {
+        let meta = std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        meta.permissions().mode() & 0o777
+    };
+    assert_eq!(mode(out), 0o700, "{}", out.display());
+    assert_eq!(mode(checkpoint), 0o700, "{}", checkpoint.display());
+    for file in ["model.safetensors", "state.safetensors", "config.toml", "meta.json"] {
+        let path = checkpoint.join(file);
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
+    for entry in std::fs::read_dir(out).expect("run dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "log" || e == "json" || e == "toml") {
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+    }
 }
