@@ -60,13 +60,21 @@ fn assert_private(out: &std::path::Path, checkpoint: &std::path::Path) {
     };
     assert_eq!(mode(out), 0o700, "{}", out.display());
     assert_eq!(mode(checkpoint), 0o700, "{}", checkpoint.display());
-    for file in ["model.safetensors", "state.safetensors", "config.toml", "meta.json"] {
+    for file in [
+        "model.safetensors",
+        "state.safetensors",
+        "config.toml",
+        "meta.json",
+    ] {
         let path = checkpoint.join(file);
         assert_eq!(mode(&path), 0o600, "{}", path.display());
     }
     for entry in std::fs::read_dir(out).expect("run dir") {
         let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "log" || e == "json" || e == "toml") {
+        if path
+            .extension()
+            .is_some_and(|e| e == "log" || e == "json" || e == "toml")
+        {
             assert_eq!(mode(&path), 0o600, "{}", path.display());
         }
     }

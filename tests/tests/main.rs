@@ -17,6 +17,7 @@ mod actor_supervision;
 mod bad_insert;
 mod cartpole_learns;
 mod chaos;
+mod docs;
 mod env_presets;
 mod eval_twin;
 mod health;
