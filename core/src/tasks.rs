@@ -11,7 +11,7 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
+use crate::config::error::ConfigError;
 
 /// One task, as an env is given it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,9 +50,9 @@ impl Default for TasksConfig {
 impl TasksConfig {
     /// Checks the counts.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::config::check(self.num_train >= 1, "tasks.num_train", "must be >= 1")?;
-        crate::config::check(self.num_test >= 1, "tasks.num_test", "must be >= 1")?;
-        crate::config::check(
+        crate::config::error::check(self.num_train >= 1, "tasks.num_train", "must be >= 1")?;
+        crate::config::error::check(self.num_test >= 1, "tasks.num_test", "must be >= 1")?;
+        crate::config::error::check(
             self.num_train.checked_add(self.num_test).is_some(),
             "tasks.num_test",
             "num_train + num_test must fit in 32 bits",

@@ -10,7 +10,7 @@ use fleetrl_core::algos::{registry, Algorithm};
 use fleetrl_core::checkpoint;
 use fleetrl_core::config::{check_available, RunConfig};
 use fleetrl_core::envs;
-use fleetrl_core::items::{rollout, round, transition};
+use fleetrl_core::items::tables;
 use fleetrl_core::replay_client;
 use fleetrl_proto::space::Space;
 use fleetrl_proto::table::{RateLimiterSpec, TableSpec};
@@ -144,7 +144,7 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
     let patience = Duration::from_secs(120);
     let spec = registry::spec(config);
     let Some(replay) = spec.replay else {
-        let table = rollout::table_spec(config).context("building the rollout table")?;
+        let table = tables::rollouts(config).context("building the rollout table")?;
         replay_client::ensure_table(shards, &table, patience)
             .await
             .context("creating the rollout table on the replay server")?;
@@ -157,7 +157,7 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
         });
     };
     if let Some(pearl) = config.algo.as_pearl() {
-        let table = round::table_spec(config, pearl)?;
+        let table = tables::rounds(config, pearl)?;
         check_batch_size(&table, replay.batch_size)?;
         replay_client::ensure_table(shards, &table, patience)
             .await
@@ -169,7 +169,7 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
             spec: table,
         });
     }
-    let mut table = transition::table_spec(config, &replay)?;
+    let mut table = tables::transitions(config, &replay)?;
     let demo_items = spec
         .demo_dir
         .map(|dir| demos::items(config, dir))

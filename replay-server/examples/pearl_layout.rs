@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::round::{self, RoundBuilder, RoundStep};
+use fleetrl_core::items::tables;
 use fleetrl_core::replay_client::{self, Writer, WriterOptions};
 use fleetrl_proto::table::{RateLimiterSpec, TableSpec};
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
@@ -152,7 +153,7 @@ async fn main() -> anyhow::Result<()> {
         .algo
         .as_pearl()
         .with_context(|| format!("{} is not a PEARL preset", args.preset))?;
-    let mut spec = round::table_spec(&config, pearl)?;
+    let mut spec = tables::rounds(&config, pearl)?;
     let tasks = config.tasks.num_train;
     let k = pearl.meta_batch_size;
     spec.rate_limiter = RateLimiterSpec::MinSize { min_size: 1 };

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use fleetrl_core::acting::exploration::Explorer;
 use fleetrl_core::acting::policy_loader::load_policy;
-use fleetrl_core::config::{AlgoConfig, Exploration, RunConfig};
+use fleetrl_core::algos::registry::{self, StepActing};
+use fleetrl_core::config::{Exploration, RunConfig};
 use fleetrl_core::envs::{Episode, VecEnv};
 use fleetrl_core::items::rollout::Actions;
 use fleetrl_core::items::transition::{NStep, StepIn};
@@ -21,54 +22,11 @@ use super::{model, ActError, Collected, Collector, Pacing};
 /// Transitions stacked into one insert request.
 pub(super) const TRANSITIONS_PER_REQUEST: usize = 64;
 
-/// The algorithm's actor-side settings: exploration, n-step horizon, discount, reward clip,
-/// whether transitions are inserted at all, and an expert to imitate.
-struct ActorSide {
-    explore: Exploration,
-    n_step: usize,
-    discount: f64,
-    reward_clip: f64,
-    inserts: bool,
-    expert: Option<String>,
-}
-
-fn actor_side(algo: &AlgoConfig) -> Result<ActorSide, ActError> {
-    let side = |explore: &Exploration, n: u32, discount: f64| ActorSide {
-        explore: explore.clone(),
-        n_step: n as usize,
-        discount,
-        reward_clip: 0.0,
-        inserts: true,
-        expert: None,
-    };
-    Ok(match algo {
-        AlgoConfig::Dqn(c) => ActorSide {
-            reward_clip: c.reward_clip,
-            ..side(&c.explore, c.replay.n_step, c.discount)
-        },
-        AlgoConfig::Sac(c) => side(&c.explore, c.replay.n_step, c.discount),
-        AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => side(&c.explore, c.replay.n_step, c.discount),
-        AlgoConfig::Bc(c) => {
-            // BC actors act greedily with the learner's policy (for the training returns); with
-            // an expert they play the expert, whose steps are the labels.
-            let explore = Exploration {
-                deterministic: true,
-                epsilon_start: 0.0,
-                epsilon_end: 0.0,
-                ..Exploration::default()
-            };
-            ActorSide {
-                inserts: c.expert().is_some(),
-                expert: c.expert().map(String::from),
-                ..side(&explore, 1, c.discount)
-            }
-        }
-        _ => {
-            return Err(ActError::Unsupported(
-                "transitions are collected for off-policy algorithms only",
-            ))
-        }
-    })
+/// The algorithm's actor-side settings, from its registry entry.
+fn actor_side(config: &RunConfig) -> Result<StepActing, ActError> {
+    registry::spec(config).acting.ok_or(ActError::Unsupported(
+        "transitions are collected for off-policy algorithms only",
+    ))
 }
 
 /// What both step-wise (off-policy) collectors act with: the envs, the off-policy model, the
@@ -112,7 +70,7 @@ impl Stepping {
 pub(super) struct TransitionCollector {
     on: Stepping,
     expert: Option<Box<dyn Policy>>,
-    side: ActorSide,
+    side: StepActing,
     nsteps: Vec<NStep>,
     /// `tasks.multi_task`: the run's tasks, a random training one per episode of each env,
     /// and the env id (for errors).
@@ -122,7 +80,7 @@ pub(super) struct TransitionCollector {
 impl TransitionCollector {
     /// Envs, model (and expert) for `config`, env i reset with seed `seed + i`.
     pub(super) fn new(config: &RunConfig, seed: u64) -> Result<TransitionCollector, ActError> {
-        let side = actor_side(&config.algo)?;
+        let side = actor_side(config)?;
         let mut on = Stepping::new(config, &side.explore, seed)?;
         let mut tasks = config.tasks.multi_task.then(|| {
             (

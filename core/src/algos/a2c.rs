@@ -6,16 +6,113 @@
 //! With actors at most a version behind, the data is nearly on-policy; `[algo.vtrace]` corrects
 //! the lag with V-trace targets in place of GAE ([`super::vtrace::vtrace_returns`]).
 
+use crate::algos::config::AlgoSection;
+use crate::algos::intrinsic::IntrinsicConfig;
+use crate::algos::pg::check_lambda;
+use crate::algos::vtrace::VtraceClips;
+use crate::config::error::check;
+use crate::config::error::ConfigError;
+use crate::optim::check_rule;
+use crate::optim::rule;
+use crate::optim::Rule;
+use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
 use super::intrinsic::Intrinsic;
 use super::pg::{explained_variance, linear_schedule, masked_mean, targets, tensor, Samples};
 use super::returns::normalize_advantage;
 use super::{Algorithm, Metrics, Trained};
-use crate::config::A2cConfig;
+
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
 use crate::optim::Adam;
+
+/// A2C hyperparameters (rlpyt's `A2C`; SB3's defaults where rlpyt has none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct A2cConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// GAE lambda; 1.0 (the default) gives n-step discounted returns.
+    pub gae_lambda: f64,
+    /// Adam learning rate at the start of training.
+    pub learning_rate: f64,
+    /// Decay the learning rate linearly to 0 over `stop.total_env_steps`.
+    pub linear_lr_schedule: bool,
+    /// Weight of the value loss (mean squared error against the return).
+    pub value_loss_coeff: f64,
+    /// Weight of the entropy bonus.
+    pub entropy_loss_coeff: f64,
+    /// Global gradient-norm clip; 0 disables clipping.
+    pub clip_grad_norm: f64,
+    /// Normalise advantages over the batch (mean 0, std 1).
+    pub normalize_advantage: bool,
+    /// Adam epsilon.
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+    /// The update rule: "adam" (default), "rmsprop" (rlpyt's A2C choice) or "sgd"; `adam_eps`
+    /// is RMSprop's epsilon too.
+    pub optimizer: Rule,
+    /// RMSprop's smoothing constant (PyTorch's `alpha`).
+    pub rmsprop_alpha: f64,
+    /// SGD's momentum.
+    pub sgd_momentum: f64,
+    /// V-trace targets instead of GAE (`[algo.vtrace]`, present: on), with `gae_lambda` as
+    /// the trace's lambda.
+    pub vtrace: Option<VtraceClips>,
+    /// Intrinsic rewards by random network distillation (`[algo.intrinsic]`, present: on).
+    pub intrinsic: Option<IntrinsicConfig>,
+}
+
+impl A2cConfig {
+    /// The optimiser's rule and its coefficient.
+    pub fn rule(&self) -> (Rule, f64) {
+        rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
+    }
+}
+
+impl Default for A2cConfig {
+    fn default() -> Self {
+        A2cConfig {
+            discount: 0.99,
+            gae_lambda: 1.0,
+            learning_rate: 7e-4,
+            linear_lr_schedule: false,
+            value_loss_coeff: 0.5,
+            entropy_loss_coeff: 0.01,
+            clip_grad_norm: 0.5,
+            normalize_advantage: false,
+            adam_eps: 1e-5,
+            bootstrap_truncation: true,
+            optimizer: Rule::Adam,
+            rmsprop_alpha: 0.99,
+            sgd_momentum: 0.0,
+            vtrace: None,
+            intrinsic: None,
+        }
+    }
+}
+
+impl AlgoSection for A2cConfig {
+    fn discount(&self) -> f64 {
+        self.discount
+    }
+
+    fn validate(&self, _batch: u64) -> Result<(), ConfigError> {
+        check_lambda(self.gae_lambda)?;
+        check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
+        self.vtrace.as_ref().map_or(Ok(()), VtraceClips::validate)?;
+        self.intrinsic
+            .as_ref()
+            .map_or(Ok(()), IntrinsicConfig::validate)?;
+        check(
+            self.learning_rate > 0.0,
+            "algo.learning_rate",
+            "must be > 0",
+        )
+    }
+}
 
 /// The actor-critic loss terms: policy gradient, value regression, entropy, as means over
 /// the `valid` rows (all of them when `None`).
@@ -136,9 +233,9 @@ impl Algorithm for A2c {
 
     fn reconfigure(
         &mut self,
-        algo: &crate::config::AlgoConfig,
+        algo: &super::config::AlgoConfig,
     ) -> Result<(), super::ReconfigureError> {
-        let crate::config::AlgoConfig::A2c(config) = algo else {
+        let super::config::AlgoConfig::A2c(config) = algo else {
             return Err(super::ReconfigureError::OtherAlgorithm {
                 trains: "a2c",
                 asked: algo.name(),

@@ -9,13 +9,119 @@
 //! (discrete) or between the policy's action (the Gaussian's squashed mean) and the expert's
 //! (continuous).
 
+use crate::algos::config::AlgoSection;
+use crate::algos::offpolicy::ReplayOptions;
+use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use super::{Algorithm, Metrics, Trained, Update};
-use crate::config::{BcConfig, BcLoss};
+use crate::config::error::{check, ConfigError};
 use crate::items::transition::TransitionBatch;
 use crate::models::{OffPolicyModel, PolicyKind};
 use crate::optim::Adam;
+
+/// The behaviour cloning loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BcLoss {
+    /// Negative log-likelihood of the expert's action under the policy.
+    LogProb,
+    /// Squared error between the policy's mode (or its action probabilities' one-hot) and the
+    /// expert's action.
+    Mse,
+}
+
+/// The policy BC fits for continuous actions (garage's `BC` takes a deterministic or a
+/// stochastic policy).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BcPolicy {
+    /// A `tanh` policy; `log_prob` reads it as a unit-variance Gaussian.
+    #[default]
+    Deterministic,
+    /// A `tanh`-squashed Gaussian with a learned standard deviation (SAC's policy);
+    /// `log_prob` is the exact negative log-likelihood of the expert's action.
+    Gaussian,
+}
+
+/// Behaviour cloning (garage's `BC`): a policy fit to an expert's actions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BcConfig {
+    /// Discount (unused by the loss; kept for reports).
+    pub discount: f64,
+    /// Adam learning rate.
+    pub learning_rate: f64,
+    /// `log_prob` or `mse`.
+    pub loss: BcLoss,
+    /// `deterministic` or `gaussian` (continuous actions; discrete actions are always a
+    /// categorical over the network's logits).
+    pub policy: BcPolicy,
+    /// Directory of demo files (`fleetrl record`) to learn from (empty: none).
+    pub demos: Option<String>,
+    /// An expert checkpoint the actors play (its actions are the labels) instead of demos
+    /// (empty: none).
+    pub expert_checkpoint: Option<String>,
+    /// Updates between weight publications to the actors.
+    pub publish_interval: u64,
+    /// The replay table (demo steps or expert-labelled steps).
+    pub replay: ReplayOptions,
+}
+
+impl Default for BcConfig {
+    fn default() -> Self {
+        BcConfig {
+            discount: 0.99,
+            learning_rate: 1e-3,
+            loss: BcLoss::LogProb,
+            policy: BcPolicy::Deterministic,
+            demos: None,
+            expert_checkpoint: None,
+            publish_interval: 1,
+            replay: ReplayOptions {
+                samples_per_insert: 8.0,
+                min_size: 500,
+                ..ReplayOptions::default()
+            },
+        }
+    }
+}
+
+impl AlgoSection for BcConfig {
+    fn discount(&self) -> f64 {
+        self.discount
+    }
+
+    fn validate(&self, _batch: u64) -> Result<(), ConfigError> {
+        BcConfig::validate(self)
+    }
+}
+
+impl BcConfig {
+    /// The demo directory, if one is set (an empty string is none).
+    pub fn demo_dir(&self) -> Option<&str> {
+        self.demos.as_deref().filter(|d| !d.is_empty())
+    }
+
+    /// The expert checkpoint, if one is set (an empty string is none).
+    pub fn expert(&self) -> Option<&str> {
+        self.expert_checkpoint.as_deref().filter(|d| !d.is_empty())
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            self.learning_rate > 0.0,
+            "algo.learning_rate",
+            "must be > 0",
+        )?;
+        check(
+            self.demo_dir().is_some() != self.expert().is_some(),
+            "algo.demos",
+            "set exactly one of algo.demos (a directory of demo files) and algo.expert_checkpoint",
+        )?;
+        self.replay.validate()
+    }
+}
 
 /// The BC loss of `model` on expert `action`s (indices, or env-scale values) at `obs`,
 /// averaged over rows.

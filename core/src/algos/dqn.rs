@@ -11,17 +11,119 @@
 //! With an LSTM core (`model.lstm_size > 0`) the same optimiser and target network train on
 //! stored sequences instead, R2D2-style: see [`super::r2d2`].
 
+use crate::algos::config::AlgoSection;
+use crate::algos::offpolicy::Exploration;
+use crate::algos::offpolicy::ReplayOptions;
+use crate::algos::target::TargetUpdate;
+use crate::optim::Rule;
+use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use super::r2d2::sequence_loss;
 use super::target::{priorities, read_metrics, td_loss};
 use super::{Algorithm, Batch, BatchError, Trained, TrainsOn, Update};
-use crate::checkpoint::TargetNet;
-use crate::config::DqnConfig;
+use crate::checkpoint::state::TargetNet;
+use crate::config::error::{check, ConfigError};
 use crate::items::sequence::SequenceBatch;
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
 use crate::optim::{Adam, GraphError, UpdateGraph};
+
+/// DQN (Mnih et al. 2015) with double Q (van Hasselt et al. 2016), n-step returns and
+/// prioritized replay: the Rainbow ingredients SB3 and rlpyt offer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DqnConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// Adam learning rate.
+    pub learning_rate: f64,
+    /// Pick the next action with the online network, value it with the target network.
+    pub double_q: bool,
+    /// Clip rewards to [-this, this] on the actors (0: no clipping).
+    pub reward_clip: f64,
+    /// Global gradient-norm clip (0: none).
+    pub clip_grad_norm: f64,
+    /// Huber loss on the TD error (else squared error).
+    pub huber: bool,
+    /// Target network updates.
+    pub target: TargetUpdate,
+    /// Updates between weight publications to the actors.
+    pub publish_interval: u64,
+    /// The replay table.
+    pub replay: ReplayOptions,
+    /// Epsilon-greedy exploration on the actors.
+    pub explore: Exploration,
+    /// The update rule: "adam" (default), "rmsprop" (the DQN and MinAtar papers') or "sgd".
+    pub optimizer: Rule,
+    /// The optimiser's epsilon (Adam's, or RMSprop's).
+    pub optimizer_eps: f64,
+    /// RMSprop's smoothing constant (PyTorch's `alpha`).
+    pub rmsprop_alpha: f64,
+    /// SGD's momentum.
+    pub sgd_momentum: f64,
+}
+
+impl DqnConfig {
+    /// The optimiser's rule and its coefficient.
+    pub fn rule(&self) -> (Rule, f64) {
+        crate::optim::rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
+    }
+}
+
+impl Default for DqnConfig {
+    fn default() -> Self {
+        DqnConfig {
+            discount: 0.99,
+            learning_rate: 1e-3,
+            double_q: true,
+            reward_clip: 0.0,
+            clip_grad_norm: 10.0,
+            huber: true,
+            target: TargetUpdate {
+                tau: 1.0,
+                period: 250,
+            },
+            publish_interval: 1,
+            replay: ReplayOptions::default(),
+            explore: Exploration::default(),
+            optimizer: Rule::Adam,
+            optimizer_eps: 1e-8,
+            rmsprop_alpha: 0.99,
+            sgd_momentum: 0.0,
+        }
+    }
+}
+
+impl AlgoSection for DqnConfig {
+    fn discount(&self) -> f64 {
+        self.discount
+    }
+
+    fn validate(&self, _batch: u64) -> Result<(), ConfigError> {
+        DqnConfig::validate(self)
+    }
+}
+
+impl DqnConfig {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            self.learning_rate > 0.0,
+            "algo.learning_rate",
+            "must be > 0",
+        )?;
+        check(self.reward_clip >= 0.0, "algo.reward_clip", "must be >= 0")?;
+        check(
+            self.optimizer_eps > 0.0,
+            "algo.optimizer_eps",
+            "must be > 0",
+        )?;
+        crate::optim::check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
+        self.target.validate()?;
+        self.replay.validate()?;
+        self.explore.validate()
+    }
+}
 
 /// The TD target `reward + discount * Q_target(next, a*)`, `[B]`. `next_online` are the online
 /// network's Q values at `next_obs` for double Q (they pick `a*`; without them the target

@@ -11,16 +11,124 @@
 //! observation after the unroll (`bootstrap_obs`, re-valued here) and, at time-limit ends, of
 //! the final observation, for which the behaviour value the actor recorded stands in.
 
+use crate::algos::config::AlgoSection;
+use crate::optim::check_rule;
+use crate::optim::rule;
+use crate::optim::Rule;
+use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
 use super::pg::{explained_variance, floats, linear_schedule, tensor, Samples};
 use super::returns::{normalize_advantage, StepData};
 use super::vtrace::{learner_scores, vtrace, VtraceParams};
 use super::{Algorithm, Metrics, Trained};
-use crate::config::ImpalaConfig;
+use crate::config::error::{check, ConfigError};
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
 use crate::optim::Adam;
+
+/// IMPALA hyperparameters (Espeholt et al. 2018): V-trace targets against the behaviour
+/// log-probabilities the actors recorded, one gradient step per batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImpalaConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// V-trace lambda (1 in the paper).
+    pub vtrace_lambda: f64,
+    /// Clip of the TD importance weight, rho-bar.
+    pub rho_bar: f64,
+    /// Clip of the policy-gradient importance weight.
+    pub pg_rho_bar: f64,
+    /// Clip of the trace coefficient, c-bar.
+    pub c_bar: f64,
+    /// Adam learning rate at the start of training.
+    pub learning_rate: f64,
+    /// Decay the learning rate linearly to 0 over `stop.total_env_steps`.
+    pub linear_lr_schedule: bool,
+    /// Weight of the value loss (mean squared error against v_s).
+    pub value_loss_coeff: f64,
+    /// Weight of the entropy bonus.
+    pub entropy_loss_coeff: f64,
+    /// Global gradient-norm clip; 0 disables clipping.
+    pub clip_grad_norm: f64,
+    /// Normalise the policy-gradient advantages over the batch.
+    pub normalize_advantage: bool,
+    /// Gradient steps per batch (1 in the paper).
+    pub epochs: u32,
+    /// Adam epsilon.
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+    /// The update rule: "adam" (default), "rmsprop" (the IMPALA paper's) or "sgd"; `adam_eps`
+    /// is RMSprop's epsilon too.
+    pub optimizer: Rule,
+    /// RMSprop's smoothing constant (PyTorch's `alpha`).
+    pub rmsprop_alpha: f64,
+    /// SGD's momentum.
+    pub sgd_momentum: f64,
+}
+
+impl ImpalaConfig {
+    /// The optimiser's rule and its coefficient.
+    pub fn rule(&self) -> (Rule, f64) {
+        rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
+    }
+}
+
+impl Default for ImpalaConfig {
+    fn default() -> Self {
+        ImpalaConfig {
+            discount: 0.99,
+            vtrace_lambda: 1.0,
+            rho_bar: 1.0,
+            pg_rho_bar: 1.0,
+            c_bar: 1.0,
+            learning_rate: 6e-4,
+            linear_lr_schedule: false,
+            value_loss_coeff: 0.5,
+            entropy_loss_coeff: 0.01,
+            clip_grad_norm: 40.0,
+            normalize_advantage: false,
+            epochs: 1,
+            adam_eps: 1e-5,
+            bootstrap_truncation: true,
+            optimizer: Rule::Adam,
+            rmsprop_alpha: 0.99,
+            sgd_momentum: 0.0,
+        }
+    }
+}
+
+impl AlgoSection for ImpalaConfig {
+    fn discount(&self) -> f64 {
+        self.discount
+    }
+
+    fn validate(&self, _batch: u64) -> Result<(), ConfigError> {
+        ImpalaConfig::validate(self)
+    }
+}
+
+impl ImpalaConfig {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            (0.0..=1.0).contains(&self.vtrace_lambda),
+            "algo.vtrace_lambda",
+            "must be in [0, 1]",
+        )?;
+        for (ok, key) in [
+            (self.rho_bar > 0.0, "algo.rho_bar"),
+            (self.pg_rho_bar > 0.0, "algo.pg_rho_bar"),
+            (self.c_bar > 0.0, "algo.c_bar"),
+            (self.learning_rate > 0.0, "algo.learning_rate"),
+        ] {
+            check(ok, key, "must be > 0")?;
+        }
+        check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
+        check(self.epochs >= 1, "algo.epochs", "must be >= 1")
+    }
+}
 
 /// IMPALA's learner state.
 #[derive(Debug)]
@@ -134,9 +242,9 @@ impl Algorithm for Impala {
 
     fn reconfigure(
         &mut self,
-        algo: &crate::config::AlgoConfig,
+        algo: &super::config::AlgoConfig,
     ) -> Result<(), super::ReconfigureError> {
-        let crate::config::AlgoConfig::Impala(config) = algo else {
+        let super::config::AlgoConfig::Impala(config) = algo else {
             return Err(super::ReconfigureError::OtherAlgorithm {
                 trains: "impala",
                 asked: algo.name(),

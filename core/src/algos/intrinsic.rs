@@ -25,16 +25,71 @@
 //! networks. They live in this module's own variable store and go into checkpoints with the
 //! algorithm's state (`intrinsic.*`).
 
+use serde::{Deserialize, Serialize};
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 
 use super::pg::floats;
 use super::returns::{gae, Returns, StepData};
-use crate::checkpoint::{find, StateError, StatePart};
-use crate::config::{Activation, IntrinsicConfig};
+use crate::checkpoint::state::{find, StateError, StatePart};
+use crate::config::error::{check, ConfigError};
 use crate::items::rollout::RolloutBatch;
+use crate::models::config::Activation;
 use crate::models::{Mlp, ObsNorm};
 use crate::optim::Adam;
+
+/// Intrinsic rewards by random network distillation for PPO (and PPO+D) and A2C
+/// (`[algo.intrinsic]`, present: on; pytorchrl's intrinsic-reward storage, Burda et al. 2018):
+/// the learner computes them from each batch's observations (see `algos/intrinsic.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IntrinsicConfig {
+    /// Weight of the extrinsic advantages in the policy's advantage (RND: 2).
+    pub ext_coeff: f64,
+    /// Weight of the intrinsic advantages (RND: 1).
+    pub int_coeff: f64,
+    /// Discount of the intrinsic stream (non-episodic; RND: 0.99).
+    pub discount: f64,
+    /// Divide intrinsic rewards by a running standard deviation of their discounted returns.
+    pub normalize_int_rewards: bool,
+    /// Hidden widths of the target, predictor and intrinsic value networks (ReLU).
+    pub hidden_sizes: Vec<i64>,
+    /// Width of the target and predictor embeddings.
+    pub features: i64,
+}
+
+impl Default for IntrinsicConfig {
+    fn default() -> Self {
+        IntrinsicConfig {
+            ext_coeff: 2.0,
+            int_coeff: 1.0,
+            discount: 0.99,
+            normalize_int_rewards: true,
+            hidden_sizes: vec![64, 64],
+            features: 64,
+        }
+    }
+}
+
+impl IntrinsicConfig {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            (0.0..=1.0).contains(&self.discount),
+            "algo.intrinsic.discount",
+            "must be in [0, 1]",
+        )?;
+        check(
+            self.ext_coeff >= 0.0 && self.int_coeff >= 0.0,
+            "algo.intrinsic.int_coeff",
+            "the coefficients must be >= 0",
+        )?;
+        check(
+            self.features >= 1 && self.hidden_sizes.iter().all(|&h| h >= 1),
+            "algo.intrinsic.features",
+            "widths must be >= 1",
+        )
+    }
+}
 
 /// RND's clip of normalised observations.
 const OBS_CLIP: f64 = 5.0;

@@ -19,13 +19,16 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::pg::PgOptions;
 use super::pg::{entropy_bonus, process_advantages};
 use super::trpo::{conjugate_gradient, flat_grad, flat_params, set_params};
 use super::{Algorithm, Metrics, Trained};
-use crate::config::{MamlConfig, MetaOptimizer, PgOptions};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Dist, Heads};
 use crate::optim::Adam;
+
+mod config;
+pub use config::{MamlConfig, MetaOptimizer};
 
 /// One stage of one task as tensors: the rows the inner and outer losses score.
 #[derive(Debug)]

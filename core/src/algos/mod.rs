@@ -8,11 +8,13 @@
 
 pub mod a2c;
 pub mod bc;
+pub mod config;
 pub mod data_parallel;
 pub mod dqn;
 pub mod impala;
 pub mod intrinsic;
 pub mod maml;
+pub mod offpolicy;
 pub mod pearl;
 pub mod pg;
 pub mod ppo;
@@ -38,7 +40,7 @@ pub use vpg::Vpg;
 
 use tch::{Device, Tensor};
 
-use crate::checkpoint::{StateError, StatePart};
+use crate::checkpoint::state::{StateError, StatePart};
 use crate::items::rollout::RolloutBatch;
 use crate::items::round::RoundBatch;
 use crate::items::sequence::SequenceBatch;
@@ -335,8 +337,9 @@ impl<M: Model> StatePart for Trained<M> {
 
     /// A checkpoint from before env steps were kept restores them as 0.
     fn restore(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
-        self.updates = crate::checkpoint::counter(state, self.counter)?;
-        self.env_steps = crate::checkpoint::counter(state, &self.env_steps_name()).unwrap_or(0);
+        self.updates = crate::checkpoint::state::counter(state, self.counter)?;
+        self.env_steps =
+            crate::checkpoint::state::counter(state, &self.env_steps_name()).unwrap_or(0);
         Ok(())
     }
 }
@@ -426,17 +429,17 @@ macro_rules! algorithm_parts {
         }
 
         fn state(&self) -> Vec<(String, tch::Tensor)> {
-            let mut state = $crate::checkpoint::StatePart::save(&self.trained);
-            $(state.extend($crate::checkpoint::StatePart::save(&self.$part));)*
+            let mut state = $crate::checkpoint::state::StatePart::save(&self.trained);
+            $(state.extend($crate::checkpoint::state::StatePart::save(&self.$part));)*
             state
         }
 
         fn load_state(
             &mut self,
             state: &[(String, tch::Tensor)],
-        ) -> Result<(), $crate::checkpoint::StateError> {
-            $($crate::checkpoint::StatePart::restore(&mut self.$part, state)?;)*
-            $crate::checkpoint::StatePart::restore(&mut self.trained, state)
+        ) -> Result<(), $crate::checkpoint::state::StateError> {
+            $($crate::checkpoint::state::StatePart::restore(&mut self.$part, state)?;)*
+            $crate::checkpoint::state::StatePart::restore(&mut self.trained, state)
         }
     };
 }
@@ -468,7 +471,7 @@ pub trait Algorithm: Send {
     /// Takes `algo` (this run's config with [`crate::config::LIVE_ALGO_KEYS`] changed, as
     /// `fleetrl set` asks) for the next updates, or says why it cannot. By default an
     /// algorithm keeps its hyperparameters for the whole run.
-    fn reconfigure(&mut self, algo: &crate::config::AlgoConfig) -> Result<(), ReconfigureError> {
+    fn reconfigure(&mut self, algo: &config::AlgoConfig) -> Result<(), ReconfigureError> {
         Err(ReconfigureError::Fixed { algo: algo.name() })
     }
 }

@@ -26,13 +26,15 @@ use tch::{Kind, Tensor};
 
 use super::target::read_metrics;
 use super::{Algorithm, Model, Trained, Update};
-use crate::checkpoint::TargetNet;
-use crate::config::PearlConfig;
+use crate::checkpoint::state::TargetNet;
 use crate::envs::hindsight_goals;
 use crate::items::round::RoundBatch;
 use crate::models::{kl_from_prior, Mlp, ModelError, PearlModel};
 use crate::optim::{Adam, GraphError, UpdateGraph};
 use fleetrl_proto::TensorMap;
+
+mod config;
+pub use config::PearlConfig;
 
 impl Model for PearlModel {
     fn export(&self) -> Result<TensorMap, ModelError> {
@@ -94,7 +96,7 @@ impl Pearl {
     pub fn new(
         config: &PearlConfig,
         model: PearlModel,
-        model_config: &crate::config::ModelConfig,
+        model_config: &crate::models::config::ModelConfig,
     ) -> Pearl {
         let target_vs = nn::VarStore::new(model.var_store().device());
         let target_vf = Mlp::new(

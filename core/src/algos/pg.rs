@@ -1,14 +1,93 @@
 //! What the policy-gradient algorithms share: a batch as tensors on the learner's device,
 //! garage's advantage and entropy options, schedules and diagnostics.
 
+use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use super::intrinsic::{Intrinsic, IntrinsicBatch};
 use super::returns::{Returns, StepData};
 use super::Metrics;
-use crate::config::{EntropyMethod, PgOptions};
+use crate::config::error::{check, ConfigError};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{RnnState, Sequence};
+
+/// How the policy entropy enters the objective (garage's `entropy_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntropyMethod {
+    /// No entropy term (`policy_ent_coeff` must be 0).
+    NoEntropy,
+    /// Maximum-entropy RL: `policy_ent_coeff x H` is added to every reward (needs
+    /// `center_adv = false` and `stop_entropy_gradient = true`, as garage checks).
+    Max,
+    /// An entropy bonus `policy_ent_coeff x mean H` in the objective.
+    Regularized,
+}
+
+/// Garage's advantage and entropy options, shared by VPG, TRPO, PPO and MAML (their configs
+/// carry the same keys; each config's `options` gathers them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PgOptions {
+    /// Normalise advantages to mean 0, std 1.
+    pub center_adv: bool,
+    /// Shift advantages to be positive (after centring).
+    pub positive_adv: bool,
+    /// How entropy enters the objective: "no_entropy", "max" or "regularized".
+    pub entropy_method: EntropyMethod,
+    /// Entropy coefficient.
+    pub policy_ent_coeff: f64,
+    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
+    pub use_softplus_entropy: bool,
+    /// Take no gradient through the entropy term.
+    pub stop_entropy_gradient: bool,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            center_adv: true,
+            positive_adv: false,
+            entropy_method: EntropyMethod::NoEntropy,
+            policy_ent_coeff: 0.0,
+            use_softplus_entropy: false,
+            stop_entropy_gradient: false,
+        }
+    }
+}
+
+impl PgOptions {
+    /// Garage's consistency checks.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.entropy_method {
+            EntropyMethod::Max => {
+                check(
+                    !self.center_adv,
+                    "algo.center_adv",
+                    "must be false with entropy_method = \"max\"",
+                )?;
+                check(
+                    self.stop_entropy_gradient,
+                    "algo.stop_entropy_gradient",
+                    "must be true with entropy_method = \"max\"",
+                )
+            }
+            EntropyMethod::NoEntropy => check(
+                self.policy_ent_coeff == 0.0,
+                "algo.policy_ent_coeff",
+                "must be 0 with entropy_method = \"no_entropy\"",
+            ),
+            EntropyMethod::Regularized => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn check_lambda(lambda: f64) -> Result<(), ConfigError> {
+    check(
+        (0.0..=1.0).contains(&lambda),
+        "algo.gae_lambda",
+        "must be in [0, 1]",
+    )
+}
 
 /// A batch flattened to `N = T x B` rows on one device.
 #[derive(Debug)]
@@ -75,7 +154,7 @@ pub fn targets(
     batch: &RolloutBatch,
     data: &StepData<'_>,
     (discount, lambda, bootstrap_truncation): (f64, f64, bool),
-    vtrace: Option<&crate::config::VtraceClips>,
+    vtrace: Option<&super::vtrace::VtraceClips>,
 ) -> Targets {
     let (mut returns, importance) = match vtrace {
         None => {

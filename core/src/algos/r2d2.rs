@@ -16,8 +16,8 @@
 
 use tch::{Kind, Tensor};
 
+use super::dqn::DqnConfig;
 use super::target::td_loss;
-use crate::config::DqnConfig;
 use crate::items::sequence::SequenceBatch;
 use crate::models::{RecurrentQ, RnnState, Unrolled};
 

@@ -7,13 +7,16 @@ use std::borrow::Cow;
 use tch::Device;
 
 use super::bc::Bc;
+use super::bc::BcPolicy;
+use super::config::AlgoConfig;
 use super::dqn::Dqn;
 use super::maml::Maml;
+use super::offpolicy::{Exploration, ReplayOptions};
 use super::pearl::Pearl;
 use super::sac::Sac;
 use super::td3::Td3;
 use super::{A2c, Algorithm, Impala, Ppo, Trpo, Vpg};
-use crate::config::{AlgoConfig, BcPolicy, ReplayOptions, RunConfig};
+use crate::config::RunConfig;
 use crate::models::{ActorCritic, ModelError, OffPolicyModel, PearlModel, PolicyKind};
 use fleetrl_proto::space::Space;
 
@@ -73,6 +76,57 @@ pub struct Spec<'a> {
     /// hand them random training tasks, and how such a run is evaluated; `None` for meta-RL
     /// algorithms, which draw their own tasks.
     pub task_agnostic: Option<TaskAgnostic>,
+    /// How its actors act step by step and what they insert: the n-step transition
+    /// collectors' settings (`None`: the algorithm's actors collect rollouts or rounds).
+    pub acting: Option<StepActing>,
+}
+
+/// What an off-policy algorithm's actors add to its policy and insert: exploration, the
+/// n-step horizon and discount, a reward clip, and an expert to imitate (BC).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepActing {
+    /// Exploration on top of the policy's action.
+    pub explore: Exploration,
+    /// Steps per transition (n-step returns).
+    pub n_step: usize,
+    /// Discount of the n-step return.
+    pub discount: f64,
+    /// Rewards clipped to +-this on the actors (0: none).
+    pub reward_clip: f64,
+    /// Whether the actors insert their transitions (BC learns from demos unless it has an
+    /// expert to play).
+    pub inserts: bool,
+    /// An expert checkpoint the actors play, labelling each step with its action (BC).
+    pub expert: Option<String>,
+}
+
+impl StepActing {
+    fn new(explore: &Exploration, n_step: u32, discount: f64) -> StepActing {
+        StepActing {
+            explore: explore.clone(),
+            n_step: n_step as usize,
+            discount,
+            reward_clip: 0.0,
+            inserts: true,
+            expert: None,
+        }
+    }
+
+    /// BC's actors act greedily with the learner's policy (for the training returns); with an
+    /// expert they play the expert, whose steps are the labels.
+    fn imitating(expert: Option<&str>, discount: f64) -> StepActing {
+        let greedy = Exploration {
+            deterministic: true,
+            epsilon_start: 0.0,
+            epsilon_end: 0.0,
+            ..Exploration::default()
+        };
+        StepActing {
+            inserts: expert.is_some(),
+            expert: expert.map(String::from),
+            ..StepActing::new(&greedy, 1, discount)
+        }
+    }
 }
 
 /// The registry entry of `config`'s algorithm.
@@ -87,8 +141,9 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         masks_padding: false,
         plain_rollouts: true,
         task_agnostic: Some(TaskAgnostic::AsMaml),
+        acting: None,
     };
-    let off_policy = |replay, interval: u64, shape| Spec {
+    let off_policy = |replay, interval: u64, shape, acting| Spec {
         family: Family::OffPolicy,
         replay: Some(Cow::Borrowed(replay)),
         publish_interval: interval.max(1),
@@ -98,6 +153,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         masks_padding: false,
         plain_rollouts: false,
         task_agnostic: Some(TaskAgnostic::AsPearl),
+        acting: Some(acting),
     };
     match &config.algo {
         AlgoConfig::Ppo(_) | AlgoConfig::A2c(_) => Spec {
@@ -110,7 +166,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
             ..on_policy
         },
         AlgoConfig::Vpg(_) | AlgoConfig::Trpo(_) => on_policy,
-        AlgoConfig::Maml(..) => Spec {
+        AlgoConfig::MamlVpg(_) | AlgoConfig::MamlPpo(_) | AlgoConfig::MamlTrpo(_) => Spec {
             plain_rollouts: false,
             task_agnostic: None,
             ..on_policy
@@ -121,21 +177,32 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
                 &c.replay,
                 c.publish_interval,
                 Some((PolicyKind::QValues, 1)),
+                StepActing {
+                    reward_clip: c.reward_clip,
+                    ..StepActing::new(&c.explore, c.replay.n_step, c.discount)
+                },
             )
         },
         AlgoConfig::Sac(c) => off_policy(
             &c.replay,
             c.publish_interval,
             Some((PolicyKind::SquashedGaussian, c.num_critics)),
+            StepActing::new(&c.explore, c.replay.n_step, c.discount),
         ),
         AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => off_policy(
             &c.replay,
             c.publish_interval,
             Some((PolicyKind::Deterministic, c.num_critics)),
+            StepActing::new(&c.explore, c.replay.n_step, c.discount),
         ),
         AlgoConfig::Bc(c) => Spec {
             demo_dir: c.demo_dir(),
-            ..off_policy(&c.replay, c.publish_interval, None)
+            ..off_policy(
+                &c.replay,
+                c.publish_interval,
+                None,
+                StepActing::imitating(c.expert(), c.discount),
+            )
         },
         AlgoConfig::Pearl(c) => Spec {
             family: Family::OffPolicy,
@@ -147,6 +214,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
             masks_padding: false,
             plain_rollouts: false,
             task_agnostic: None,
+            acting: None,
         },
     }
 }
@@ -239,12 +307,14 @@ pub fn build(
             PearlModel::new(&config.model, c, obs_space, action_space, device)?,
             &config.model,
         )),
-        AlgoConfig::Maml(outer, c) => Box::new(Maml::new(
-            c,
-            *outer,
-            actor_critic(device)?,
-            config.actors.envs_per_actor as usize,
-        )),
+        AlgoConfig::MamlVpg(c) | AlgoConfig::MamlPpo(c) | AlgoConfig::MamlTrpo(c) => {
+            Box::new(Maml::new(
+                c,
+                c.outer,
+                actor_critic(device)?,
+                config.actors.envs_per_actor as usize,
+            ))
+        }
     };
     algo.use_cuda_graph(config.learner.cuda_graph)
         .map_err(|e| ModelError::Config {

@@ -8,16 +8,107 @@
 //! `lambda_T ||mu(s) - mu(s')||^2 + lambda_S ||mu(s) - mu(s + N(0, sigma))||^2` (CAPS);
 //! temperature loss `-mean(log alpha (log pi(a~|s) + H_target))`; Polyak targets.
 
+use crate::algos::config::AlgoSection;
+use crate::algos::offpolicy::check_actor_critic;
+use crate::algos::offpolicy::Exploration;
+use crate::algos::offpolicy::NoiseKind;
+use crate::algos::offpolicy::ReplayOptions;
+use crate::algos::target::TargetUpdate;
+use serde::{Deserialize, Serialize};
 use tch::{nn, Kind, Tensor};
 
+use super::offpolicy::CapsOptions;
 use super::target::{priorities, read_metrics};
 use super::td3::critic_loss;
 use super::{Algorithm, Trained, Update};
-use crate::checkpoint::TargetNet;
-use crate::config::{CapsOptions, SacConfig};
+use crate::checkpoint::state::TargetNet;
+use crate::config::error::{check, ConfigError};
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
 use crate::optim::{Adam, GraphError, UpdateGraph};
+
+/// SAC (Haarnoja et al. 2018) with automatic temperature (the v2 paper) or a fixed one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SacConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// Adam learning rate of the policy.
+    pub policy_lr: f64,
+    /// Adam learning rate of the critics.
+    pub qf_lr: f64,
+    /// Tune the temperature alpha towards `target_entropy` (else keep `initial_alpha`).
+    pub auto_alpha: bool,
+    /// Temperature at the start (and forever without `auto_alpha`).
+    pub initial_alpha: f64,
+    /// Target entropy (none: minus the action dimension).
+    pub target_entropy: Option<f64>,
+    /// Number of Q networks; the target takes their minimum (2: clipped double Q).
+    pub num_critics: u32,
+    /// Target network updates.
+    pub target: TargetUpdate,
+    /// Updates between weight publications to the actors.
+    pub publish_interval: u64,
+    /// Smoothness regularisation of the policy.
+    pub caps: CapsOptions,
+    /// The replay table.
+    pub replay: ReplayOptions,
+    /// Actor-side exploration (SAC samples its policy; `noise` is ignored).
+    pub explore: Exploration,
+}
+
+impl Default for SacConfig {
+    fn default() -> Self {
+        SacConfig {
+            discount: 0.99,
+            policy_lr: 3e-4,
+            qf_lr: 3e-4,
+            auto_alpha: true,
+            initial_alpha: 1.0,
+            target_entropy: None,
+            num_critics: 2,
+            target: TargetUpdate {
+                tau: 0.005,
+                period: 1,
+            },
+            publish_interval: 1,
+            caps: CapsOptions::default(),
+            replay: ReplayOptions {
+                batch_size: 256,
+                samples_per_insert: 256.0,
+                ..ReplayOptions::default()
+            },
+            explore: Exploration {
+                noise: NoiseKind::None,
+                ..Exploration::default()
+            },
+        }
+    }
+}
+
+impl AlgoSection for SacConfig {
+    fn discount(&self) -> f64 {
+        self.discount
+    }
+
+    fn validate(&self, _batch: u64) -> Result<(), ConfigError> {
+        SacConfig::validate(self)
+    }
+}
+
+impl SacConfig {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check_actor_critic(self.policy_lr, self.qf_lr, self.num_critics)?;
+        check(
+            self.initial_alpha > 0.0,
+            "algo.initial_alpha",
+            "must be > 0",
+        )?;
+        self.target.validate()?;
+        self.replay.validate()?;
+        self.explore.validate()
+    }
+}
 
 /// The soft TD target `reward + discount * (min_q - alpha * log_prob)`, `[B]`.
 pub fn soft_target(

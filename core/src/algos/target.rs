@@ -1,7 +1,41 @@
 //! What the off-policy algorithms share: TD losses and priorities (target networks are
-//! checkpointed as [`crate::checkpoint::TargetNet`]s).
+//! checkpointed as [`crate::checkpoint::state::TargetNet`]s).
 
+use crate::config::error::check;
+use crate::config::error::ConfigError;
+use serde::{Deserialize, Serialize};
 use tch::Tensor;
+
+/// How the target networks follow the online ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TargetUpdate {
+    /// Polyak coefficient tau: target <- tau * online + (1 - tau) * target after every
+    /// `period` updates (1.0 with a period is a hard copy).
+    pub tau: f64,
+    /// Updates between target updates.
+    pub period: u64,
+}
+
+impl Default for TargetUpdate {
+    fn default() -> Self {
+        TargetUpdate {
+            tau: 0.005,
+            period: 1,
+        }
+    }
+}
+
+impl TargetUpdate {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            self.tau > 0.0 && self.tau <= 1.0,
+            "algo.target.tau",
+            "must be in (0, 1]",
+        )?;
+        check(self.period >= 1, "algo.target.period", "must be >= 1")
+    }
+}
 
 /// Named metrics from the 0-dim tensors an update computed, stacked on the device and read
 /// back in one transfer (each host read waits for the device: one per update, not one per
@@ -15,7 +49,7 @@ pub(crate) fn read_metrics(names: &[&'static str], values: &Tensor) -> super::Me
 /// New priorities for the sampled rows, `|td|` as f64, when the replay is prioritized (the
 /// learner sends them back to the table); `None` otherwise, so `td` is not even computed.
 pub(crate) fn priorities(
-    replay: &crate::config::ReplayOptions,
+    replay: &super::offpolicy::ReplayOptions,
     td: impl FnOnce() -> Tensor,
 ) -> Option<Vec<f64>> {
     if !replay.prioritized {

@@ -7,15 +7,130 @@
 //! `y = R_n + gamma_n min_k Q_target_k(s', a')`; critic loss `sum_k mean(w (Q_k(s, a) - y)^2)`.
 //! Every `policy_delay` updates: policy loss `-mean(Q_0(s, pi(s)))`, then Polyak targets.
 
+use crate::algos::config::AlgoSection;
+use crate::algos::offpolicy::check_actor_critic;
+use crate::algos::offpolicy::Exploration;
+use crate::algos::offpolicy::ReplayOptions;
+use crate::algos::target::TargetUpdate;
+use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use super::target::{priorities, read_metrics};
 use super::{Algorithm, Metrics, Trained, Update};
-use crate::checkpoint::TargetNet;
-use crate::config::Td3Config;
+use crate::checkpoint::state::TargetNet;
+use crate::config::error::{check, ConfigError};
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
 use crate::optim::{Adam, GraphError, UpdateGraph};
+
+/// TD3 (Fujimoto et al. 2018); with `policy_delay = 1`, `target_noise = 0` and one critic it
+/// is DDPG (Lillicrap et al. 2016), which `name = "ddpg"` selects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Td3Config {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// Adam learning rate of the policy.
+    pub policy_lr: f64,
+    /// Adam learning rate of the critics.
+    pub qf_lr: f64,
+    /// Number of Q networks; the target takes their minimum.
+    pub num_critics: u32,
+    /// Critic updates per policy (and target) update.
+    pub policy_delay: u32,
+    /// Target policy smoothing: std of the Gaussian noise on the target action (fraction of
+    /// the action half-range; 0 disables).
+    pub target_noise: f64,
+    /// Target policy smoothing: the noise is clipped to +-this.
+    pub target_noise_clip: f64,
+    /// Target network updates (Polyak tau each policy update).
+    pub target: TargetUpdate,
+    /// L2 weight decay of the policy's Adam (added to the gradient, as PyTorch's
+    /// `weight_decay`; garage's `policy_weight_decay`).
+    pub policy_weight_decay: f64,
+    /// L2 weight decay of the critics' Adam (garage's `qf_weight_decay`).
+    pub qf_weight_decay: f64,
+    /// Critic targets are clipped to `[-clip_return, clip_return]` (garage's `clip_return`;
+    /// `inf` leaves them alone).
+    pub clip_return: f64,
+    /// Clip positive targets to 0 instead of `clip_return`, for tasks whose returns are never
+    /// positive (garage's `clip_pos_returns`).
+    pub clip_pos_returns: bool,
+    /// Updates between weight publications to the actors.
+    pub publish_interval: u64,
+    /// The replay table.
+    pub replay: ReplayOptions,
+    /// Action noise on the actors.
+    pub explore: Exploration,
+}
+
+impl Default for Td3Config {
+    fn default() -> Self {
+        Td3Config {
+            discount: 0.99,
+            policy_lr: 1e-3,
+            qf_lr: 1e-3,
+            num_critics: 2,
+            policy_delay: 2,
+            target_noise: 0.2,
+            target_noise_clip: 0.5,
+            target: TargetUpdate {
+                tau: 0.005,
+                period: 1,
+            },
+            policy_weight_decay: 0.0,
+            qf_weight_decay: 0.0,
+            clip_return: f64::INFINITY,
+            clip_pos_returns: false,
+            publish_interval: 1,
+            replay: ReplayOptions {
+                batch_size: 256,
+                samples_per_insert: 256.0,
+                ..ReplayOptions::default()
+            },
+            explore: Exploration::default(),
+        }
+    }
+}
+
+impl AlgoSection for Td3Config {
+    fn discount(&self) -> f64 {
+        self.discount
+    }
+
+    fn validate(&self, _batch: u64) -> Result<(), ConfigError> {
+        Td3Config::validate(self)
+    }
+}
+
+/// Keys `name = "ddpg"` sets when the file does not: DDPG is TD3 without its three tricks.
+pub(crate) const DDPG_DEFAULTS: [(&str, i64); 3] =
+    [("policy_delay", 1), ("target_noise", 0), ("num_critics", 1)];
+
+impl Td3Config {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check_actor_critic(self.policy_lr, self.qf_lr, self.num_critics)?;
+        check(self.policy_delay >= 1, "algo.policy_delay", "must be >= 1")?;
+        for (value, key) in [
+            (self.policy_weight_decay, "algo.policy_weight_decay"),
+            (self.qf_weight_decay, "algo.qf_weight_decay"),
+        ] {
+            check(
+                value.is_finite() && value >= 0.0,
+                key,
+                "must be finite and >= 0",
+            )?;
+        }
+        check(
+            self.clip_return > 0.0,
+            "algo.clip_return",
+            "must be > 0 (inf: no clipping)",
+        )?;
+        self.target.validate()?;
+        self.replay.validate()?;
+        self.explore.validate()
+    }
+}
 
 /// The critics' regression loss: `sum_k mean(w (Q_k - y)^2)` for `qs` `[K, B]`, `y` and `w` `[B]`.
 pub fn critic_loss(qs: &Tensor, y: &Tensor, weights: &Tensor) -> Tensor {

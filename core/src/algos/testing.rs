@@ -2,8 +2,8 @@
 
 use tch::Device;
 
-use crate::config::ModelConfig;
 use crate::items::rollout::{Actions, Observations, RolloutBatch};
+use crate::models::config::ModelConfig;
 use crate::models::ActorCritic;
 use fleetrl_proto::space::Space;
 

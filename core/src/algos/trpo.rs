@@ -14,15 +14,123 @@
 //!    policy stays as it was;
 //! 5. `vf_epochs` Adam steps on the baseline.
 
+use crate::algos::config::AlgoSection;
+use crate::algos::pg::check_lambda;
+use crate::algos::pg::EntropyMethod;
+use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
+use super::pg::PgOptions;
 use super::pg::{entropy_bonus, explained_variance, tensor, Samples};
 use super::vpg::{fit_baseline, pg_returns};
 use super::{Algorithm, Metrics, Trained};
-use crate::config::{PgOptions, TrpoConfig};
+use crate::config::error::{check, ConfigError};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Dist};
 use crate::optim::Adam;
+
+/// TRPO hyperparameters (Schulman et al. 2015; garage's `TRPO` and its
+/// `ConjugateGradientOptimizer`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrpoConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// GAE lambda.
+    pub gae_lambda: f64,
+    /// KL(old || new) limit per update (garage's `max_constraint_value`).
+    pub max_kl: f64,
+    /// Conjugate-gradient iterations for the natural gradient.
+    pub cg_iters: u32,
+    /// Damping added to the Fisher-vector product (garage's `hvp_reg_coeff`).
+    pub cg_damping: f64,
+    /// Step shrink factor of the backtracking line search.
+    pub backtrack_ratio: f64,
+    /// Most line-search shrinks before the update is rejected.
+    pub max_backtracks: u32,
+    /// Value-function Adam learning rate.
+    pub vf_learning_rate: f64,
+    /// Value-function gradient steps per batch.
+    pub vf_epochs: u32,
+    /// Adam epsilon (value function).
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+    /// Normalise advantages to mean 0, std 1.
+    pub center_adv: bool,
+    /// Shift advantages to be positive (after centring).
+    pub positive_adv: bool,
+    /// How entropy enters the objective: "no_entropy", "max" or "regularized".
+    pub entropy_method: EntropyMethod,
+    /// Entropy coefficient.
+    pub policy_ent_coeff: f64,
+    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
+    pub use_softplus_entropy: bool,
+    /// Take no gradient through the entropy term.
+    pub stop_entropy_gradient: bool,
+}
+
+impl Default for TrpoConfig {
+    fn default() -> Self {
+        TrpoConfig {
+            discount: 0.99,
+            gae_lambda: 0.98,
+            max_kl: 0.01,
+            cg_iters: 10,
+            cg_damping: 1e-5,
+            backtrack_ratio: 0.8,
+            max_backtracks: 15,
+            vf_learning_rate: 3e-3,
+            vf_epochs: 5,
+            adam_eps: 1e-8,
+            bootstrap_truncation: true,
+            center_adv: true,
+            positive_adv: false,
+            entropy_method: EntropyMethod::NoEntropy,
+            policy_ent_coeff: 0.0,
+            use_softplus_entropy: false,
+            stop_entropy_gradient: false,
+        }
+    }
+}
+
+impl AlgoSection for TrpoConfig {
+    fn discount(&self) -> f64 {
+        self.discount
+    }
+
+    fn validate(&self, _batch: u64) -> Result<(), ConfigError> {
+        TrpoConfig::validate(self)
+    }
+}
+
+impl TrpoConfig {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check_lambda(self.gae_lambda)?;
+        check(self.max_kl > 0.0, "algo.max_kl", "must be > 0")?;
+        check(self.cg_iters >= 1, "algo.cg_iters", "must be >= 1")?;
+        check(
+            self.backtrack_ratio > 0.0 && self.backtrack_ratio < 1.0,
+            "algo.backtrack_ratio",
+            "must be in (0, 1)",
+        )?;
+        self.options().validate()
+    }
+}
+
+impl TrpoConfig {
+    /// The advantage and entropy options.
+    pub fn options(&self) -> PgOptions {
+        PgOptions {
+            center_adv: self.center_adv,
+            positive_adv: self.positive_adv,
+            entropy_method: self.entropy_method,
+            policy_ent_coeff: self.policy_ent_coeff,
+            use_softplus_entropy: self.use_softplus_entropy,
+            stop_entropy_gradient: self.stop_entropy_gradient,
+        }
+    }
+}
 
 /// Solves `A x = b` for symmetric positive-definite `A`, given as its product `avp(v) = A v`,
 /// in at most `iters` conjugate-gradient iterations.

@@ -10,17 +10,113 @@
 //!    stop-gradient on H as configured);
 //! 4. `vf_epochs` Adam steps on the baseline alone, minimising `mean((V(s) - R)^2)`.
 
+use crate::algos::config::AlgoSection;
+use crate::algos::pg::check_lambda;
+use crate::algos::pg::EntropyMethod;
+use crate::config::error::check;
+use crate::config::error::ConfigError;
+use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
+use super::pg::PgOptions;
 use super::pg::{
     entropy_bonus, explained_variance, max_entropy_rewards, process_advantages, tensor, Samples,
 };
 use super::returns::{gae, StepData};
 use super::{Algorithm, Metrics, Trained};
-use crate::config::{PgOptions, VpgConfig};
+
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
 use crate::optim::Adam;
+
+/// VPG / REINFORCE hyperparameters (garage's `VPG`): the policy takes one Adam step per
+/// batch on `-mean(log pi(a|s) A)`; the value baseline is fitted by its own Adam.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VpgConfig {
+    /// Discount factor gamma.
+    pub discount: f64,
+    /// GAE lambda for the advantages (1.0: discounted return minus the baseline).
+    pub gae_lambda: f64,
+    /// Policy Adam learning rate.
+    pub learning_rate: f64,
+    /// Policy gradient steps per batch (garage's policy optimizer epochs).
+    pub policy_epochs: u32,
+    /// Value-function Adam learning rate.
+    pub vf_learning_rate: f64,
+    /// Value-function gradient steps per batch.
+    pub vf_epochs: u32,
+    /// Global gradient-norm clip for each optimizer; 0 disables clipping.
+    pub clip_grad_norm: f64,
+    /// Adam epsilon.
+    pub adam_eps: f64,
+    /// Bootstrap with the value of the final observation when an episode is truncated.
+    pub bootstrap_truncation: bool,
+    /// Normalise advantages to mean 0, std 1.
+    pub center_adv: bool,
+    /// Shift advantages to be positive (after centring).
+    pub positive_adv: bool,
+    /// How entropy enters the objective: "no_entropy", "max" or "regularized".
+    pub entropy_method: EntropyMethod,
+    /// Entropy coefficient.
+    pub policy_ent_coeff: f64,
+    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
+    pub use_softplus_entropy: bool,
+    /// Take no gradient through the entropy term.
+    pub stop_entropy_gradient: bool,
+}
+
+impl Default for VpgConfig {
+    fn default() -> Self {
+        VpgConfig {
+            discount: 0.99,
+            gae_lambda: 1.0,
+            learning_rate: 1e-2,
+            policy_epochs: 1,
+            vf_learning_rate: 1e-2,
+            vf_epochs: 5,
+            clip_grad_norm: 0.0,
+            adam_eps: 1e-8,
+            bootstrap_truncation: true,
+            center_adv: true,
+            positive_adv: false,
+            entropy_method: EntropyMethod::NoEntropy,
+            policy_ent_coeff: 0.0,
+            use_softplus_entropy: false,
+            stop_entropy_gradient: false,
+        }
+    }
+}
+
+impl AlgoSection for VpgConfig {
+    fn discount(&self) -> f64 {
+        self.discount
+    }
+
+    fn validate(&self, _batch: u64) -> Result<(), ConfigError> {
+        check_lambda(self.gae_lambda)?;
+        check(
+            self.learning_rate > 0.0,
+            "algo.learning_rate",
+            "must be > 0",
+        )?;
+        self.options().validate()
+    }
+}
+
+impl VpgConfig {
+    /// The advantage and entropy options.
+    pub fn options(&self) -> PgOptions {
+        PgOptions {
+            center_adv: self.center_adv,
+            positive_adv: self.positive_adv,
+            entropy_method: self.entropy_method,
+            policy_ent_coeff: self.policy_ent_coeff,
+            use_softplus_entropy: self.use_softplus_entropy,
+            stop_entropy_gradient: self.stop_entropy_gradient,
+        }
+    }
+}
 
 /// The REINFORCE surrogate: its gradient is the policy gradient `-E[grad log pi(a|s) A]`.
 pub fn reinforce_loss(log_prob: &Tensor, advantage: &Tensor) -> Tensor {

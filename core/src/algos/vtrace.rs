@@ -17,8 +17,48 @@
 
 use super::pg::{floats, tensor, Samples};
 use super::returns::{Returns, StepData};
+use crate::config::error::{check, ConfigError};
 use crate::items::rollout::RolloutBatch;
 use crate::models::{ActorCritic, Evaluation};
+use serde::{Deserialize, Serialize};
+
+/// V-trace's importance-weight clips for PPO and A2C (`[algo.vtrace]`; pytorchrl's
+/// `VTraceBuffer`): the learner's current policy scores each batch once before the update,
+/// and V-trace replaces GAE's advantages and value targets, correcting for the actors' lag.
+/// The keys are IMPALA's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VtraceClips {
+    /// Clip of the TD importance weight, rho-bar.
+    pub rho_bar: f64,
+    /// Clip of the policy-gradient importance weight.
+    pub pg_rho_bar: f64,
+    /// Clip of the trace coefficient, c-bar.
+    pub c_bar: f64,
+}
+
+impl Default for VtraceClips {
+    fn default() -> Self {
+        VtraceClips {
+            rho_bar: 1.0,
+            pg_rho_bar: 1.0,
+            c_bar: 1.0,
+        }
+    }
+}
+
+impl VtraceClips {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        for (ok, key) in [
+            (self.rho_bar > 0.0, "algo.vtrace.rho_bar"),
+            (self.pg_rho_bar > 0.0, "algo.vtrace.pg_rho_bar"),
+            (self.c_bar > 0.0, "algo.vtrace.c_bar"),
+        ] {
+            check(ok, key, "must be > 0")?;
+        }
+        Ok(())
+    }
+}
 
 /// The V-trace coefficients.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,7 +81,7 @@ impl VtraceParams {
     /// The coefficients of a policy-gradient algorithm's `algo.vtrace` clips, with its
     /// discount, trace decay and time-limit bootstrap.
     pub fn from_clips(
-        clips: &crate::config::VtraceClips,
+        clips: &VtraceClips,
         discount: f64,
         lambda: f64,
         bootstrap_truncation: bool,

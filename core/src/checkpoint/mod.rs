@@ -9,7 +9,7 @@
 //!   config.toml         the run's effective configuration
 //! ```
 
-mod state;
+pub mod state;
 
 pub use state::{counter, find, HasVarStore, StateError, StatePart, TargetNet};
 

@@ -18,6 +18,7 @@ pub mod rollout;
 pub mod round;
 pub mod sequence;
 pub mod steps;
+pub mod tables;
 pub mod transition;
 
 /// The observation fields of every item kind.
@@ -69,7 +70,7 @@ mod tests {
     fn byte_valued_envs_get_byte_observation_fields() {
         let rollouts = |env: &str| {
             let text = format!("[env]\nid = \"{env}\"\n[algo]\nname = \"ppo\"\n");
-            rollout::table_spec(&RunConfig::from_toml(&text, "t").unwrap()).unwrap()
+            tables::rollouts(&RunConfig::from_toml(&text, "t").unwrap()).unwrap()
         };
         let u8s = |names: &[&str]| -> Vec<(String, Dtype)> {
             names.iter().map(|n| (n.to_string(), Dtype::U8)).collect()
@@ -85,7 +86,7 @@ mod tests {
                 format!("[env]\nid = \"MinAtar/Breakout-v1\"\n{extra}[algo]\nname = \"dqn\"\n");
             let config = RunConfig::from_toml(&text, "t").unwrap();
             let replay = crate::algos::registry::spec(&config).replay.unwrap();
-            let table = transition::table_spec(&config, &replay).unwrap();
+            let table = tables::transitions(&config, &replay).unwrap();
             let want = match extra.is_empty() {
                 true => u8s(&["obs", "next_obs"]),
                 false => u8s(&["obs", "final_obs"]),

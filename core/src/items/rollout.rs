@@ -22,10 +22,8 @@
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
 use super::steps::StepData;
-use crate::config::RunConfig;
-use crate::envs::{self, EnvError};
 use fleetrl_proto::space::Space;
-use fleetrl_proto::table::{FieldSpec, Signature, TableSpec};
+use fleetrl_proto::table::{FieldSpec, Signature};
 
 /// Field names, so producers and consumers cannot drift apart.
 pub mod field {
@@ -109,32 +107,6 @@ fn feed_forward_signature(obs_space: &Space, action_space: &Space, t: i64, m: i6
             FieldSpec::new(field::POLICY_VERSION, Dtype::I64, &[]),
         ],
     }
-}
-
-/// The on-policy queue table a run's actors insert into.
-pub fn table_spec(config: &RunConfig) -> Result<TableSpec, EnvError> {
-    let env = envs::make_configured(&config.env)?;
-    // A meta-RL item is one task's adaptation: every stage's steps, and the task.
-    let stages = i64::from(config.algo.stages());
-    let mut sig = signature_with_state(
-        &env.observation_space(),
-        &env.action_space(),
-        stages * config.actors.rollout_length as i64,
-        config.actors.envs_per_actor as i64,
-        config.model.lstm_size as i64,
-    );
-    if config.item_tasks().is_some() {
-        sig.fields
-            .push(FieldSpec::new(field::TASK, Dtype::I64, &[]));
-    }
-    if env.byte_observations() {
-        super::observations_as_bytes(&mut sig);
-    }
-    Ok(TableSpec::queue(
-        &config.replay.table,
-        config.replay.max_size,
-        sig,
-    ))
 }
 
 /// Actions of a batch of rows: indices for a discrete space, `[N, A]` values for a box.

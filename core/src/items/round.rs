@@ -1,5 +1,5 @@
 //! The round: what PEARL actors insert, one item per round of acting on one task (see
-//! [`crate::config::PearlConfig`]). N is the round's steps; its first
+//! PEARL's `[algo]` keys). N is the round's steps; its first
 //! `num_steps_prior + num_steps_posterior` rows are the task's context.
 //!
 //! | field | dtype | shape | meaning |
@@ -14,11 +14,8 @@
 //! | `policy_version` | i64 | [] | weights version that acted |
 
 use fleetrl_proto::space::Space;
-use fleetrl_proto::table::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
+use fleetrl_proto::table::{FieldSpec, Signature};
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
-
-use crate::config::{PearlConfig, RunConfig};
-use crate::envs::{self, EnvError};
 
 /// Field names.
 pub mod field {
@@ -59,31 +56,6 @@ pub fn signature(obs_space: &Space, action_space: &Space, steps: u64) -> Signatu
             FieldSpec::new(field::POLICY_VERSION, Dtype::I64, &[]),
         ],
     }
-}
-
-/// The replay table of a PEARL run: uniform sampling of rounds, FIFO eviction, and the
-/// samples-per-insert rate limiter in rounds ([`PearlConfig::replay`]).
-pub fn table_spec(config: &RunConfig, pearl: &PearlConfig) -> Result<TableSpec, EnvError> {
-    let env = envs::make_configured(&config.env)?;
-    let replay = pearl.replay(&config.tasks);
-    Ok(TableSpec {
-        name: config.replay.table.clone(),
-        max_size: replay.capacity,
-        sampler: SelectorKind::Uniform,
-        remover: SelectorKind::Fifo,
-        max_times_sampled: 0,
-        rate_limiter: RateLimiterSpec::SamplesPerInsert {
-            samples_per_insert: replay.samples_per_insert,
-            min_size_to_sample: replay.min_size,
-            error_buffer: replay.effective_error_buffer(),
-        },
-        allow_non_finite: false,
-        signature: signature(
-            &env.observation_space(),
-            &env.action_space(),
-            pearl.round_steps(),
-        ),
-    })
 }
 
 /// A round being collected, row by row.

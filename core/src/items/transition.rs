@@ -17,10 +17,8 @@ use std::collections::VecDeque;
 
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
-use crate::config::{ReplayOptions, RunConfig};
-use crate::envs::{self, EnvError};
 use fleetrl_proto::space::{Action, Space};
-use fleetrl_proto::table::{FieldSpec, RateLimiterSpec, SelectorKind, Signature, TableSpec};
+use fleetrl_proto::table::{FieldSpec, Signature};
 
 /// Field names.
 pub mod field {
@@ -57,46 +55,6 @@ pub fn signature(obs_space: &Space, action_space: &Space) -> Signature {
             FieldSpec::new(field::POLICY_VERSION, Dtype::I64, &[]),
         ],
     }
-}
-
-/// The replay table an off-policy run's actors insert into: uniform or prioritized sampling,
-/// FIFO eviction, and the samples-per-insert rate limiter.
-pub fn table_spec(config: &RunConfig, replay: &ReplayOptions) -> Result<TableSpec, EnvError> {
-    // The env as the actors make it, wrappers included: they set the observation width.
-    let env = envs::make_configured(&config.env)?;
-    let sampler = if replay.prioritized {
-        SelectorKind::Prioritized {
-            exponent: replay.priority_exponent,
-        }
-    } else {
-        SelectorKind::Uniform
-    };
-    let mut signature = match config.recurrent_dqn() {
-        // R2D2: each item is a stored sequence with the LSTM state at its first step.
-        Some(_) => crate::items::sequence::signature(
-            &env.observation_space(),
-            replay.sequence_length,
-            config.model.lstm_size as i64,
-        ),
-        None => signature(&env.observation_space(), &env.action_space()),
-    };
-    if env.byte_observations() {
-        super::observations_as_bytes(&mut signature);
-    }
-    Ok(TableSpec {
-        name: config.replay.table.clone(),
-        max_size: replay.capacity,
-        sampler,
-        remover: SelectorKind::Fifo,
-        max_times_sampled: 0,
-        rate_limiter: RateLimiterSpec::SamplesPerInsert {
-            samples_per_insert: replay.samples_per_insert,
-            min_size_to_sample: replay.min_size,
-            error_buffer: replay.effective_error_buffer(),
-        },
-        allow_non_finite: false,
-        signature,
-    })
 }
 
 /// One env step as the actor saw it.
@@ -301,13 +259,14 @@ mod tests {
     /// action and reward), not the bare id's: actors insert what they observe.
     #[test]
     fn table_signature_follows_the_env_wrappers() {
+        use crate::config::RunConfig;
         let text = "[env]\nid = \"Pendulum-v1\"\nframe_stack = 3\nprev_action_reward = true\n\
                     [algo]\nname = \"sac\"\n";
         let config = RunConfig::from_toml(text, "t").unwrap();
         let replay = crate::algos::registry::spec(&config)
             .replay
             .expect("sac replays");
-        let table = table_spec(&config, &replay).unwrap();
+        let table = super::super::tables::transitions(&config, &replay).unwrap();
         let obs = (table.signature.fields.iter())
             .find(|f| f.name == field::OBS)
             .expect("obs field");

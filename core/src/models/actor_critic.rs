@@ -6,11 +6,11 @@ use fleetrl_proto::TensorMap;
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
+use super::config::{Activation, ModelConfig};
 use super::conv::{image_frame, value_scale};
 use super::{
     weights, ConvEncoder, ConvSpec, Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState,
 };
-use crate::config::{Activation, ModelConfig};
 use fleetrl_proto::space::Space;
 
 /// What [`Policy::act`] returns for a batch.
@@ -469,7 +469,7 @@ impl Policy for ActorCritic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelConfig;
+    use crate::models::config::ModelConfig;
     use tch::Kind;
 
     /// `model.mu_nonlinearity = "tanh"` bounds a Gaussian policy's mean, whatever the input.

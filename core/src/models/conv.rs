@@ -7,8 +7,8 @@
 use tch::nn::{self, Module};
 use tch::Tensor;
 
+use super::config::ModelConfig;
 use super::{FrameShape, ModelError};
-use crate::config::ModelConfig;
 use fleetrl_proto::space::Space;
 
 /// The layers of a convolutional encoder.

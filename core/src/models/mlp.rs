@@ -2,7 +2,7 @@
 
 use tch::nn::{self, Module};
 
-use crate::config::Activation;
+use super::config::Activation;
 
 /// Linear layers with an activation between them and none after the last.
 #[derive(Debug)]

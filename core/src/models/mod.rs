@@ -4,6 +4,7 @@
 
 mod actor_critic;
 mod atari;
+pub mod config;
 mod conv;
 mod dist;
 mod lstm;

@@ -18,13 +18,13 @@
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 
+use super::config::{Activation, ModelConfig};
 use super::conv::{image_frame, value_scale};
 use super::recurrent_q::RecurrentQ;
 use super::{
     weights, ConvEncoder, ConvSpec, FrameShape, Mlp, ModelError, ObsNorm, Policy, PolicyStep,
     RnnState,
 };
-use crate::config::{Activation, ModelConfig};
 use fleetrl_proto::space::Space;
 
 /// The log-std range of the squashed Gaussian (SAC's usual bounds).

@@ -9,10 +9,11 @@
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 
+use super::config::ModelConfig;
 use super::mlp::Mlp;
 use super::offpolicy::{OffPolicyModel, PolicyKind};
 use super::{weights, ModelError};
-use crate::config::{ModelConfig, PearlConfig};
+use crate::config::PearlConfig;
 use fleetrl_proto::space::Space;
 use fleetrl_proto::TensorMap;
 
@@ -108,7 +109,7 @@ impl PearlModel {
             context_dim,
             &pearl.encoder_hidden_sizes,
             encoder_out,
-            crate::config::Activation::Relu,
+            super::config::Activation::Relu,
             None,
         );
         let vf = Mlp::new(

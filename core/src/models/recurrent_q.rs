@@ -8,8 +8,8 @@
 use tch::nn::{self, Module};
 use tch::Tensor;
 
+use super::config::{Activation, ModelConfig};
 use super::{LstmCore, Mlp, RnnState};
-use crate::config::{Activation, ModelConfig};
 
 /// Q values along a sequence, with the recurrent state after every step.
 #[derive(Debug)]

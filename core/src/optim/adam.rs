@@ -7,7 +7,7 @@
 //! gradients is then one op and an update a dozen, whatever the number of layers. That matters
 //! for the small networks RL uses, where per-op dispatch, not arithmetic, is the cost.
 
-use crate::checkpoint::{counter, find, StateError, StatePart};
+use crate::checkpoint::state::{counter, find, StateError, StatePart};
 use tch::{nn::VarStore, Kind, Tensor};
 
 const BETA1: f64 = 0.9;

@@ -20,11 +20,14 @@ use super::replicas::Replicas;
 use super::returns::Returns;
 use super::returns::StepData;
 use super::{Algorithm, Metrics, Trained};
-use crate::config::{EntropyMethod, PpoConfig};
+pub use config::PpoConfig;
+
+use super::pg::EntropyMethod;
 use crate::items::rollout::RolloutBatch;
 use crate::models::ActorCritic;
 use crate::optim::Adam;
 
+mod config;
 mod minibatch;
 mod sharded;
 #[cfg(test)]
@@ -288,9 +291,9 @@ impl Algorithm for Ppo {
 
     fn reconfigure(
         &mut self,
-        algo: &crate::config::AlgoConfig,
+        algo: &super::config::AlgoConfig,
     ) -> Result<(), super::ReconfigureError> {
-        let crate::config::AlgoConfig::Ppo(config) = algo else {
+        let super::config::AlgoConfig::Ppo(config) = algo else {
             return Err(super::ReconfigureError::OtherAlgorithm {
                 trains: "ppo",
                 asked: algo.name(),

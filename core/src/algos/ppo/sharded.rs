@@ -4,11 +4,11 @@
 use tch::{Device, Kind, Tensor};
 
 use super::super::data_parallel::{Job, ShardPool};
+use super::super::pg::PgOptions;
 use super::super::pg::{entropy_bonus, masked_mean};
 use super::super::replicas::Replicas;
 use super::minibatch::Minibatch;
 use super::{clipped_surrogate, value_loss, Ppo};
-use crate::config::PgOptions;
 use crate::models::{ActorCritic, Heads, Sequence};
 
 impl Ppo {

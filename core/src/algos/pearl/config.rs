@@ -1,171 +1,10 @@
-//! MAML's `[algo]` section, shared by `maml_vpg`, `maml_ppo` and `maml_trpo` (garage's
-//! `MAMLVPG`, `MAMLPPO`, `MAMLTRPO`): the names decide the outer optimiser, the keys are the
-//! seed's.
+//! PEARL's `[algo]` keys (Rakelly et al. 2019; garage's `PEARL`).
 
+use crate::algos::config::AlgoSection;
+use crate::algos::offpolicy::ReplayOptions;
 use serde::{Deserialize, Serialize};
 
-use super::algo::{EntropyMethod, PgOptions};
-use super::{check, ConfigError};
-
-/// Which optimiser takes MAML's outer (meta) step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetaOptimizer {
-    /// One Adam step on `-mean(log pi_phi(a|s) A)` (MAML-VPG).
-    Vpg,
-    /// One Adam step on the clipped likelihood-ratio surrogate (MAML-PPO).
-    Ppo,
-    /// A KL-constrained natural-gradient step (MAML-TRPO).
-    Trpo,
-}
-
-/// MAML hyperparameters (Finn et al. 2017; garage's `MAML` and its three subclasses).
-///
-/// A meta-batch is `meta_batch_size` tasks (`learner.batch_rollouts` follows it). For each,
-/// an actor collects `actors.envs_per_actor` episodes of `actors.rollout_length` steps with
-/// the meta-policy, adapts by `num_grad_updates` SGD steps of size `inner_lr` on the
-/// policy-gradient loss, and collects as many episodes after each step; the learner repeats
-/// the adaptation differentiably and takes one outer step on the post-adaptation episodes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MamlConfig {
-    /// Discount factor gamma.
-    pub discount: f64,
-    /// GAE lambda for the advantages against the linear-feature baseline.
-    pub gae_lambda: f64,
-    /// Tasks per meta-batch (one rollout item each).
-    pub meta_batch_size: u32,
-    /// Step size of the inner (adaptation) SGD steps.
-    pub inner_lr: f64,
-    /// Learning rate of the outer Adam step (maml_vpg, maml_ppo).
-    pub outer_lr: f64,
-    /// Adaptation steps per task.
-    pub num_grad_updates: u32,
-    /// Meta-evaluate on the held-out test tasks (`fleetrl train`'s evaluations adapt on
-    /// each test task and report the return before and after every adaptation step).
-    pub meta_evaluator: bool,
-    /// Meta-iterations between `fleetrl train`'s evaluations (0: `eval.interval_env_steps`).
-    pub evaluate_every_n_epochs: u32,
-    /// maml_ppo: the likelihood ratio's clip range (default 0.5).
-    pub lr_clip_range: Option<f64>,
-    /// maml_trpo: the KL limit of a meta step (default 0.01).
-    pub max_kl_step: Option<f64>,
-    /// maml_trpo: conjugate-gradient iterations.
-    pub cg_iters: u32,
-    /// maml_trpo: damping added to the Fisher-vector product.
-    pub cg_damping: f64,
-    /// maml_trpo: step shrink factor of the line search.
-    pub backtrack_ratio: f64,
-    /// maml_trpo: line-search steps before the meta step is rejected.
-    pub max_backtracks: u32,
-    /// Ridge coefficient of the linear-feature baseline fit (garage's `reg_coeff`).
-    pub baseline_reg_coeff: f64,
-    /// Adam epsilon.
-    pub adam_eps: f64,
-    /// Normalise advantages to mean 0, std 1 (per task and stage).
-    pub center_adv: bool,
-    /// Shift advantages to be positive (after centring).
-    pub positive_adv: bool,
-    /// How entropy enters the objective: "no_entropy", "max" or "regularized".
-    pub entropy_method: EntropyMethod,
-    /// Entropy coefficient.
-    pub policy_ent_coeff: f64,
-    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
-    pub use_softplus_entropy: bool,
-    /// Take no gradient through the entropy term.
-    pub stop_entropy_gradient: bool,
-}
-
-impl Default for MamlConfig {
-    fn default() -> Self {
-        MamlConfig {
-            discount: 0.99,
-            gae_lambda: 1.0,
-            meta_batch_size: 20,
-            inner_lr: 0.1,
-            outer_lr: 1e-3,
-            num_grad_updates: 1,
-            meta_evaluator: true,
-            evaluate_every_n_epochs: 0,
-            lr_clip_range: None,
-            max_kl_step: None,
-            cg_iters: 10,
-            cg_damping: 1e-5,
-            backtrack_ratio: 0.8,
-            max_backtracks: 15,
-            baseline_reg_coeff: 1e-5,
-            adam_eps: 1e-8,
-            center_adv: true,
-            positive_adv: false,
-            entropy_method: EntropyMethod::NoEntropy,
-            policy_ent_coeff: 0.0,
-            use_softplus_entropy: false,
-            stop_entropy_gradient: false,
-        }
-    }
-}
-
-impl MamlConfig {
-    /// The advantage and entropy options (VPG's and TRPO's keys).
-    pub fn options(&self) -> PgOptions {
-        PgOptions {
-            center_adv: self.center_adv,
-            positive_adv: self.positive_adv,
-            entropy_method: self.entropy_method,
-            policy_ent_coeff: self.policy_ent_coeff,
-            use_softplus_entropy: self.use_softplus_entropy,
-            stop_entropy_gradient: self.stop_entropy_gradient,
-        }
-    }
-
-    /// PPO's clip range (0.5 unless set).
-    pub fn clip_range(&self) -> f64 {
-        self.lr_clip_range.unwrap_or(0.5)
-    }
-
-    /// TRPO's KL limit (0.01 unless set).
-    pub fn kl_limit(&self) -> f64 {
-        self.max_kl_step.unwrap_or(0.01)
-    }
-
-    /// Checks ranges, and refuses the other variants' keys by name.
-    pub fn validate(&self, outer: MetaOptimizer) -> Result<(), ConfigError> {
-        check(
-            (0.0..=1.0).contains(&self.gae_lambda),
-            "algo.gae_lambda",
-            "must be in [0, 1]",
-        )?;
-        check(
-            self.meta_batch_size >= 1,
-            "algo.meta_batch_size",
-            "must be >= 1",
-        )?;
-        check(self.inner_lr > 0.0, "algo.inner_lr", "must be > 0")?;
-        check(self.outer_lr > 0.0, "algo.outer_lr", "must be > 0")?;
-        check(
-            (1..=10).contains(&self.num_grad_updates),
-            "algo.num_grad_updates",
-            "must be in 1..=10",
-        )?;
-        check(
-            self.lr_clip_range.is_none() || outer == MetaOptimizer::Ppo,
-            "algo.lr_clip_range",
-            "is maml_ppo's key",
-        )?;
-        check(
-            self.max_kl_step.is_none() || outer == MetaOptimizer::Trpo,
-            "algo.max_kl_step",
-            "is maml_trpo's key",
-        )?;
-        check(self.clip_range() > 0.0, "algo.lr_clip_range", "must be > 0")?;
-        check(self.kl_limit() > 0.0, "algo.max_kl_step", "must be > 0")?;
-        check(
-            self.baseline_reg_coeff > 0.0,
-            "algo.baseline_reg_coeff",
-            "must be > 0",
-        )?;
-        self.options().validate()
-    }
-}
+use crate::config::error::{check, ConfigError};
 
 /// PEARL hyperparameters (Rakelly et al. 2019, arXiv:1903.08254; garage's `PEARL`, keys with
 /// the seed's names). The training tasks and the held-out test tasks are `[tasks]`.
@@ -276,7 +115,7 @@ pub struct PearlConfig {
 }
 
 /// The most training posteriors `algo.exploration_pool` may keep.
-pub(super) const MAX_EXPLORATION_POOL: u32 = 65_536;
+const MAX_EXPLORATION_POOL: u32 = 65_536;
 
 impl Default for PearlConfig {
     fn default() -> Self {
@@ -318,6 +157,16 @@ impl Default for PearlConfig {
     }
 }
 
+impl AlgoSection for PearlConfig {
+    fn discount(&self) -> f64 {
+        self.discount
+    }
+
+    fn validate(&self, _batch: u64) -> Result<(), ConfigError> {
+        PearlConfig::validate(self)
+    }
+}
+
 impl PearlConfig {
     /// Env steps in one round (one replay item).
     pub fn round_steps(&self) -> u64 {
@@ -342,11 +191,11 @@ impl PearlConfig {
     /// is in rounds. Updates per round are `num_steps_per_epoch / num_tasks_sample`, each
     /// sampling `meta_batch_size` rounds; sampling starts once the rounds hold
     /// [`Self::initial_env_steps`].
-    pub fn replay(&self, tasks: &crate::tasks::TasksConfig) -> super::ReplayOptions {
+    pub fn replay(&self, tasks: &crate::tasks::TasksConfig) -> ReplayOptions {
         let round = self.round_steps().max(1);
         let updates_per_round =
             f64::from(self.num_steps_per_epoch) / f64::from(self.num_tasks_sample.max(1));
-        super::ReplayOptions {
+        ReplayOptions {
             capacity: self.replay_buffer_size.div_ceil(round).max(1),
             batch_size: self.meta_batch_size,
             samples_per_insert: updates_per_round * f64::from(self.meta_batch_size),
@@ -355,7 +204,7 @@ impl PearlConfig {
             // ahead of them): slack enough for their bursts, never a backlog of stale rounds.
             error_buffer: (2.0 * updates_per_round * f64::from(self.meta_batch_size))
                 .max(2.0 * f64::from(self.meta_batch_size)),
-            ..super::ReplayOptions::default()
+            ..ReplayOptions::default()
         }
     }
 

@@ -1,0 +1,249 @@
+//! The `[algo]` section: `name` picks the algorithm ("ppo" when absent, so older PPO presets
+//! keep loading unchanged) and the other keys are that algorithm's own config, each with its
+//! defaults; a key another algorithm owns is an unknown key.
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::a2c::A2cConfig;
+use super::bc::BcConfig;
+use super::dqn::DqnConfig;
+use super::impala::ImpalaConfig;
+use super::maml::MamlConfig;
+use super::pearl::PearlConfig;
+use super::ppo::PpoConfig;
+use super::sac::SacConfig;
+use super::td3::{Td3Config, DDPG_DEFAULTS};
+use super::trpo::TrpoConfig;
+use super::vpg::VpgConfig;
+use super::vtrace::VtraceClips;
+use crate::config::error::{check, ConfigError};
+
+/// What every algorithm's `[algo]` section answers, implemented beside each algorithm.
+pub trait AlgoSection {
+    /// Discount gamma.
+    fn discount(&self) -> f64;
+    /// Checks ranges serde cannot; `batch` is the env steps of one training batch.
+    fn validate(&self, batch: u64) -> Result<(), ConfigError>;
+    /// Called once parsing is done with the `name` the section was read under (MAML's three
+    /// names share one section and differ in the outer step).
+    fn parsed_as(&mut self, _name: &'static str) {}
+}
+
+/// The one table of algorithms: each line gives the variant, its `[algo]` section's type, the
+/// `name` it is written with and its doc. It generates [`AlgoConfig`], [`ALGO_NAMES`], the
+/// name of a config, the parser (with the key of a mistyped value) and the serialiser; what
+/// the rest of the system needs to know about each algorithm is its registry entry
+/// ([`super::registry::spec`]).
+macro_rules! algorithms {
+    ($($(#[doc = $doc:literal])* $variant:ident($section:ty) = $name:literal,)+) => {
+        /// Which algorithm trains, with its hyperparameters.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum AlgoConfig {
+            $($(#[doc = $doc])* $variant($section),)+
+        }
+
+        /// The `name` values, in the order of [`AlgoConfig`]'s variants.
+        pub const ALGO_NAMES: &[&str] = &[$($name),+];
+
+        impl AlgoConfig {
+            /// The `name` this config is written with.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(AlgoConfig::$variant(_) => $name,)+
+                }
+            }
+
+            /// The algorithm's own section.
+            pub fn section(&self) -> &dyn AlgoSection {
+                match self {
+                    $(AlgoConfig::$variant(c) => c,)+
+                }
+            }
+
+            /// The section `name` owns, read from `rest` (the `[algo]` table without `name`).
+            fn parse(
+                name: &str,
+                rest: toml::Value,
+            ) -> Option<Result<AlgoConfig, serde_path_to_error::Error<toml::de::Error>>> {
+                Some(match name {
+                    $($name => serde_path_to_error::deserialize(rest).map(|mut c: $section| {
+                        c.parsed_as($name);
+                        AlgoConfig::$variant(c)
+                    }),)+
+                    _ => return None,
+                })
+            }
+
+            /// The section's keys as a TOML table (without `name`).
+            fn to_table(&self) -> Result<toml::Table, toml::ser::Error> {
+                match self {
+                    $(AlgoConfig::$variant(c) => toml::Table::try_from(c),)+
+                }
+            }
+        }
+    };
+}
+
+algorithms! {
+    /// Proximal Policy Optimization.
+    Ppo(PpoConfig) = "ppo",
+    /// Advantage actor-critic.
+    A2c(A2cConfig) = "a2c",
+    /// Vanilla policy gradient (REINFORCE with a baseline), garage's options.
+    Vpg(VpgConfig) = "vpg",
+    /// Trust Region Policy Optimization.
+    Trpo(TrpoConfig) = "trpo",
+    /// IMPALA's V-trace actor-critic.
+    Impala(ImpalaConfig) = "impala",
+    /// Deep Q-learning (off-policy, replay).
+    Dqn(DqnConfig) = "dqn",
+    /// Soft actor-critic (off-policy, replay).
+    Sac(SacConfig) = "sac",
+    /// Twin delayed DDPG (off-policy, replay).
+    Td3(Td3Config) = "td3",
+    /// Deep deterministic policy gradient: TD3's config with DDPG's defaults.
+    Ddpg(Td3Config) = "ddpg",
+    /// Behaviour cloning from demos or an expert checkpoint.
+    Bc(BcConfig) = "bc",
+    /// MAML meta-RL with a VPG outer step (on tasks).
+    MamlVpg(MamlConfig) = "maml_vpg",
+    /// MAML meta-RL with a PPO outer step (on tasks).
+    MamlPpo(MamlConfig) = "maml_ppo",
+    /// MAML meta-RL with a TRPO outer step (on tasks).
+    MamlTrpo(MamlConfig) = "maml_trpo",
+    /// PEARL meta-RL: a context encoder and a latent-conditioned SAC (off-policy, on tasks).
+    Pearl(PearlConfig) = "pearl",
+}
+
+impl Default for AlgoConfig {
+    fn default() -> Self {
+        AlgoConfig::Ppo(PpoConfig::default())
+    }
+}
+
+impl AlgoConfig {
+    /// Stages of acting per item: `num_grad_updates + 1` for MAML (each stage acts with the
+    /// policy the last one adapted), 1 for every other algorithm.
+    pub fn stages(&self) -> u32 {
+        self.as_maml().map_or(1, |maml| maml.num_grad_updates + 1)
+    }
+
+    /// The MAML config, if the algorithm is meta-RL on tasks.
+    pub fn as_maml(&self) -> Option<&MamlConfig> {
+        match self {
+            AlgoConfig::MamlVpg(c) | AlgoConfig::MamlPpo(c) | AlgoConfig::MamlTrpo(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The PEARL config, if PEARL is the algorithm.
+    pub fn as_pearl(&self) -> Option<&PearlConfig> {
+        match self {
+            AlgoConfig::Pearl(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Discount gamma, whichever algorithm.
+    pub fn discount(&self) -> f64 {
+        self.section().discount()
+    }
+
+    /// V-trace's clips when the algorithm takes V-trace targets in place of GAE (PPO and A2C
+    /// with `[algo.vtrace]`; IMPALA always uses V-trace, with its own keys).
+    pub fn vtrace(&self) -> Option<&VtraceClips> {
+        match self {
+            AlgoConfig::Ppo(c) => c.vtrace.as_ref(),
+            AlgoConfig::A2c(c) => c.vtrace.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Whether the algorithm learns from a replay table of transitions (the off-policy
+    /// actor and learner loops) rather than from on-policy rollouts.
+    pub fn is_off_policy(&self) -> bool {
+        matches!(
+            self,
+            AlgoConfig::Dqn(_)
+                | AlgoConfig::Sac(_)
+                | AlgoConfig::Td3(_)
+                | AlgoConfig::Ddpg(_)
+                | AlgoConfig::Bc(_)
+        )
+    }
+
+    /// The PPO config, if PPO is the algorithm.
+    pub fn as_ppo(&self) -> Option<&PpoConfig> {
+        match self {
+            AlgoConfig::Ppo(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Checks ranges serde cannot; `batch` is the env steps of one training batch.
+    pub fn validate(&self, batch: u64) -> Result<(), ConfigError> {
+        check(
+            (0.0..=1.0).contains(&self.discount()),
+            "algo.discount",
+            "must be in [0, 1]",
+        )?;
+        self.section().validate(batch)
+    }
+}
+
+impl Serialize for AlgoConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let inner = self.to_table();
+        let mut table = inner.map_err(serde::ser::Error::custom)?;
+        table.insert("name".into(), toml::Value::String(self.name().into()));
+        table.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for AlgoConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(deserializer)?;
+        let name = match table.remove("name") {
+            None => "ppo".to_string(),
+            Some(toml::Value::String(name)) => name,
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "algo.name must be a string, got {other}"
+                )))
+            }
+        };
+        if name == "ddpg" {
+            for (key, value) in DDPG_DEFAULTS {
+                let value = match key {
+                    "target_noise" => toml::Value::Float(value as f64),
+                    _ => toml::Value::Integer(value),
+                };
+                table.entry(key).or_insert(value);
+            }
+        }
+        let rest = toml::Value::Table(table);
+        let err = |e: serde_path_to_error::Error<toml::de::Error>| {
+            let message = e.inner().to_string();
+            let path = e.path().to_string();
+            let key = match path.as_str() {
+                "" | "." => "algo".to_string(),
+                inner => format!("algo.{inner}"),
+            };
+            let message = message
+                .split("\nin `")
+                .next()
+                .unwrap_or_default()
+                .trim_end();
+            D::Error::custom(format!("{key}: {message} (algo.name = \"{name}\")"))
+        };
+        match AlgoConfig::parse(&name, rest) {
+            Some(parsed) => parsed.map_err(err),
+            None => Err(D::Error::custom(format!(
+                "unknown algo.name `{name}`{}; expected one of {}",
+                crate::suggest::did_you_mean(&name, ALGO_NAMES.iter().copied()),
+                ALGO_NAMES.join(", ")
+            ))),
+        }
+    }
+}
