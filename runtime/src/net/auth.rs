@@ -202,7 +202,8 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        let guard = super::conn::track(&mut request);
         if let Some(expected) = &self.expected {
             let exempt = request.uri().path().starts_with(EXEMPT_PREFIX);
             let given = request.headers().get(AUTHORIZATION);
@@ -215,7 +216,8 @@ where
                 return Box::pin(std::future::ready(Ok(status.into_http())));
             }
         }
-        Box::pin(self.inner.call(request))
+        let response = self.inner.call(request);
+        Box::pin(async move { Ok(super::conn::keep_open(response.await?, guard)) })
     }
 }
 
