@@ -1,7 +1,8 @@
 //! Every RPC of every fleetrl service refuses a caller without the run's token, or with a wrong
 //! one, with UNAUTHENTICATED, before any handler runs; `grpc.health.v1.Health` stays open for
 //! probes; the run itself (roles started with the token in their environment) trains; and a
-//! server asked to listen beyond loopback without a token refuses to start.
+//! server asked to listen beyond loopback without a token, with a short one, or with a token
+//! file others can read refuses to start.
 
 use std::time::Duration;
 
@@ -248,5 +249,52 @@ fn no_server_listens_beyond_loopback_without_a_token() -> anyhow::Result<()> {
             "{binary}: {stderr}"
         );
     }
+    Ok(())
+}
+
+/// How the replay server, asked to listen on 0.0.0.0 with `env`, fails to start; panics if it
+/// starts (it is killed after 10 s).
+fn refusal_beyond_loopback(env: &[(&str, &std::ffi::OsStr)]) -> anyhow::Result<String> {
+    let bin = fleetrl_runtime::launch::bin_dir()?;
+    let mut child = std::process::Command::new(bin.join("fleet-replay-server"))
+        .args(["--listen", "0.0.0.0:0"])
+        .env_remove(auth::TOKEN_ENV)
+        .env_remove(auth::TOKEN_FILE_ENV)
+        .env_remove(auth::INSECURE_ENV)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let started = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > Duration::from_secs(10) {
+            child.kill()?;
+            panic!("the replay server started with {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output()?;
+    Ok(String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+fn a_short_token_or_a_readable_token_file_is_refused_beyond_loopback() -> anyhow::Result<()> {
+    let stderr = refusal_beyond_loopback(&[(auth::TOKEN_ENV, "hunter2".as_ref())])?;
+    assert!(
+        stderr.contains("a token of 7 characters") && stderr.contains("at least 32"),
+        "{stderr}"
+    );
+
+    use std::os::unix::fs::PermissionsExt;
+    let dir = fleetrl_tests::scratch("fleetrl-token-mode");
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("token");
+    std::fs::write(&file, Token::random()?.expose())?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
+    let stderr = refusal_beyond_loopback(&[(auth::TOKEN_FILE_ENV, file.as_os_str())])?;
+    assert!(
+        stderr.contains("has mode 0644") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
     Ok(())
 }

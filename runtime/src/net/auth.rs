@@ -24,6 +24,10 @@ pub const TOKEN_ENV: &str = "FLEETRL_TOKEN";
 /// Set to `1` to serve without a token on a non-loopback address.
 pub const INSECURE_ENV: &str = "FLEETRL_INSECURE";
 
+/// Fewest characters of a token a server on a non-loopback address accepts: 32 hex digits
+/// are 128 bits, what [`Token::random`] makes.
+pub const MIN_TOKEN_CHARS: usize = 32;
+
 /// gRPC paths served without a token.
 const EXEMPT_PREFIX: &str = "/grpc.health.v1.Health/";
 
@@ -45,6 +49,29 @@ pub enum AuthError {
         origin: String,
         /// What is wrong.
         problem: &'static str,
+    },
+    /// The token file can be read by other users.
+    #[error(
+        "the token file {path} ({TOKEN_FILE_ENV}) has mode {mode:04o}: other users of this \
+         machine can read the run's secret. Run `chmod 600 {path}`"
+    )]
+    Readable {
+        /// The file.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A server on a non-loopback address has a token too short to resist guessing.
+    #[error(
+        "refusing to serve on {addr} with a token of {length} characters: a token reachable \
+         from the network needs at least {MIN_TOKEN_CHARS} (128 bits as hex; `head -c 16 \
+         /dev/urandom | od -An -tx1 | tr -d ' \\n'` makes one), or set {INSECURE_ENV}=1"
+    )]
+    Short {
+        /// The address.
+        addr: SocketAddr,
+        /// The token's length in characters.
+        length: usize,
     },
     /// A server would be open to anyone who can reach it.
     #[error(
@@ -106,16 +133,32 @@ impl Token {
 pub fn from_env() -> Result<Option<Token>, AuthError> {
     if let Some(path) = std::env::var_os(TOKEN_FILE_ENV).filter(|p| !p.is_empty()) {
         let path = path.to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(&path).map_err(|cause| AuthError::Read {
+        let read_error = |cause| AuthError::Read {
             path: path.clone(),
             cause,
-        })?;
+        };
+        // metadata follows symlinks: a Kubernetes Secret mount is a link to the real file.
+        check_private(&path, std::fs::metadata(&path).map_err(read_error)?)?;
+        let text = std::fs::read_to_string(&path).map_err(read_error)?;
         return Token::new(&text, &path).map(Some);
     }
     match std::env::var(TOKEN_ENV) {
         Ok(value) if !value.is_empty() => Token::new(&value, TOKEN_ENV).map(Some),
         _ => Ok(None),
     }
+}
+
+/// Refuses a token file that group or others may read.
+fn check_private(path: &str, metadata: std::fs::Metadata) -> Result<(), AuthError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = metadata.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(AuthError::Readable {
+            path: path.to_string(),
+            mode,
+        });
+    }
+    Ok(())
 }
 
 /// The process's token: `None` until read or installed.
@@ -143,14 +186,21 @@ pub fn token() -> Option<Token> {
     load().unwrap_or_else(|error| panic!("{error}"))
 }
 
-/// Fails if a server on `addr` would accept anyone: no token, an address other than loopback,
-/// and no `FLEETRL_INSECURE=1`.
+/// Fails if a server on `addr`, an address other than loopback, would accept anyone (no token)
+/// or a guessed token (one shorter than [`MIN_TOKEN_CHARS`]), unless `FLEETRL_INSECURE=1`.
 pub fn check_exposure(addr: SocketAddr) -> Result<(), AuthError> {
     let insecure = std::env::var(INSECURE_ENV).is_ok_and(|v| v == "1");
-    if token().is_none() && !addr.ip().is_loopback() && !insecure {
-        return Err(AuthError::Exposed { addr });
+    if addr.ip().is_loopback() || insecure {
+        return Ok(());
     }
-    Ok(())
+    match token() {
+        None => Err(AuthError::Exposed { addr }),
+        Some(t) if t.0.len() < MIN_TOKEN_CHARS => Err(AuthError::Short {
+            addr,
+            length: t.0.len(),
+        }),
+        Some(_) => Ok(()),
+    }
 }
 
 /// The server layer that checks the token on every call (pass-through without a token).
@@ -202,7 +252,8 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        let guard = super::conn::track(&mut request);
         if let Some(expected) = &self.expected {
             let exempt = request.uri().path().starts_with(EXEMPT_PREFIX);
             let given = request.headers().get(AUTHORIZATION);
@@ -215,7 +266,8 @@ where
                 return Box::pin(std::future::ready(Ok(status.into_http())));
             }
         }
-        Box::pin(self.inner.call(request))
+        let response = self.inner.call(request);
+        Box::pin(async move { Ok(super::conn::keep_open(response.await?, guard)) })
     }
 }
 
@@ -274,6 +326,25 @@ mod tests {
         assert!(Token::new("a b", "f").is_err());
         assert_eq!(Token::random().unwrap().expose().len(), 32);
         assert_ne!(Token::random().unwrap(), Token::random().unwrap());
+    }
+
+    #[test]
+    fn a_token_file_others_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("fleetrl-token-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("token");
+        std::fs::write(&path, "x").unwrap();
+        let mode = |m| {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+            check_private("token", std::fs::metadata(&path).unwrap())
+        };
+        let refused = mode(0o644).unwrap_err().to_string();
+        assert!(refused.contains("mode 0644") && refused.contains("chmod 600 token"));
+        assert!(mode(0o640).is_err());
+        assert!(mode(0o600).is_ok());
+        assert!(mode(0o400).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

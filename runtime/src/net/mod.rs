@@ -1,13 +1,16 @@
-//! gRPC plumbing shared by the binaries: connecting with retries, message size limits.
+//! gRPC plumbing shared by the binaries: connecting with retries, message size limits, and
+//! the one server builder ([`server`], [`incoming`]) with its connection hygiene ([`conn`]).
 
 use std::time::Duration;
 
 use tonic::transport::Endpoint;
 
 pub mod auth;
+pub mod conn;
 pub mod tls;
 
 pub use auth::Channel;
+pub use conn::incoming;
 
 /// Largest gRPC message any fleetrl service sends or accepts (weights, stacked batches).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
@@ -23,8 +26,16 @@ pub const CONNECTION_WINDOW_BYTES: u32 = 32 * 1024 * 1024;
 /// See [`STREAM_WINDOW_BYTES`].
 pub const MAX_FRAME_BYTES: u32 = 1024 * 1024;
 
+/// How often a server pings a connection, and how long it waits for the answer before it
+/// closes it: a peer that vanished (a machine powered off, a partition) frees its connection
+/// and its streams within a minute instead of when TCP gives up, hours later.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// See [`KEEPALIVE_INTERVAL`].
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// A server builder with fleetrl's HTTP/2 settings that serves TLS when the process has a
-/// certificate ([`tls`]) and checks the process's token on every call ([`auth::RequireToken`]).
+/// certificate ([`tls`]), checks the process's token on every call ([`auth::RequireToken`])
+/// and pings its peers ([`KEEPALIVE_INTERVAL`]). Serve it with [`incoming`].
 pub fn server() -> Result<
     tonic::transport::Server<tower_layer::Stack<auth::RequireToken, tower_layer::Identity>>,
     tls::TlsError,
@@ -32,10 +43,12 @@ pub fn server() -> Result<
     let mut builder = tonic::transport::Server::builder()
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES);
+        .max_frame_size(MAX_FRAME_BYTES)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
     if let Some(config) = &tls::load()?.server {
         builder = builder
-            .tls_config(config.clone())
+            .tls_config(config.clone().timeout(conn::HANDSHAKE_TIMEOUT))
             .map_err(|e| tls::TlsError::Setup(e.to_string()))?;
     }
     Ok(builder.layer(auth::RequireToken::from_process()))
@@ -46,6 +59,7 @@ pub fn server() -> Result<
 pub fn load_security() -> anyhow::Result<()> {
     auth::load()?;
     tls::load()?;
+    conn::max_connections_from_env()?;
     Ok(())
 }
 
@@ -147,12 +161,6 @@ async fn connect_endpoint(
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
-}
-
-/// Accepted connections with `TCP_NODELAY`: weights and batches are small, latency-bound
-/// messages that Nagle's algorithm would hold back for a delayed ACK.
-pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// Resolves when the process gets SIGTERM or Ctrl-C (SIGINT).
