@@ -13,6 +13,10 @@ pub mod v1 {
     tonic::include_proto!("fleetrl.v1");
 }
 
+/// The encoded `google.protobuf.FileDescriptorSet` of every `fleetrl.v1` proto: what lets a
+/// test find every service and method (and its streaming kind) without a hand-written list.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fleetrl.bin"));
+
 pub mod codec;
 pub mod space;
 pub mod table;

@@ -214,10 +214,16 @@ impl Tensor {
         if first.shape.is_empty() {
             return Err(TensorError::Mismatch("cannot concatenate scalars".into()));
         }
-        let rows = parts
-            .iter()
-            .map(|p| p.shape.first().copied().unwrap_or(0))
-            .sum();
+        // Checked: leading dimensions come from the wire, and two near i64::MAX overflowed.
+        let mut rows = 0i64;
+        for part in parts {
+            let leading = part.shape.first().copied().unwrap_or(0);
+            rows = rows
+                .checked_add(leading)
+                .ok_or_else(|| TensorError::TooLarge {
+                    shape: part.shape.clone(),
+                })?;
+        }
         let mut shape = first.shape.clone();
         shape[0] = rows;
         join(
@@ -340,7 +346,131 @@ mod tests {
         ));
     }
 
+    /// Any dtype number (mostly known ones), any shape (small, negative or near `i64::MAX`
+    /// dimensions), any bytes: what a client can put in a `Tensor`.
+    fn any_tensor() -> impl Strategy<Value = Tensor> {
+        let dim = prop_oneof![4 => -2i64..6, 1 => any::<i64>()];
+        (
+            prop_oneof![4 => 0i32..8, 1 => any::<i32>()],
+            proptest::collection::vec(dim, 0..4),
+            proptest::collection::vec(any::<u8>(), 0..64),
+        )
+            .prop_map(|(dtype, shape, data)| Tensor {
+                dtype,
+                shape,
+                data: data.into(),
+            })
+    }
+
+    /// A well-formed tensor of every dtype, its values from `bytes` (any bit pattern).
+    fn valid_tensor() -> impl Strategy<Value = Tensor> {
+        let dtypes = [
+            Dtype::F32,
+            Dtype::F64,
+            Dtype::I64,
+            Dtype::I32,
+            Dtype::U8,
+            Dtype::Bool,
+        ];
+        (
+            proptest::sample::select(dtypes.to_vec()),
+            proptest::collection::vec(0i64..4, 0..3),
+            proptest::collection::vec(any::<u8>(), 0..512),
+        )
+            .prop_map(|(dtype, shape, bytes)| {
+                let numel = shape.iter().product::<i64>() as usize;
+                let mut data: Vec<u8> = bytes
+                    .into_iter()
+                    .cycle()
+                    .take(numel * dtype.size())
+                    .collect();
+                data.resize(numel * dtype.size(), 0);
+                if dtype == Dtype::Bool {
+                    data.iter_mut().for_each(|b| *b &= 1);
+                }
+                Tensor {
+                    dtype: dtype as i32,
+                    shape,
+                    data: data.into(),
+                }
+            })
+    }
+
+    /// Every reading of `t`; none may panic, whatever `t` holds.
+    fn read_every_way(t: &Tensor) {
+        let _ = (t.checked_dtype(), t.numel(), t.validate());
+        let _ = (
+            t.to_vec::<f32>(),
+            t.to_vec::<f64>(),
+            t.to_vec::<i64>(),
+            t.to_vec::<i32>(),
+        );
+        let _ = (
+            t.to_vec::<u8>(),
+            t.to_vec::<bool>(),
+            t.to_f32_widened(),
+            t.narrowed_to_bytes(),
+        );
+    }
+
+    #[test]
+    fn concatenating_leading_dims_that_overflow_is_an_error() {
+        let huge = Tensor {
+            dtype: Dtype::U8 as i32,
+            shape: vec![i64::MAX],
+            data: Bytes::new(),
+        };
+        assert!(Tensor::concat(&[&huge, &huge]).is_err());
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_tensor_reads_stacks_and_concatenates_without_panicking(
+            a in any_tensor(),
+            b in any_tensor(),
+        ) {
+            read_every_way(&a);
+            let _ = (Tensor::stack(&[&a, &b]), Tensor::concat(&[&a, &b]), Tensor::concat(&[&a]));
+            if a.validate().is_ok() {
+                prop_assert_eq!(a.data.len(), a.numel().unwrap() * a.checked_dtype().unwrap().size());
+            }
+        }
+
+        #[test]
+        fn any_bytes_decode_to_a_tensor_map_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            use prost::Message;
+            if let Ok(map) = TensorMap::decode(bytes.as_slice()) {
+                map.tensors.values().for_each(read_every_way);
+            }
+            if let Ok(t) = Tensor::decode(bytes.as_slice()) {
+                read_every_way(&t);
+            }
+        }
+
+        #[test]
+        fn valid_tensors_round_trip_through_the_wire_exactly(
+            tensors in proptest::collection::btree_map("[a-z.]{1,8}", valid_tensor(), 0..4),
+        ) {
+            use prost::Message;
+            let map = TensorMap::from_pairs(tensors);
+            let back = TensorMap::decode(map.encode_to_vec().as_slice()).unwrap();
+            prop_assert_eq!(&back, &map);
+            for t in back.tensors.values() {
+                prop_assert!(t.validate().is_ok());
+                let bytes: Vec<u8> = match t.checked_dtype().unwrap() {
+                    Dtype::F32 => t.to_vec::<f32>().unwrap().iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    Dtype::F64 => t.to_vec::<f64>().unwrap().iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    Dtype::I64 => t.to_vec::<i64>().unwrap().iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    Dtype::I32 => t.to_vec::<i32>().unwrap().iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    Dtype::U8 => t.to_vec::<u8>().unwrap(),
+                    _ => t.to_vec::<bool>().unwrap().iter().map(|&v| v as u8).collect(),
+                };
+                prop_assert_eq!(bytes.as_slice(), &t.data[..]);
+            }
+        }
+
         #[test]
         fn f32_round_trip(values in proptest::collection::vec(any::<f32>(), 0..64)) {
             let t = Tensor::from_slice(&[values.len() as i64], &values);

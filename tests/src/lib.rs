@@ -4,12 +4,14 @@
 //!
 //! The binaries must be built first (`cargo build --release --bins`; the README's test command
 //! does it). One scenario per file in `tests/`. [`compose`] runs the same roles in containers;
-//! [`requires`] decides whether a test that needs a tool or a GPU runs, skips or fails.
+//! [`requires`] decides whether a test that needs a tool or a GPU runs, skips or fails; [`rpc`]
+//! lists every RPC from the protos' descriptors and calls any of them with any bytes.
 
 pub mod cli;
 pub mod compose;
 pub mod meta;
 pub mod requires;
+pub mod rpc;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,27 +1,30 @@
-//! Every RPC of every fleetrl service refuses a caller without the run's token, or with a wrong
-//! one, with UNAUTHENTICATED, before any handler runs; `grpc.health.v1.Health` stays open for
-//! probes; the run itself (roles started with the token in their environment) trains; and a
-//! server asked to listen beyond loopback without a token, with a short one, or with a token
-//! file others can read refuses to start.
+//! Every RPC of every fleetrl service, as the protos' descriptors list them
+//! ([`fleetrl_tests::rpc`]), refuses a caller without the run's token, or with a wrong one, with
+//! UNAUTHENTICATED, before any handler runs; with the token, garbage (random bytes, a truncated
+//! request, the empty message, gRPC frames whose prefix lies) gets a gRPC status, never a broken
+//! connection or a hang, and afterwards both servers still report SERVING and answer well-formed
+//! calls; `grpc.health.v1.Health` stays open for probes; the run itself (roles started with the
+//! token in their environment) trains; and a server asked to listen beyond loopback without a
+//! token, with a short one, or with a token file others can read refuses to start.
 
 use std::time::Duration;
 
-use fleetrl_proto::v1::demo_service_client::DemoServiceClient;
-use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
-use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
-use fleetrl_proto::v1::*;
+use bytes::Bytes;
+use fleetrl_proto::v1::{DemoStateRequest, GetRunSpecRequest, InfoRequest};
 use fleetrl_runtime::net::auth::{self, Token};
+use fleetrl_tests::rpc::{self, Method, Server};
 use fleetrl_tests::Sandbox;
-use tonic::codegen::http::header::AUTHORIZATION;
-use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Request, Status};
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
 
 const GENEROUS: Duration = Duration::from_secs(180);
 
-/// A plain channel that sends no token (or the one this interceptor adds).
+/// The RPCs docs/security.md counts; more is fine (a new one is found by itself), fewer means
+/// the descriptors lost some.
+const DOCUMENTED_RPCS: usize = 18;
+
+/// A plain channel that sends no token unless a call adds one.
 async fn raw(addr: std::net::SocketAddr) -> Channel {
     Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -30,144 +33,23 @@ async fn raw(addr: std::net::SocketAddr) -> Channel {
         .unwrap()
 }
 
-/// Sends `authorization: Bearer <token>` when it has a token, nothing otherwise.
-#[derive(Clone)]
-struct Bearer(Option<MetadataValue<tonic::metadata::Ascii>>);
-
-impl Bearer {
-    fn none() -> Bearer {
-        Bearer(None)
-    }
-
-    fn of(token: &str) -> Bearer {
-        Bearer(Some(format!("Bearer {token}").parse().unwrap()))
-    }
+/// The sandbox's two servers, as plain channels.
+struct Servers {
+    learner: Channel,
+    replay: Channel,
 }
 
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert(AUTHORIZATION.as_str(), value.clone());
+impl Servers {
+    fn of(&self, method: &Method) -> &Channel {
+        match method.server {
+            Server::Learner => &self.learner,
+            Server::Replay => &self.replay,
         }
-        Ok(request)
     }
-}
-
-/// The code of every RPC of the learner, replay and demo services, called with `bearer`.
-async fn every_rpc(
-    learner: &Channel,
-    replay: &Channel,
-    bearer: Bearer,
-) -> Vec<(&'static str, Code)> {
-    let mut demos = DemoServiceClient::with_interceptor(replay.clone(), bearer.clone());
-    let mut learner = LearnerServiceClient::with_interceptor(learner.clone(), bearer.clone());
-    let mut replay = ReplayServiceClient::with_interceptor(replay.clone(), bearer);
-    fn code<T>(r: Result<T, Status>) -> Code {
-        r.err().map_or(Code::Ok, |s| s.code())
-    }
-    vec![
-        (
-            "GetRunSpec",
-            code(learner.get_run_spec(GetRunSpecRequest {}).await),
-        ),
-        (
-            "SubscribeWeights",
-            code(
-                learner
-                    .subscribe_weights(SubscribeWeightsRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "ReportEpisodes",
-            code(
-                learner
-                    .report_episodes(ReportEpisodesRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "GetStatus",
-            code(learner.get_status(GetStatusRequest {}).await),
-        ),
-        (
-            "SaveCheckpoint",
-            code(
-                learner
-                    .save_checkpoint(SaveCheckpointRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "SetParameter",
-            code(
-                learner
-                    .set_parameter(SetParameterRequest {
-                        key: "algo.learning_rate".into(),
-                        value: "1.0".into(),
-                    })
-                    .await,
-            ),
-        ),
-        (
-            "Insert",
-            code(
-                replay
-                    .insert(tokio_stream::iter(Vec::<InsertRequest>::new()))
-                    .await,
-            ),
-        ),
-        (
-            "Sample",
-            code(
-                replay
-                    .sample(SampleRequest {
-                        table: "rollouts".into(),
-                        batch_size: 1,
-                        ..Default::default()
-                    })
-                    .await,
-            ),
-        ),
-        (
-            "UpdatePriorities",
-            code(
-                replay
-                    .update_priorities(UpdatePrioritiesRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "Delete",
-            code(replay.delete(DeleteRequest::default()).await),
-        ),
-        ("Reset", code(replay.reset(ResetRequest::default()).await)),
-        (
-            "EnsureTable",
-            code(replay.ensure_table(EnsureTableRequest::default()).await),
-        ),
-        (
-            "Checkpoint",
-            code(replay.checkpoint(CheckpointRequest::default()).await),
-        ),
-        ("Info", code(replay.info(InfoRequest {}).await)),
-        (
-            "Configure",
-            code(demos.configure(ConfigureDemosRequest::default()).await),
-        ),
-        ("Sync", code(demos.sync(SyncDemosRequest::default()).await)),
-        (
-            "Offer",
-            code(demos.offer(OfferDemosRequest::default()).await),
-        ),
-        ("State", code(demos.state(DemoStateRequest {}).await)),
-    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_rpc_needs_the_runs_token() -> anyhow::Result<()> {
+async fn every_rpc_needs_the_runs_token_and_survives_garbage() -> anyhow::Result<()> {
     let token = Token::random()?;
     auth::install(Some(token.clone()));
     // The roles get the token in their environment; this process's clients send it.
@@ -178,48 +60,77 @@ async fn every_rpc_needs_the_runs_token() -> anyhow::Result<()> {
     sandbox
         .wait_for("updates with the token", GENEROUS, |s| s.updates >= 2)
         .await?;
-
-    let (l, r) = (
-        raw(sandbox.learner_addr).await,
-        raw(sandbox.replay_addr).await,
+    let servers = Servers {
+        learner: raw(sandbox.learner_addr).await,
+        replay: raw(sandbox.replay_addr).await,
+    };
+    let methods = rpc::methods();
+    assert!(
+        methods.len() >= DOCUMENTED_RPCS,
+        "the descriptors list {} RPCs",
+        methods.len()
     );
-    let refused = every_rpc(&l, &r, Bearer::none()).await;
-    assert_eq!(refused.len(), 18);
-    for (rpc, code) in &refused {
-        assert_eq!(*code, Code::Unauthenticated, "{rpc} without a token");
+    for method in &methods {
+        for token in [None, Some("not-the-token")] {
+            let code = rpc::call(servers.of(method), method, token, Bytes::new()).await;
+            assert_eq!(code, Ok(Code::Unauthenticated), "{} {token:?}", method.path);
+        }
     }
-    let refused = every_rpc(&l, &r, Bearer::of("not-the-token")).await;
-    for (rpc, code) in &refused {
-        assert_eq!(*code, Code::Unauthenticated, "{rpc} with a wrong token");
-    }
-    // The right token opens them (whatever the handler then says of an empty request).
-    let right = Bearer::of(token.expose());
-    let mut learner = LearnerServiceClient::with_interceptor(l.clone(), right.clone());
-    let spec = learner
-        .get_run_spec(GetRunSpecRequest {})
-        .await?
-        .into_inner();
-    assert!(spec.config_toml.contains("CartPole-v1"));
-    let mut replay = ReplayServiceClient::with_interceptor(r.clone(), right);
-    assert!(!replay
-        .info(InfoRequest {})
-        .await?
-        .into_inner()
-        .tables
-        .is_empty());
-
-    // Health needs no token.
-    for addr in [sandbox.learner_addr, sandbox.replay_addr] {
-        let mut health = HealthClient::new(raw(addr).await);
-        health
-            .check(HealthCheckRequest {
-                service: String::new(),
-            })
-            .await?;
+    well_formed_calls_work(&sandbox).await?;
+    for method in &methods {
+        survives_garbage(&servers, method, token.expose()).await;
+        well_formed_calls_work(&sandbox).await?;
     }
     let before = sandbox.status().await?.updates;
     sandbox
         .wait_for("training goes on", GENEROUS, |s| s.updates >= before + 5)
+        .await?;
+    Ok(())
+}
+
+/// Each piece of garbage sent to `method` gets a status from the server that serves it.
+async fn survives_garbage(servers: &Servers, method: &Method, token: &str) {
+    let channel = servers.of(method);
+    let mut answers = Vec::new();
+    for (what, message) in method.garbage() {
+        answers.push((what, rpc::call(channel, method, Some(token), message).await));
+    }
+    for (what, body) in rpc::bad_frames() {
+        answers.push((what, rpc::call_framed(channel, method, token, body).await));
+    }
+    for (what, answer) in answers {
+        let code = answer.unwrap_or_else(|e| panic!("{} with {what}: {e}", method.path));
+        assert_ne!(
+            code,
+            Code::Unimplemented,
+            "{} with {what}: {:?} does not serve it (see SERVED_BY in tests/src/rpc.rs)",
+            method.path,
+            method.server
+        );
+    }
+}
+
+/// Health (which needs no token) reports SERVING on both servers, and each service answers a
+/// well-formed call with the run's token.
+async fn well_formed_calls_work(sandbox: &Sandbox) -> anyhow::Result<()> {
+    for addr in [sandbox.learner_addr, sandbox.replay_addr] {
+        let mut health = tonic_health::pb::health_client::HealthClient::new(raw(addr).await);
+        let request = tonic_health::pb::HealthCheckRequest::default();
+        let status = health.check(request).await?.into_inner().status;
+        anyhow::ensure!(status == ServingStatus::Serving as i32, "{addr}: {status}");
+    }
+    let spec = sandbox
+        .learner()
+        .await?
+        .get_run_spec(GetRunSpecRequest {})
+        .await?
+        .into_inner();
+    anyhow::ensure!(spec.config_toml.contains("CartPole-v1"), "{spec:?}");
+    let info = sandbox.replay().await?.info(InfoRequest {}).await?;
+    anyhow::ensure!(!info.into_inner().tables.is_empty(), "no tables");
+    let channel = fleetrl_runtime::net::connect(&sandbox.replay_addr.to_string(), GENEROUS).await?;
+    fleetrl_proto::v1::demo_service_client::DemoServiceClient::new(channel)
+        .state(DemoStateRequest {})
         .await?;
     Ok(())
 }

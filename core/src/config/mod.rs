@@ -1116,4 +1116,78 @@ mod tests {
         let err = RunConfig::from_toml("[algo]\ndiscount = 1.5\n", "test").unwrap_err();
         assert!(err.to_string().contains("algo.discount"), "{err}");
     }
+
+    /// The presets' text, one string a preset: what the config fuzzing below mutates.
+    fn preset_texts() -> Vec<String> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+        let mut texts: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+            .collect();
+        texts.sort();
+        texts
+    }
+
+    /// Values of every TOML type, and numbers at the edges of every range a key may have.
+    fn any_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            prop::sample::select(vec![
+                "0",
+                "-1",
+                "1",
+                "2",
+                "1e308",
+                "-1e308",
+                "nan",
+                "inf",
+                "-inf",
+                "0.0",
+                "1e-320",
+                "9223372036854775807",
+                "-9223372036854775808",
+                "true",
+                "\"\"",
+                "[]",
+                "{}",
+                "[0]",
+                "[-1, 0]",
+                "\"cpu\"",
+                "\"cuda:99\"",
+                "\"é€\"",
+                "[[1]]",
+            ])
+            .prop_map(str::to_string),
+            any::<i64>().prop_map(|v| v.to_string()),
+            any::<f64>().prop_map(|v| format!("{v:?}")),
+            "\"[a-zA-Z0-9_.:-]{0,12}\"",
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// A preset with one `key = value` line given any value, or any text at all:
+        /// parsing gives a config or a `ConfigError`, never a panic.
+        #[test]
+        fn any_config_text_is_a_config_or_an_error(
+            preset in proptest::prelude::any::<proptest::sample::Index>(),
+            line in proptest::prelude::any::<proptest::sample::Index>(),
+            value in any_value(),
+            noise in ".{0,64}",
+        ) {
+            let texts = preset_texts();
+            let text = preset.get(&texts);
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            let keyed: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].contains(" = ")).collect();
+            if !keyed.is_empty() {
+                let at = *line.get(&keyed);
+                let key = lines[at].split(" = ").next().unwrap_or_default().to_string();
+                lines[at] = format!("{key} = {value}");
+            }
+            let _ = RunConfig::from_toml(&lines.join("\n"), "fuzz");
+            let _ = RunConfig::from_toml(&noise, "fuzz");
+            let _ = RunConfig::from_toml(&format!("{}\n{noise}", lines.join("\n")), "fuzz");
+        }
+    }
 }

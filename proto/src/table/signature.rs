@@ -86,6 +86,7 @@ fn check_field(spec: &FieldSpec, tensor: &Tensor) -> Result<(), ReplayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn signature() -> Signature {
         Signature {
@@ -154,6 +155,96 @@ mod tests {
         let obs = short.tensors.get_mut("obs").unwrap();
         obs.data = obs.data.slice(0..8);
         assert!(message(signature().validate(&short)).starts_with("field `obs`: shape [32, 4, 4]"));
+    }
+
+    /// Fields of any dtype number, names from a small set (so duplicates happen) and small,
+    /// negative or huge dimensions: a signature or an item as a client may send it.
+    fn any_fields() -> impl Strategy<Value = Vec<(String, i32, Vec<i64>)>> {
+        let dim = prop_oneof![4 => -1i64..4, 1 => any::<i64>()];
+        proptest::collection::vec(
+            (
+                "[ab]",
+                prop_oneof![4 => 0i32..8, 1 => any::<i32>()],
+                proptest::collection::vec(dim, 0..3),
+            ),
+            0..4,
+        )
+    }
+
+    fn signature_of(fields: &[(String, i32, Vec<i64>)]) -> Signature {
+        Signature {
+            fields: fields
+                .iter()
+                .map(|(name, dtype, shape)| {
+                    FieldSpec::new(name, Dtype::try_from(*dtype).unwrap_or_default(), shape)
+                })
+                .collect(),
+        }
+    }
+
+    /// An item whose tensors follow `fields`, each with `bytes` bytes of data.
+    fn item_of(fields: &[(String, i32, Vec<i64>)], bytes: usize) -> TensorMap {
+        TensorMap::from_pairs(fields.iter().map(|(name, dtype, shape)| {
+            let tensor = Tensor {
+                dtype: *dtype,
+                shape: shape.clone(),
+                data: vec![0u8; bytes].into(),
+            };
+            (name.clone(), tensor)
+        }))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_signature_and_item_are_checked_without_panicking(
+            declared in any_fields(),
+            sent in any_fields(),
+            bytes in 0usize..64,
+        ) {
+            let signature = signature_of(&declared);
+            let item = item_of(&sent, bytes);
+            let checked = signature.check();
+            let validated = signature.validate(&item);
+            let _ = crate::table::split_stacked(&item, &signature);
+            let _ = signature.item_bytes();
+            if checked.is_ok() && validated.is_ok() {
+                // Accepted means every field is there with exactly its bytes.
+                for spec in &signature.fields {
+                    prop_assert_eq!(item.tensors[&spec.name].data.len() as u64, spec.bytes());
+                }
+            }
+        }
+
+        #[test]
+        fn an_item_built_to_a_checked_signature_validates_and_splits_back(
+            declared in any_fields(),
+            n in 1i64..4,
+        ) {
+            let mut signature = signature_of(&declared);
+            signature.fields.retain(|f| f.shape.iter().all(|d| (0..4).contains(d)));
+            signature.fields.dedup_by(|a, b| a.name == b.name);
+            prop_assume!(signature.check().is_ok());
+            let items: Vec<TensorMap> = (0..n)
+                .map(|i| TensorMap::from_pairs(signature.fields.iter().map(|f| {
+                    let data: Vec<u8> = (0..f.bytes()).map(|b| (b as i64 + i) as u8 & 1).collect();
+                    (f.name.clone(), Tensor { dtype: f.dtype as i32, shape: f.shape.clone(), data: data.into() })
+                })))
+                .collect();
+            for item in &items {
+                prop_assert!(signature.validate(item).is_ok());
+            }
+            let stacked = TensorMap::from_pairs(signature.fields.iter().map(|f| {
+                let parts: Vec<&Tensor> = items.iter().map(|i| &i.tensors[&f.name]).collect();
+                (f.name.clone(), Tensor::stack(&parts).unwrap())
+            }));
+            match crate::table::split_stacked(&stacked, &signature) {
+                Ok(back) => prop_assert_eq!(back, items),
+                // A signature with no fields has no item dimension to count.
+                Err(e) => prop_assert!(signature.fields.is_empty(), "{}", e),
+            }
+        }
     }
 
     #[test]

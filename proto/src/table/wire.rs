@@ -193,6 +193,25 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+        /// What `EnsureTable` does with a request's bytes: decode, convert, check, size
+        /// batches. Any bytes end in a spec or an error, and a checked spec round trips.
+        #[test]
+        fn any_table_config_bytes_give_a_spec_or_an_error(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+        ) {
+            use prost::Message;
+            let Ok(config) = pb::TableConfig::decode(bytes.as_slice()) else { return Ok(()) };
+            let Ok(spec) = TableSpec::try_from(&config) else { return Ok(()) };
+            if spec.check(u64::MAX).is_ok() {
+                let _ = spec.max_batch_size();
+                proptest::prop_assert_eq!(TableSpec::try_from(&pb::TableConfig::from(&spec)).unwrap(), spec);
+            }
+        }
+    }
+
     #[test]
     fn difference_names_the_setting() {
         let a = TableSpec::queue("q", 4, Signature::default());

@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use fleetrl_proto::TensorMap;
 use futures::{Stream, StreamExt};
+use proptest::strategy::Strategy;
 use prost::Message;
 use tokio::sync::watch;
 
@@ -208,4 +209,98 @@ async fn a_slow_subscriber_gets_only_the_newest_version() {
     }
     let newest = next_version(&mut stream, &mut receiver).await;
     assert_eq!(newest, 5, "versions 1-4 are skipped");
+}
+
+/// A weights message as a learner, a man in the middle or a bug may send it: a chunk of any
+/// version, index, offset, count, dtype number and shape (small, so what it announces can be
+/// allocated), whole params of any dtype and bytes, or neither.
+fn any_message() -> impl proptest::strategy::Strategy<Value = Weights> {
+    use fleetrl_proto::v1::WeightsSlice;
+    use proptest::prelude::*;
+    let shape = proptest::collection::vec(-1i64..5, 0..3);
+    let dtype = prop_oneof![4 => 0i32..8, 1 => any::<i32>()];
+    let bytes = proptest::collection::vec(any::<u8>(), 0..48);
+    let slice = (
+        "[ab]",
+        dtype.clone(),
+        shape.clone(),
+        0u64..40,
+        0u32..3,
+        0u32..4,
+    )
+        .prop_map(|(name, dtype, shape, offset, index, count)| WeightsSlice {
+            name,
+            dtype,
+            shape,
+            offset,
+            index,
+            count,
+        });
+    let params = proptest::collection::btree_map("[ab]", (dtype, shape, bytes.clone()), 0..3)
+        .prop_map(|tensors| {
+            TensorMap::from_pairs(tensors.into_iter().map(|(name, (dtype, shape, data))| {
+                let tensor = fleetrl_proto::Tensor {
+                    dtype,
+                    shape,
+                    data: data.into(),
+                };
+                (name, tensor)
+            }))
+        });
+    (
+        0i64..3,
+        proptest::option::of(slice),
+        proptest::option::weighted(0.2, params),
+        bytes,
+    )
+        .prop_map(|(version, slice, params, chunk)| Weights {
+            version,
+            slice,
+            params,
+            chunk: chunk.into(),
+            ..Default::default()
+        })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+    /// Any run of messages gives versions or typed errors, and an honest version sent after
+    /// them still arrives whole.
+    #[test]
+    fn any_messages_give_versions_or_errors_and_an_honest_version_still_arrives(
+        sent in proptest::collection::vec(any_message(), 0..12),
+    ) {
+        let mut receiver = Receiver::default();
+        for message in sent {
+            if let Ok(Some(received)) = receiver.push(message) {
+                received.with_tensors(|tensors| tensors.len());
+            }
+        }
+        let v = values(64);
+        let got = receive(&mut receiver, messages(9, &v, BroadcastDtype::F32, 24));
+        let (_, shape, back) = values_of(&got, "pi.w");
+        proptest::prop_assert_eq!(shape, vec![2, 32]);
+        proptest::prop_assert!(back.iter().zip(&v).all(|(b, v)| *b == *v as f64));
+    }
+
+    /// encode -> chunked -> Receiver gives back every tensor: f32 bit for bit, f16 as the
+    /// nearest f16, whatever the chunk size.
+    #[test]
+    fn encoded_chunked_and_received_reproduces_the_tensors(
+        v in proptest::collection::vec(-1e4f32..1e4, 1..64).prop_map(|mut v| { v.push(0.5); v.truncate(v.len() / 2 * 2); v }),
+        chunk in 1usize..200,
+        half in proptest::prelude::any::<bool>(),
+    ) {
+        let dtype = if half { BroadcastDtype::F16 } else { BroadcastDtype::F32 };
+        let mut receiver = Receiver::default();
+        let got = receive(&mut receiver, messages(1, &v, dtype, chunk));
+        let (kind, shape, back) = values_of(&got, "pi.w");
+        proptest::prop_assert_eq!((kind, shape), (Kind::Float, vec![2, v.len() as i64 / 2]));
+        for (b, v) in back.iter().zip(&v) {
+            let sent = if half { half::f16::from_f32(*v).to_f32() } else { *v };
+            proptest::prop_assert_eq!(*b, sent as f64);
+        }
+        proptest::prop_assert_eq!(values_of(&got, "steps"), (Kind::Int64, vec![1], vec![7.0]));
+    }
 }

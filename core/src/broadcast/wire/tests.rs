@@ -157,6 +157,58 @@ fn bad_streams_are_named() {
     assert!(error.message().contains("field 5 runs 9 bytes"), "{error}");
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+    /// Any bytes in any frames: whole messages or a status, never a panic; after the first
+    /// error the stream is dropped, as the subscriber does.
+    #[test]
+    fn any_frames_parse_into_messages_or_a_status(
+        frames in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40), 0..8),
+        prefix in proptest::option::of(0u32..64),
+    ) {
+        let mut parser = Parser::default();
+        if let Some(length) = prefix {
+            // A believable prefix, so that the bytes after it reach the field decoder.
+            let mut head = vec![0u8];
+            head.extend_from_slice(&length.to_be_bytes());
+            parser.push(head.into());
+        }
+        'frames: for frame in frames {
+            parser.push(frame.into());
+            loop {
+                match parser.next() {
+                    Ok(Some(message)) => { let _ = message.into_weights(); }
+                    Ok(None) => break,
+                    Err(_) => break 'frames,
+                }
+            }
+        }
+    }
+
+    /// A version's messages cut into frames anywhere parse back into the same messages, and
+    /// the receiver rebuilds the version from them.
+    #[test]
+    fn chunked_messages_split_anywhere_parse_back_exactly(
+        sizes in proptest::collection::vec(1usize..5000, 1..6),
+        chunk in 64usize..8192,
+        half in proptest::prelude::any::<bool>(),
+    ) {
+        let dtype = if half { BroadcastDtype::F16 } else { BroadcastDtype::F32 };
+        let sent = messages(dtype, chunk);
+        let parsed = parse(&wire_bytes(&sent), &sizes);
+        proptest::prop_assert_eq!(parsed.len(), sent.len());
+        let mut receiver = Receiver::default();
+        let mut version = None;
+        for (wire, sent) in parsed.into_iter().zip(&sent) {
+            proptest::prop_assert_eq!(&wire.header, &Weights { chunk: Bytes::new(), ..sent.clone() });
+            proptest::prop_assert_eq!(wire.chunk_len(), sent.chunk.len());
+            version = receiver.push_wire(wire).unwrap().or(version);
+        }
+        proptest::prop_assert_eq!(version.map(|v| v.version), Some(9));
+    }
+}
+
 async fn serve(service: WeightsOnly) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
