@@ -149,10 +149,12 @@ fn missing_checkpoint_names_the_file() {
     assert!(err.contains("/nonexistent/ckpt-1/meta.json"), "{err}");
 }
 
+/// A checkpoint's directory and each of its files with its bytes.
+type Files = (PathBuf, Vec<(&'static str, Vec<u8>)>);
+
 /// A whole checkpoint, written once: the files the corruption tests start from.
-fn pristine() -> &'static (PathBuf, Vec<(&'static str, Vec<u8>)>) {
-    static PRISTINE: std::sync::OnceLock<(PathBuf, Vec<(&'static str, Vec<u8>)>)> =
-        std::sync::OnceLock::new();
+fn pristine() -> &'static Files {
+    static PRISTINE: std::sync::OnceLock<Files> = std::sync::OnceLock::new();
     PRISTINE.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("fleetrl-ckpt-fuzz-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
