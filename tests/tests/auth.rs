@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use anyhow::Context as _;
 use bytes::Bytes;
 use fleetrl_proto::v1::{DemoStateRequest, GetRunSpecRequest, InfoRequest};
 use fleetrl_runtime::net::auth::{self, Token};
@@ -55,6 +56,7 @@ async fn every_rpc_needs_the_runs_token_and_survives_garbage() -> anyhow::Result
     // The roles get the token in their environment; this process's clients send it.
     let sandbox = Sandbox::builder("auth")
         .set("stop.total_env_steps=10_000_000")
+        .metrics()
         .start()
         .await?;
     sandbox
@@ -76,6 +78,7 @@ async fn every_rpc_needs_the_runs_token_and_survives_garbage() -> anyhow::Result
             assert_eq!(code, Ok(Code::Unauthenticated), "{} {token:?}", method.path);
         }
     }
+    refusals_are_counted(&sandbox, &methods).await?;
     well_formed_calls_work(&sandbox).await?;
     for method in &methods {
         survives_garbage(&servers, method, token.expose()).await;
@@ -85,6 +88,27 @@ async fn every_rpc_needs_the_runs_token_and_survives_garbage() -> anyhow::Result
     sandbox
         .wait_for("training goes on", GENEROUS, |s| s.updates >= before + 5)
         .await?;
+    Ok(())
+}
+
+/// Each server counts the calls it refused, by reason: one without a token and one with a
+/// wrong token per method it serves.
+async fn refusals_are_counted(sandbox: &Sandbox, methods: &[Method]) -> anyhow::Result<()> {
+    let metrics = sandbox.metrics().context("the sandbox serves metrics")?;
+    for (addr, prefix, server) in [
+        (metrics.replay, "fleetrl_replay", Server::Replay),
+        (metrics.learner, "fleetrl_learner", Server::Learner),
+    ] {
+        let served = methods.iter().filter(|m| m.server == server).count() as f64;
+        for reason in ["missing", "wrong"] {
+            let series = format!("{prefix}_auth_refused_total{{reason=\"{reason}\"}}");
+            let counted = fleetrl_tests::compose::metric(addr, &series).await?;
+            anyhow::ensure!(
+                counted >= served,
+                "{series} = {counted}, expected >= {served}"
+            );
+        }
+    }
     Ok(())
 }
 

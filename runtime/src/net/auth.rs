@@ -17,6 +17,8 @@ use tonic::codegen::http::{self, header::AUTHORIZATION, HeaderValue};
 use tonic::codegen::Service;
 use tonic::Status;
 
+use super::refusals;
+
 /// Environment variable naming a file that holds the token.
 pub const TOKEN_FILE_ENV: &str = "FLEETRL_TOKEN_FILE";
 /// Environment variable holding the token itself.
@@ -258,12 +260,23 @@ where
             let exempt = request.uri().path().starts_with(EXEMPT_PREFIX);
             let given = request.headers().get(AUTHORIZATION);
             if !exempt && !given.is_some_and(|g| same(g.as_bytes(), expected.as_bytes())) {
+                let reason = match given {
+                    None => refusals::Reason::Missing,
+                    Some(_) => refusals::Reason::Wrong,
+                };
+                let path = request.uri().path();
+                let peer = super::conn::conn_info(&request)
+                    .and_then(|c| c.remote_addr())
+                    .map(|a| a.ip());
+                let wait = refusals::refused(peer, reason, path);
                 let status = Status::unauthenticated(format!(
-                    "{} needs `authorization: Bearer <token>` with this run's token \
-                     ({TOKEN_FILE_ENV} or {TOKEN_ENV})",
-                    request.uri().path()
+                    "{path} needs `authorization: Bearer <token>` with this run's token \
+                     ({TOKEN_FILE_ENV} or {TOKEN_ENV})"
                 ));
-                return Box::pin(std::future::ready(Ok(status.into_http())));
+                return Box::pin(async move {
+                    tokio::time::sleep(wait).await;
+                    Ok(status.into_http())
+                });
             }
         }
         let response = self.inner.call(request);

@@ -7,6 +7,7 @@ use tonic::transport::Endpoint;
 
 pub mod auth;
 pub mod conn;
+pub mod refusals;
 pub mod tls;
 
 pub use auth::Channel;

@@ -150,12 +150,15 @@ impl Registry {
     /// An empty registry whose metric names start with `prefix` and `_`.
     pub fn new(prefix: &str) -> Arc<Registry> {
         let registry = prometheus_client::registry::Registry::with_prefix(sanitize(prefix));
-        Arc::new(Registry {
+        let registry = Arc::new(Registry {
             inner: Mutex::new(Inner {
                 registry,
                 entries: HashMap::new(),
             }),
-        })
+        });
+        // Every server checks tokens in the same layer; its refusals reach every registry.
+        crate::net::refusals::register(&registry);
+        registry
     }
 
     /// The counter `<prefix>_<name>`, created on first use. `name` ends in `_total` (added if
@@ -403,7 +406,8 @@ mod tests {
                     fleetrl_test_steps_total 5.0\n\
                     # HELP fleetrl_test_size Items.\n\
                     # TYPE fleetrl_test_size gauge\n";
-        assert!(text.starts_with(head), "{text}");
+        // Every registry starts with the token layer's refusal counters.
+        assert!(text.contains(head), "{text}");
         assert!(
             text.contains("fleetrl_test_size{table=\"a\"} 2.0\n"),
             "{text}"
