@@ -22,6 +22,7 @@ mod env_presets;
 mod eval_twin;
 mod health;
 mod hostile_clients;
+mod hostile_demos;
 mod init_from;
 mod interrupt;
 mod k8s_manifests;
