@@ -53,6 +53,7 @@ fn s(x: impl ToString) -> String {
 impl Cluster {
     async fn start(
         config_path: &Path,
+        demos_root: &Path,
         out: &Path,
         actors: u32,
         resume: Option<&str>,
@@ -64,7 +65,12 @@ impl Cluster {
         let mut replay = Role::start(
             "replay-server",
             "fleet-replay-server",
-            &[s("--listen"), s("127.0.0.1:0")],
+            &[
+                s("--listen"),
+                s("127.0.0.1:0"),
+                s("--demos-root"),
+                s(demos_root.display()),
+            ],
             &replay_log,
         )
         .await?;
@@ -191,12 +197,14 @@ pub(crate) async fn train(
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let _lock = lock_run_dir(out)?;
     run_token(out)?;
+    let mut config = config;
+    let demos_root = demos_root(&mut config.ppod)?;
     let config_path = out.join("config.toml");
     std::fs::write(&config_path, config.to_toml())
         .with_context(|| format!("writing {}", config_path.display()))?;
     let started = Instant::now();
     let (mut cluster, addrs) =
-        Cluster::start(&config_path, out, config.actors.count, resume).await?;
+        Cluster::start(&config_path, &demos_root, out, config.actors.count, resume).await?;
     let channel = net::connect(&addrs.learner, START_PATIENCE).await?;
     let mut learner = LearnerServiceClient::new(channel);
     let mut run = Running {
@@ -215,6 +223,19 @@ pub(crate) async fn train(
     cluster.stop().await;
     let _ = std::fs::remove_file(out.join(LEARNER_ADDR_FILE));
     finished
+}
+
+/// The replay server's `--demos-root` for this config: the directory holding every
+/// `ppod.*_dir` it names, which are made absolute (the server refuses names outside its root).
+fn demos_root(ppod: &mut fleetrl_core::config::PpodConfig) -> anyhow::Result<PathBuf> {
+    let names = [
+        &mut ppod.demos_dir,
+        &mut ppod.initial_agent_demos_dir,
+        &mut ppod.supplementary_dir,
+        &mut ppod.target_dir,
+    ];
+    fleetrl_runtime::confine::absolute_under_one_root(names)
+        .context("resolving the ppod.*_dir directories")
 }
 
 /// Actor processes `fleetrl train` starts per core of this machine at most. Each holds

@@ -10,6 +10,7 @@ mod metrics;
 mod priorities;
 mod roles;
 mod sampler;
+mod screen;
 mod service;
 mod setup;
 mod stats;

@@ -39,7 +39,7 @@ pub(crate) struct LearnerMetrics {
     pub(crate) weights_published: Counter,
     pub(crate) rollouts_received: Counter,
     pub(crate) rollouts_dropped: Counter,
-    /// Items (rollouts, or sampled batches) dropped for failing the learner's checks.
+    /// Items (rollouts, or sampled items, each once) dropped for failing the learner's checks.
     pub(crate) items_rejected: Counter,
     pub(crate) policy_lag: Gauge,
     /// Per rollout on arrival: versions between the policy that acted and the current one
@@ -86,8 +86,9 @@ impl LearnerMetrics {
             ),
             items_rejected: r.counter(
                 "items_rejected_total",
-                "Rollouts or sampled batches dropped because an item failed the learner's checks \
-                 (action outside the space, a value that is not finite).",
+                "Rollouts or sampled items dropped because they failed the learner's checks \
+                 (action outside the space, a value that is not finite); a refused sampled item \
+                 is deleted from its table and counted once.",
             ),
             rollouts_dropped: r.counter(
                 "rollouts_dropped_total",

@@ -36,6 +36,8 @@ pub(crate) struct Stats {
     pub(crate) rollouts_trained: u64,
     env_steps_reported: u64,
     env_steps_collected: u64,
+    /// Env steps of sampled items the learner refused (off-policy).
+    env_steps_refused: u64,
     episodes: u64,
     recent: VecDeque<f64>,
     actors: HashMap<u32, ActorStats>,
@@ -61,6 +63,7 @@ impl Stats {
             rollouts_trained: progress.rollouts_trained,
             env_steps_reported: progress.env_steps_reported,
             env_steps_collected: meta.env_steps,
+            env_steps_refused: 0,
             episodes: progress.episodes,
             recent: progress.recent_returns.iter().skip(skip).copied().collect(),
             actors: HashMap::new(),
@@ -124,9 +127,16 @@ impl Stats {
     }
 
     /// Env steps of the data the replay server accepted since start (off-policy progress),
-    /// plus what a resumed checkpoint had.
+    /// plus what a resumed checkpoint had, less the items the learner refused.
     pub(crate) fn env_steps_collected(&self) -> u64 {
         self.env_steps_collected
+            .saturating_sub(self.env_steps_refused)
+    }
+
+    /// Takes the env steps of items the learner refused off [`Stats::env_steps_collected`]
+    /// (kept apart: an item can be refused before its insert is counted).
+    pub(crate) fn refuse_env_steps(&mut self, steps: u64) {
+        self.env_steps_refused = self.env_steps_refused.saturating_add(steps);
     }
 
     pub(crate) fn add_env_steps_collected(&mut self, steps: u64) {

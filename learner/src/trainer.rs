@@ -14,7 +14,7 @@ use fleetrl_core::algos::registry::{self, Family};
 use fleetrl_core::algos::{self, Algorithm, Batch, BatchError, Metrics, TrainsOn};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
-use fleetrl_core::items::check::{check_items, check_task};
+use fleetrl_core::items::check::{check_items, check_task, ItemError};
 use fleetrl_core::items::rollout::RolloutBatch;
 use fleetrl_core::items::transition::importance_weights;
 use fleetrl_core::models::{weights, ModelError};
@@ -28,7 +28,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::LearnerError;
 use crate::metrics::LearnerMetrics;
-use crate::priorities::PriorityUpdate;
+use crate::priorities::{KeyChange, KeyUpdate};
+use crate::screen::{self, Refusal, Refused};
 use crate::stats::Stats;
 
 /// Longest wait for the next of a version's rollouts once `batch_rollouts` have arrived.
@@ -65,8 +66,12 @@ pub(crate) struct Trainer {
     pub(crate) metrics: Arc<LearnerMetrics>,
     /// PPO+D's demo buffer state, logged with the scalars (empty without `[ppod]`).
     pub(crate) demo_stats: crate::demo_stats::DemoStats,
-    /// Where new priorities go (prioritized replay only).
-    pub(crate) priorities: Option<mpsc::UnboundedSender<PriorityUpdate>>,
+    /// Where changes to sampled items go: new priorities and deletions of refused items.
+    pub(crate) key_updates: mpsc::UnboundedSender<KeyUpdate>,
+    /// Replay is prioritized: updates send new priorities.
+    pub(crate) prioritized: bool,
+    /// Sampled items refused so far (off-policy), each counted once.
+    pub(crate) refused: Refused,
     pub(crate) device: tch::Device,
     /// Items whose actions fall outside it (or hold non-finite values) are dropped.
     pub(crate) action_space: Space,
@@ -351,12 +356,7 @@ impl Trainer {
     /// Whether `items` may be trained on ([`check_items`]); a refused one is counted and logged
     /// with the field at fault, and training goes on without it.
     fn accepts(&self, items: &TensorMap) -> bool {
-        let tasks = self.config.item_tasks();
-        let checked = check_items(items, &self.action_space).and_then(|()| match &tasks {
-            Some(tasks) => check_task(items, tasks),
-            None => Ok(()),
-        });
-        match checked {
+        match self.check(items) {
             Ok(()) => true,
             Err(error) => {
                 self.metrics.items_rejected.inc();
@@ -364,6 +364,33 @@ impl Trainer {
                 false
             }
         }
+    }
+
+    /// [`check_items`], and [`check_task`] for meta-RL items.
+    fn check(&self, items: &TensorMap) -> Result<(), ItemError> {
+        check_items(items, &self.action_space)?;
+        match self.config.item_tasks() {
+            Some(tasks) => check_task(items, &tasks),
+            None => Ok(()),
+        }
+    }
+
+    /// Off-policy: counts the refused rows of a sampled batch (each item once), deletes them
+    /// from their table and takes the env steps they stood for off the run's progress.
+    fn refuse(&mut self, shard: usize, refusal: &Refusal) {
+        let new = self.refused.new_keys(shard, &refusal.keys);
+        if new.is_empty() {
+            return;
+        }
+        self.metrics.items_rejected.add(new.len() as f64);
+        let steps = new.len() as u64 * crate::collected::steps_per_item(&self.config);
+        self.stats().refuse_env_steps(steps);
+        tracing::warn!(field = %refusal.error.field, error = %refusal.error, items = new.len(), "deleting sampled items that fail the learner's checks");
+        let _ = self.key_updates.send(KeyUpdate {
+            shard,
+            keys: new,
+            change: KeyChange::Delete,
+        });
     }
 
     /// On-policy: one rollout joins the pending batch; a full batch is trained on unless the
@@ -408,17 +435,28 @@ impl Trainer {
             tracing::error!("an off-policy algorithm without replay options");
             return false;
         };
+        let kept;
+        let response = match screen::screen(&sample.response, |items| self.check(items)) {
+            Ok(()) => &sample.response,
+            Err(refusal) => {
+                self.refuse(sample.shard, &refusal);
+                match refusal.kept {
+                    Some(rest) => {
+                        kept = rest;
+                        &*kept
+                    }
+                    None => return false,
+                }
+            }
+        };
         // Off-policy training has no batches of env steps: the run's progress is what the
-        // replay server accepted from the actors (counted by `collected`).
+        // replay server accepted from the actors (counted by `collected`), less what the
+        // learner refused.
         let env_steps = self.stats().env_steps_collected();
-        let response = &sample.response;
         let Some(stacked) = response.batch.as_ref() else {
             tracing::error!("a sample response without a batch");
             return false;
         };
-        if !self.accepts(stacked) {
-            return false;
-        }
         let weights = replay.prioritized.then(|| {
             let frac = (env_steps as f64 / self.config.stop.total_env_steps.max(1) as f64).min(1.0);
             let beta = replay.importance_exponent + frac * (1.0 - replay.importance_exponent);
@@ -469,13 +507,13 @@ impl Trainer {
                 return None;
             }
         };
-        if let (Some(tx), Some(td), Some((shard, keys, eps))) =
-            (&self.priorities, update.td_errors, keys)
+        if let (true, Some(td), Some((shard, keys, eps))) =
+            (self.prioritized, update.td_errors, keys)
         {
-            let _ = tx.send(PriorityUpdate {
+            let _ = self.key_updates.send(KeyUpdate {
                 shard,
                 keys,
-                priorities: td.iter().map(|d| d + eps).collect(),
+                change: KeyChange::Priorities(td.iter().map(|d| d + eps).collect()),
             });
         }
         let updates = self.algo.trained().updates();

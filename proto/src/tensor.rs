@@ -233,6 +233,29 @@ impl Tensor {
         )
     }
 
+    /// The rows `rows` (indices along the leading dimension, in that order) as one tensor.
+    pub fn select_rows(&self, rows: &[usize]) -> Result<Tensor, TensorError> {
+        let dtype = self.validate()?;
+        let Some(&n) = self.shape.first() else {
+            return Err(TensorError::Mismatch("cannot take rows of a scalar".into()));
+        };
+        let row_bytes = self.data.len() / (n.max(1) as usize);
+        let mut data = BytesMut::with_capacity(rows.len() * row_bytes);
+        for &row in rows {
+            if row >= n as usize {
+                return Err(TensorError::Mismatch(format!("row {row} of {n}")));
+            }
+            data.extend_from_slice(&self.data[row * row_bytes..(row + 1) * row_bytes]);
+        }
+        let mut shape = self.shape.clone();
+        shape[0] = rows.len() as i64;
+        Ok(Tensor {
+            dtype: dtype as i32,
+            shape,
+            data: data.freeze(),
+        })
+    }
+
     /// The raw little-endian bytes.
     pub fn bytes(&self) -> &Bytes {
         &self.data
@@ -281,6 +304,15 @@ impl TensorMap {
         }
     }
 
+    /// Rows `rows` of every tensor ([`Tensor::select_rows`]).
+    pub fn select_rows(&self, rows: &[usize]) -> Result<TensorMap, TensorError> {
+        let mut tensors = std::collections::HashMap::with_capacity(self.tensors.len());
+        for (name, tensor) in &self.tensors {
+            tensors.insert(name.clone(), tensor.select_rows(rows)?);
+        }
+        Ok(TensorMap { tensors })
+    }
+
     /// The tensor named `name`, or a `MissingField` error.
     pub fn field(&self, name: &str) -> Result<&Tensor, TensorError> {
         self.tensors
@@ -293,6 +325,16 @@ impl TensorMap {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn selects_rows_in_order() {
+        let t = Tensor::from_slice(&[3, 2], &[1i64, 2, 3, 4, 5, 6]);
+        let picked = t.select_rows(&[2, 0]).unwrap();
+        assert_eq!(picked.shape, vec![2, 2]);
+        assert_eq!(picked.to_vec::<i64>().unwrap(), vec![5, 6, 1, 2]);
+        assert!(t.select_rows(&[3]).is_err());
+        assert!(Tensor::scalar(1.0f32).select_rows(&[0]).is_err());
+    }
 
     #[test]
     fn rejects_short_data_naming_lengths() {

@@ -3,7 +3,7 @@
 //! into `<checkpoint-dir>/demos` and restored from there.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::buffers::demos::{self, DemoStore, DemoStoreConfig};
 use fleetrl_proto::space::Space;
@@ -12,11 +12,12 @@ use fleetrl_proto::v1::{
     self as pb, ConfigureDemosRequest, DemoState, DemoStateRequest, OfferDemosRequest,
     SyncDemosRequest, SyncDemosResponse,
 };
+use fleetrl_runtime::confine::{ConfineError, Root};
 use fleetrl_runtime::demo::{self, Demo, DemoError, DemoKind};
 use tonic::{Request, Response, Status};
 
 use crate::error::ServiceError;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// A configured store and what it was configured with.
 #[derive(Debug)]
@@ -54,6 +55,50 @@ impl Active {
 pub(crate) struct DemoHub {
     active: Mutex<Option<Active>>,
     checkpoint_dir: Option<PathBuf>,
+    demos_root: Option<Root>,
+}
+
+/// The client's `ppod.<field>` directory under the demos root, looked up by `how`
+/// ([`Root::resolve`] or [`Root::create`]); `None` for an empty name (no such directory).
+fn demo_dir(
+    root: Option<&Root>,
+    field: &'static str,
+    requested: &str,
+    how: fn(&Root, &str) -> Result<PathBuf, ConfineError>,
+) -> Result<Option<PathBuf>, ServiceError> {
+    if requested.is_empty() {
+        return Ok(None);
+    }
+    let root = root.ok_or(ServiceError::NoDemosRoot)?;
+    how(root, requested)
+        .map(Some)
+        .map_err(|source| ServiceError::DemoDir { field, source })
+}
+
+/// Refuses a spec naming a directory outside the demos root before anything is read.
+fn check_dirs(root: Option<&Root>, ppod: &pb::DemoBuffersSpec) -> Result<(), ServiceError> {
+    let dirs = [
+        ("demos_dir", &ppod.demos_dir),
+        ("initial_agent_demos_dir", &ppod.initial_agent_demos_dir),
+        ("supplementary_dir", &ppod.supplementary_dir),
+        ("target_dir", &ppod.target_dir),
+    ];
+    for (field, requested) in dirs {
+        demo_dir(root, field, requested, Root::resolve)?;
+    }
+    Ok(())
+}
+
+/// Every demo file in the client's `ppod.<field>` directory (none for an empty name).
+fn read_demos(
+    root: Option<&Root>,
+    field: &'static str,
+    requested: &str,
+) -> Result<Vec<Demo>, ServiceError> {
+    match demo_dir(root, field, requested, Root::resolve)? {
+        Some(dir) => Ok(demo::read_dir(&dir)?),
+        None => Ok(Vec::new()),
+    }
 }
 
 fn invalid(why: impl Into<String>) -> ServiceError {
@@ -61,12 +106,26 @@ fn invalid(why: impl Into<String>) -> ServiceError {
 }
 
 impl DemoHub {
-    /// Buffers that restore from and save to `<checkpoint_dir>/demos`, if given.
-    pub(crate) fn new(checkpoint_dir: Option<PathBuf>) -> DemoHub {
+    /// Buffers that restore from and save to `<checkpoint_dir>/demos`, if given, and read
+    /// and write the demo directories clients name under `demos_root` only.
+    pub(crate) fn new(checkpoint_dir: Option<PathBuf>, demos_root: Option<Root>) -> DemoHub {
         DemoHub {
             active: Mutex::default(),
             checkpoint_dir,
+            demos_root,
         }
+    }
+
+    /// The buffers, also after a panic while they were held: a panic here is a server bug,
+    /// and one bad request must not leave every later demo call and checkpoint panicking on
+    /// a poisoned lock (requests parse their input before they take it). The store may then
+    /// hold a half-applied offer, which costs sampling weight, not a run.
+    fn lock(&self) -> MutexGuard<'_, Option<Active>> {
+        self.active.lock().unwrap_or_else(|poisoned| {
+            error!("a demo request panicked while it held the demo buffers; continuing");
+            self.active.clear_poison();
+            poisoned.into_inner()
+        })
     }
 
     fn saved_dir(root: &Path) -> PathBuf {
@@ -75,7 +134,7 @@ impl DemoHub {
 
     /// Writes the buffers into `<root>/demos` (nothing before Configure).
     pub(crate) fn save(&self, root: &Path) -> anyhow::Result<()> {
-        let active = self.active.lock().expect("demo lock poisoned");
+        let active = self.lock();
         if let Some(active) = active.as_ref() {
             demos::save(&active.store, &Self::saved_dir(root))?;
         }
@@ -83,7 +142,7 @@ impl DemoHub {
     }
 
     fn configure(&self, ppod: pb::DemoBuffersSpec) -> Result<DemoState, ServiceError> {
-        let mut active = self.active.lock().expect("demo lock poisoned");
+        let mut active = self.lock();
         if let Some(a) = active.as_ref() {
             if a.env_id != ppod.env_id {
                 return Err(ServiceError::DemosConfiguredFor {
@@ -93,6 +152,8 @@ impl DemoHub {
             }
             return Ok(a.state());
         }
+        let root = self.demos_root.as_ref();
+        check_dirs(root, &ppod)?;
         let space = |which: &str, space: &Option<pb::Space>| {
             space
                 .as_ref()
@@ -126,14 +187,12 @@ impl DemoHub {
                 store
             }
             None => {
-                let initial = match next.ppod.demos_dir.as_str() {
-                    "" => Vec::new(),
-                    dir => demo::read_dir(Path::new(dir))?,
-                };
-                let agent = match next.ppod.initial_agent_demos_dir.as_str() {
-                    "" => Vec::new(),
-                    dir => demo::read_dir(Path::new(dir))?,
-                };
+                let initial = read_demos(root, "demos_dir", &next.ppod.demos_dir)?;
+                let agent = read_demos(
+                    root,
+                    "initial_agent_demos_dir",
+                    &next.ppod.initial_agent_demos_dir,
+                )?;
                 for d in initial.iter().chain(&agent) {
                     next.check(d)?;
                 }
@@ -150,41 +209,36 @@ impl DemoHub {
         &self,
         f: impl FnOnce(&mut Active) -> Result<T, ServiceError>,
     ) -> Result<T, ServiceError> {
-        let mut active = self.active.lock().expect("demo lock poisoned");
+        let mut active = self.lock();
         let active = active.as_mut().ok_or(ServiceError::DemosNotConfigured)?;
         f(active)
     }
 }
 
 /// Saves the top agent reward demos (`top-NN`) and value demos (`value-NN`) to
-/// `ppod.target_dir`, and reads new supplementary demos.
-fn housekeeping(a: &mut Active) {
-    if !a.ppod.target_dir.is_empty() {
-        let dir = PathBuf::from(&a.ppod.target_dir);
-        let k = a.ppod.save_top_k as usize;
-        let saved = std::fs::create_dir_all(&dir)
-            .map_err(|e| e.to_string())
-            .and_then(|_| {
-                let ranked = [
-                    ("top", a.store.top_agent_demos(k)),
-                    ("value", a.store.top_value_demos(k)),
-                ];
-                for (prefix, top) in ranked {
-                    for (rank, d) in top.iter().enumerate() {
-                        let path = dir.join(format!("{prefix}-{rank:02}{}", demo::EXTENSION));
-                        demo::write(&d.demo, &path).map_err(|e| e.to_string())?;
-                    }
-                }
-                Ok(())
-            });
-        if let Err(error) = saved {
+/// `ppod.target_dir`, and reads new supplementary demos. Both directories are looked up
+/// under the demos root again each time: a link made since Configure leads nowhere else.
+fn housekeeping(a: &mut Active, root: Option<&Root>) {
+    let target = demo_dir(root, "target_dir", &a.ppod.target_dir, Root::create);
+    if let Err(error) = &target {
+        warn!(%error, "the top demos are not saved");
+    }
+    if let Ok(Some(dir)) = target {
+        if let Err(error) = save_top(a, &dir) {
             warn!(%error, dir = %dir.display(), "saving the top demos failed");
         }
     }
-    if a.ppod.supplementary_dir.is_empty() {
-        return;
-    }
-    let files = match demo::list(Path::new(&a.ppod.supplementary_dir)) {
+    let files = match demo_dir(
+        root,
+        "supplementary_dir",
+        &a.ppod.supplementary_dir,
+        Root::resolve,
+    ) {
+        Ok(None) => return,
+        Ok(Some(dir)) => demo::list(&dir).map_err(ServiceError::from),
+        Err(error) => Err(error),
+    };
+    let files = match files {
         Ok(files) => files,
         Err(error) => {
             warn!(%error, "reading the supplementary demo directory failed");
@@ -213,6 +267,22 @@ fn housekeeping(a: &mut Active) {
             Err(error) => warn!(file = %path.display(), %error, "supplementary demo refused"),
         }
     }
+}
+
+/// Writes the `save_top_k` best agent reward and value demos into `dir`.
+fn save_top(a: &Active, dir: &Path) -> Result<(), DemoError> {
+    let k = a.ppod.save_top_k as usize;
+    let ranked = [
+        ("top", a.store.top_agent_demos(k)),
+        ("value", a.store.top_value_demos(k)),
+    ];
+    for (prefix, top) in ranked {
+        for (rank, d) in top.iter().enumerate() {
+            let path = dir.join(format!("{prefix}-{rank:02}{}", demo::EXTENSION));
+            demo::write(&d.demo, &path)?;
+        }
+    }
+    Ok(())
 }
 
 /// The `DemoService` implementation.
@@ -287,12 +357,15 @@ impl DemoService for Demos {
         let request = request.into_inner();
         let hub = self.hub.clone();
         let state = tokio::task::spawn_blocking(move || {
+            // Parsed before the lock is taken: the bytes come from the network.
+            let mut episodes = Vec::with_capacity(request.candidates.len());
+            for c in &request.candidates {
+                let d = Demo::from_bytes(&c.demo, Path::new("<offered episode>"))?;
+                episodes.push((d, c.max_value));
+            }
             hub.with_active(|a| {
-                let mut episodes = Vec::with_capacity(request.candidates.len());
-                for c in &request.candidates {
-                    let d = Demo::from_bytes(&c.demo, Path::new("<offered episode>"))?;
-                    a.check(&d)?;
-                    episodes.push((d, c.max_value));
+                for (d, _) in &episodes {
+                    a.check(d)?;
                 }
                 for (d, max_value) in episodes {
                     a.store.offer(d, max_value)?;
@@ -301,7 +374,7 @@ impl DemoService for Demos {
                     a.store.refresh_value(r.id, r.max_value);
                 }
                 if a.store.tick_collection(u64::from(a.ppod.save_every)) {
-                    housekeeping(a);
+                    housekeeping(a, hub.demos_root.as_ref());
                 }
                 Ok(a.state())
             })
@@ -319,6 +392,26 @@ mod tests {
 
     fn scripted(seed: u64, source: DemoSource) -> Demo {
         fleetrl_core::acting::scripted::play("SparseMountainCar-v0", seed, source).unwrap()
+    }
+
+    /// A panic while the buffers are held (a server bug) leaves no poisoned lock behind to
+    /// fail every later demo call and the replay checkpoint's save.
+    #[test]
+    fn a_panic_holding_the_buffers_does_not_fail_later_calls() {
+        let hub = Arc::new(DemoHub::new(None, None));
+        let held = hub.clone();
+        let panicked = std::thread::spawn(move || {
+            let _buffers = held.lock();
+            panic!("a bug while the demo buffers are held");
+        })
+        .join();
+        assert!(panicked.is_err());
+        let later = hub.with_active(|_| Ok(()));
+        assert!(
+            matches!(later, Err(ServiceError::DemosNotConfigured)),
+            "{later:?}"
+        );
+        hub.save(&std::env::temp_dir()).unwrap();
     }
 
     /// Every `save_every` offers the server reads new supplementary demos (once each, a bad
@@ -348,7 +441,10 @@ mod tests {
             &env.action_space(),
         );
         let demos = Demos {
-            hub: Arc::new(DemoHub::new(None)),
+            hub: Arc::new(DemoHub::new(
+                None,
+                Some(Root::new(&dir, "--demos-root").unwrap()),
+            )),
         };
         let offer = || Request::new(OfferDemosRequest::default());
         assert!(demos.offer(offer()).await.is_err(), "not configured yet");

@@ -1,6 +1,7 @@
 //! The one place where errors become gRPC status codes.
 
 use fleetrl_proto::table::ReplayError;
+use fleetrl_runtime::confine::ConfineError;
 use fleetrl_runtime::demo::DemoError;
 use tonic::{Code, Status};
 
@@ -27,6 +28,19 @@ pub(crate) enum ServiceError {
     /// A demo request before `Configure`.
     #[error("demo buffers are not configured (call Configure first)")]
     DemosNotConfigured,
+    /// A `ppod.<field>` directory a client named leads out of the server's `--demos-root`
+    /// (or cannot be looked up under it).
+    #[error("ppod.{field}: {source}")]
+    DemoDir {
+        /// The spec field that names it.
+        field: &'static str,
+        /// Why it was refused.
+        source: ConfineError,
+    },
+    /// A demo directory named to a server that reads none (an in-process server built
+    /// without a demos root).
+    #[error("this replay server reads no demo directories (it has no --demos-root)")]
+    NoDemosRoot,
     /// A `Checkpoint` request to a server started without `--checkpoint-dir`.
     #[error("this replay server has no --checkpoint-dir")]
     NoCheckpointDir,
@@ -40,18 +54,20 @@ impl From<ServiceError> for Status {
     /// | error | code |
     /// |---|---|
     /// | `Replay` | per [`code`] |
-    /// | `Demo`, `InvalidRequest` | `INVALID_ARGUMENT` |
+    /// | `Demo`, `InvalidRequest`, `DemoDir` | `INVALID_ARGUMENT` |
     /// | `DemosConfiguredFor` | `ALREADY_EXISTS` |
-    /// | `DemosNotConfigured`, `NoCheckpointDir` | `FAILED_PRECONDITION` |
+    /// | `DemosNotConfigured`, `NoCheckpointDir`, `NoDemosRoot` | `FAILED_PRECONDITION` |
     /// | `Internal` | `INTERNAL` |
     fn from(err: ServiceError) -> Status {
         let code = match &err {
             ServiceError::Replay(replay) => code(replay),
-            ServiceError::Demo(_) | ServiceError::InvalidRequest(_) => Code::InvalidArgument,
+            ServiceError::Demo(_)
+            | ServiceError::InvalidRequest(_)
+            | ServiceError::DemoDir { .. } => Code::InvalidArgument,
             ServiceError::DemosConfiguredFor { .. } => Code::AlreadyExists,
-            ServiceError::DemosNotConfigured | ServiceError::NoCheckpointDir => {
-                Code::FailedPrecondition
-            }
+            ServiceError::DemosNotConfigured
+            | ServiceError::NoCheckpointDir
+            | ServiceError::NoDemosRoot => Code::FailedPrecondition,
             ServiceError::Internal(_) => Code::Internal,
         };
         Status::new(code, err.to_string())
@@ -124,6 +140,7 @@ mod tests {
             ),
             (ServiceError::DemosNotConfigured, Code::FailedPrecondition),
             (ServiceError::NoCheckpointDir, Code::FailedPrecondition),
+            (ServiceError::NoDemosRoot, Code::FailedPrecondition),
             (ServiceError::Internal("x".into()), Code::Internal),
             (
                 ServiceError::Replay(ReplayError::RateLimited),

@@ -50,6 +50,10 @@ pub struct ServerOptions {
     pub tables: Vec<TableSpec>,
     /// Where checkpoints go and are restored from; `None` keeps everything in memory only.
     pub checkpoint_dir: Option<PathBuf>,
+    /// The directory PPO+D's demo directories must lie under (`--demos-root`): the names a
+    /// `DemoService.Configure` sends are taken relative to it, and any leading out of it are
+    /// refused. `None`: the server reads and writes no demo directories.
+    pub demos_root: Option<fleetrl_runtime::confine::Root>,
     /// Time between periodic checkpoints; `None` writes them only on request and at shutdown.
     pub checkpoint_interval: Option<Duration>,
     /// What one item and one sampled batch may take.
@@ -64,6 +68,7 @@ impl ServerOptions {
         ServerOptions {
             tables,
             checkpoint_dir: None,
+            demos_root: None,
             checkpoint_interval: None,
             limits: Limits::default(),
             metrics: ReplayMetrics::new(Registry::new("fleetrl_replay")),
@@ -126,7 +131,18 @@ pub async fn serve(
     mut tasks: Tasks,
 ) -> anyhow::Result<()> {
     let tables = Tables::new(options.limits, options.metrics.clone());
-    let demo_hub = Arc::new(demos::DemoHub::new(options.checkpoint_dir.clone()));
+    // The demo buffers' own files (`<checkpoint-dir>/demos`) are no client's to name.
+    let demos_root = match (options.demos_root.clone(), &options.checkpoint_dir) {
+        (Some(root), Some(dir)) => Some(
+            root.reserving(dir)
+                .with_context(|| format!("resolving --checkpoint-dir {}", dir.display()))?,
+        ),
+        (root, _) => root,
+    };
+    let demo_hub = Arc::new(demos::DemoHub::new(
+        options.checkpoint_dir.clone(),
+        demos_root,
+    ));
     let checkpointer = options
         .checkpoint_dir
         .clone()

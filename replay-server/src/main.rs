@@ -33,6 +33,12 @@ struct Args {
     #[arg(long, env = "FLEETRL_REPLAY_CHECKPOINT_DIR")]
     checkpoint_dir: Option<PathBuf>,
 
+    /// Directory PPO+D's demo directories must lie under (default: the working directory).
+    /// The `ppod.*_dir` names an actor sends are taken relative to it; absolute paths
+    /// elsewhere, `..` and symbolic links that lead out of it are refused.
+    #[arg(long, env = "FLEETRL_REPLAY_DEMOS_ROOT")]
+    demos_root: Option<PathBuf>,
+
     /// Seconds between periodic checkpoints (0 turns them off); needs `--checkpoint-dir`.
     #[arg(
         long,
@@ -112,12 +118,14 @@ async fn run() -> anyhow::Result<()> {
             "table declared"
         );
     }
+    let demos_root = demos_root(args.demos_root.as_deref())?;
     let registry = telemetry::Registry::new("fleetrl_replay");
     let options = ServerOptions {
         tables,
         checkpoint_interval: (args.checkpoint_dir.is_some() && args.checkpoint_interval_s > 0)
             .then(|| Duration::from_secs(args.checkpoint_interval_s)),
         checkpoint_dir: args.checkpoint_dir,
+        demos_root: Some(demos_root),
         limits: fleet_replay_server::Limits {
             max_item_bytes: args.max_item_bytes,
             max_batch_items: args.max_batch_items,
@@ -140,6 +148,18 @@ async fn run() -> anyhow::Result<()> {
     fleet_replay_server::serve(listener, options, shutdown, tasks).await?;
     tracing::info!("replay server stopped");
     Ok(())
+}
+
+/// `--demos-root`, or the working directory, canonical (created if missing).
+fn demos_root(dir: Option<&std::path::Path>) -> anyhow::Result<fleetrl_runtime::confine::Root> {
+    let dir = match dir {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::current_dir().context("reading the working directory")?,
+    };
+    let root = fleetrl_runtime::confine::Root::new(&dir, "--demos-root")
+        .with_context(|| format!("opening --demos-root {}", dir.display()))?;
+    tracing::info!(demos_root = %root.path().display(), "demo directories are confined");
+    Ok(root)
 }
 
 /// Resolves on SIGTERM (Kubernetes, the launcher) or Ctrl-C. The SIGTERM handler is installed

@@ -238,10 +238,15 @@ impl Demo {
     pub fn validate(&self) -> Result<(), DemoError> {
         let t = self.len();
         let fail = |what: String| Err(DemoError::Inconsistent(what));
-        if self.obs_dim() == 0 {
+        // Checked: a file's shape may be `[0, 2^40, 2^40]` (no data, so safetensors accepts it).
+        let dim = self
+            .obs_shape
+            .iter()
+            .try_fold(1usize, |all, &d| all.checked_mul(d));
+        if dim == Some(0) {
             return fail("observations have no elements".into());
         }
-        if self.observations.len() != (t + 1) * self.obs_dim() {
+        if dim.and_then(|d| d.checked_mul(t + 1)) != Some(self.observations.len()) {
             return fail(format!(
                 "{} observation values for {t} steps of shape {:?} (want (T+1) rows)",
                 self.observations.len(),
@@ -406,21 +411,24 @@ impl Demo {
         };
         let (_, rewards) = tensor("rewards", Dtype::F32)?;
         let space = field("action_space")?;
-        let actions = if space.starts_with("discrete(") {
-            let n = space["discrete(".len()..space.len() - 1]
-                .parse()
-                .map_err(|_| not_a_demo(format!("bad action_space `{space}`")))?;
-            let (_, a) = tensor("actions", Dtype::I64)?;
-            let actions = a
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().expect("8-byte chunk")))
-                .collect();
-            DemoActions::Discrete { n, actions }
-        } else {
-            DemoActions::Continuous {
+        let actions = match SpaceHeader::parse(&space) {
+            Some(SpaceHeader::Discrete(n)) => {
+                let (_, a) = tensor("actions", Dtype::I64)?;
+                let actions = a
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().expect("8-byte chunk")))
+                    .collect();
+                DemoActions::Discrete { n, actions }
+            }
+            Some(SpaceHeader::Box) => DemoActions::Continuous {
                 low: bytes_f32(&tensor("action_low", Dtype::F32)?.1),
                 high: bytes_f32(&tensor("action_high", Dtype::F32)?.1),
                 actions: bytes_f32(&tensor("actions", Dtype::F32)?.1),
+            },
+            None => {
+                return Err(not_a_demo(format!(
+                    "action_space {space:?} is neither `discrete(N)` nor `box(DIM)`"
+                )))
             }
         };
         let values = match file.tensor("values") {
@@ -439,6 +447,30 @@ impl Demo {
         };
         demo.validate().map_err(|e| not_a_demo(e.to_string()))?;
         Ok(demo)
+    }
+}
+
+/// The `action_space` header: `discrete(N)` with N >= 1, or `box(DIM)` (its bounds and
+/// dimension come from the tensors). Parsed with `strip_prefix`/`strip_suffix`, never by byte
+/// offsets: the header comes from the network (PPO+D's `Offer`) and may hold any UTF-8.
+#[derive(Debug, PartialEq)]
+enum SpaceHeader {
+    Discrete(i64),
+    Box,
+}
+
+impl SpaceHeader {
+    fn parse(header: &str) -> Option<SpaceHeader> {
+        let inner = |prefix: &str| header.strip_prefix(prefix)?.strip_suffix(')');
+        if let Some(n) = inner("discrete(") {
+            return n
+                .parse()
+                .ok()
+                .filter(|&n| n >= 1)
+                .map(SpaceHeader::Discrete);
+        }
+        let dim = inner("box(")?;
+        dim.parse::<usize>().ok().map(|_| SpaceHeader::Box)
     }
 }
 
@@ -752,6 +784,32 @@ mod tests {
             err.to_string().contains("`observations` is U8, not F32"),
             "{err}"
         );
+    }
+
+    /// Headers a network client may send in an `Offer`: each is refused by name, none panics
+    /// (`"discrete("` and a multi-byte last character once sliced past a char boundary).
+    #[test]
+    fn malformed_action_space_headers_are_refused_without_panicking() {
+        let good = discrete_demo().to_bytes().unwrap();
+        let at = find(&good, b"\"discrete(2)\"").expect("action_space in header");
+        // Same length as `"discrete(2)"`, so the header's length prefix still holds; JSON
+        // allows the padding spaces after a string.
+        for forged in [
+            "\"discrete(\"  ",
+            "\"discrete(\u{e9}\"",
+            "\"discrete(0)\"",
+            "\"box(two)\"   ",
+            "\"\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\" ",
+        ] {
+            assert_eq!(forged.len(), 13, "{forged}");
+            let mut bytes = good.clone();
+            bytes[at..at + 13].copy_from_slice(forged.as_bytes());
+            let err = Demo::from_bytes(&bytes, Path::new("offered")).unwrap_err();
+            assert!(
+                matches!(&err, DemoError::NotADemo { reason, .. } if reason.contains("action_space")),
+                "{forged}: {err}"
+            );
+        }
     }
 
     fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

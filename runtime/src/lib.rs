@@ -8,9 +8,11 @@
 //!   replay bench and the integration tests).
 //! - [`demo`]: the demo file format (PPO+D, behaviour cloning) and what actors and the replay
 //!   server share about demo buffers.
+//! - [`confine`]: directories a network client names, kept under a root the server chose.
 //! - [`dir_lock`]: one process per run, learner or replay checkpoint directory.
 //! - [`private`]: every file the roles write is readable by their user only.
 
+pub mod confine;
 pub mod demo;
 pub mod dir_lock;
 pub mod launch;

@@ -68,7 +68,6 @@ fn the_unchanged_file_parses() {
 }
 
 #[test]
-#[ignore = "panics: `discrete(` slices `space[9..8]` in Demo::from_bytes (runtime/src/demo.rs); fixed with the demo parser"]
 fn action_space_discrete_open_paren_alone_is_an_error() {
     assert!(!parse(&with_header(
         &demo_bytes(),
@@ -78,7 +77,6 @@ fn action_space_discrete_open_paren_alone_is_an_error() {
 }
 
 #[test]
-#[ignore = "panics: `discrete(2é` cuts a multi-byte character in Demo::from_bytes (runtime/src/demo.rs); fixed with the demo parser"]
 fn action_space_ending_in_a_multibyte_character_is_an_error() {
     assert!(!parse(&with_header(
         &demo_bytes(),
@@ -123,7 +121,6 @@ proptest! {
 
     /// The same with nothing excluded.
     #[test]
-    #[ignore = "panics on `discrete(` and `discrete(2é` (see the two tests above) until the demo parser is fixed"]
     fn any_header_value_at_all_is_a_demo_or_an_error(
         key in prop::sample::select(HEADERS),
         value in header_value(),

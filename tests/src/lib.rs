@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use fleetrl_proto::v1::demo_service_client::DemoServiceClient;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus};
@@ -479,6 +480,17 @@ impl ReplayProcess {
         tables_toml: &str,
         checkpoint_dir: Option<&Path>,
     ) -> anyhow::Result<ReplayProcess> {
+        Self::start_with(dir, name, tables_toml, checkpoint_dir, &[]).await
+    }
+
+    /// [`ReplayProcess::start`] with more flags (`--demos-root DIR`, say).
+    pub async fn start_with(
+        dir: &Path,
+        name: &str,
+        tables_toml: &str,
+        checkpoint_dir: Option<&Path>,
+        extra: &[String],
+    ) -> anyhow::Result<ReplayProcess> {
         std::fs::create_dir_all(dir)?;
         let tables = dir.join(format!("{name}-tables.toml"));
         std::fs::write(&tables, tables_toml)?;
@@ -497,6 +509,7 @@ impl ReplayProcess {
                 "0".into(),
             ]);
         }
+        args.extend_from_slice(extra);
         let mut role = Role::start(name, "fleet-replay-server", &args, &log).await?;
         let addr = role.listening_addr(PATIENCE, &log).await?;
         Ok(ReplayProcess { addr, log, role })
@@ -507,6 +520,12 @@ impl ReplayProcess {
         let channel = fleetrl_runtime::net::connect(&self.addr.to_string(), PATIENCE).await?;
         Ok(ReplayServiceClient::new(channel)
             .max_decoding_message_size(fleetrl_runtime::net::MAX_MESSAGE_BYTES))
+    }
+
+    /// A client of this server's demo service (PPO+D's demo buffers).
+    pub async fn demos(&self) -> anyhow::Result<DemoServiceClient<Channel>> {
+        let channel = fleetrl_runtime::net::connect(&self.addr.to_string(), PATIENCE).await?;
+        Ok(DemoServiceClient::new(channel))
     }
 
     /// The server's info on `table`.

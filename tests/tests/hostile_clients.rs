@@ -4,6 +4,8 @@
 //! - a rollout or transition that passes the table's signature but holds an action outside the
 //!   env's space (1000 in CartPole's 2) is dropped by the learner and counted
 //!   (`fleetrl_learner_items_rejected_total`); training goes on and the learner stays SERVING;
+//!   a refused transition is deleted from its table once, the rest of its batch is trained on,
+//!   and the run's progress counts accepted transitions only;
 //! - a sample request for more items than the table holds, or than the server's
 //!   `--max-batch-items` / `--max-batch-bytes` allow, gets INVALID_ARGUMENT naming the limit,
 //!   before anything is allocated, and the server keeps serving;
@@ -12,6 +14,7 @@
 //!   ends nor advances the run: progress is counted from accepted data, and non-finite returns
 //!   are refused.
 
+use std::path::Path;
 use std::time::Duration;
 
 use fleetrl_core::envs;
@@ -19,6 +22,7 @@ use fleetrl_core::items::{rollout, transition};
 use fleetrl_proto::table::{RateLimiterSpec, Signature, TableSpec};
 use fleetrl_proto::v1::{
     EnsureTableRequest, InfoRequest, InsertRequest, ReportEpisodesRequest, SampleRequest,
+    SaveCheckpointRequest,
 };
 use fleetrl_proto::{Dtype, Tensor, TensorMap};
 use fleetrl_tests::compose::metric_at_least;
@@ -31,12 +35,18 @@ const GENEROUS: Duration = Duration::from_secs(180);
 /// One well-formed item of `sig` (stacked, as inserts carry items) whose actions are all
 /// 1000 and whose policy version is `version`.
 fn impossible_actions(sig: &Signature, version: i64) -> TensorMap {
+    item_with_action(sig, 1000, version)
+}
+
+/// One well-formed item of `sig` whose actions are all `action`, with zero observations and
+/// rewards.
+fn item_with_action(sig: &Signature, action: i64, version: i64) -> TensorMap {
     TensorMap::from_pairs(sig.fields.iter().map(|f| {
         let shape = [&[1i64][..], &f.shape].concat();
         let n = shape.iter().product::<i64>() as usize;
         let tensor = match f.dtype {
             Dtype::F32 => Tensor::from_slice(&shape, &vec![0.0f32; n]),
-            Dtype::I64 if f.name == "action" => Tensor::from_slice(&shape, &vec![1000i64; n]),
+            Dtype::I64 if f.name == "action" => Tensor::from_slice(&shape, &vec![action; n]),
             Dtype::I64 => Tensor::from_slice(&shape, &vec![version; n]),
             _ => Tensor::from_slice(&shape, &vec![false; n]),
         };
@@ -232,29 +242,67 @@ async fn an_off_policy_run_survives_poison_and_forged_reports() -> anyhow::Resul
         })
         .await?;
 
-    // Transitions whose action is outside the space: every sampled batch holding one is
-    // dropped, so fill the table with them for a moment, then let the actor dilute them.
+    // Transitions whose action is outside the space, among good ones, with the actor gone so
+    // that the table's insert count stays put: each poison item is refused once, deleted
+    // from the table (it was sampled again and again, failing every batch it was in) and
+    // taken off the run's progress; the good rows of its batches are still trained on.
+    sandbox.kill_actor(0).await?;
     let env = envs::make("CartPole-v1").expect("CartPole-v1 is registered");
     let sig = transition::signature(&env.observation_space(), &env.action_space());
-    insert(&sandbox, "transitions", impossible_actions(&sig, 0), 64).await?;
+    let updates = sandbox.status().await?.updates;
+    insert(&sandbox, "transitions", impossible_actions(&sig, 0), POISON).await?;
+    insert(&sandbox, "transitions", item_with_action(&sig, 0, 0), 2_000).await?;
     metric_at_least(
         metrics.learner,
         "fleetrl_learner_items_rejected_total",
-        1.0,
+        POISON as f64,
         GENEROUS,
     )
     .await?;
-    let status = sandbox.status().await?;
-    let updates = status.updates;
+    let table = transitions_info(&sandbox).await?;
+    assert_eq!(table.num_deleted, POISON as u64, "{table:?}");
     let status = sandbox
         .wait_for("updates after the poison", GENEROUS, |s| {
             s.updates >= updates + 50
         })
         .await?;
+    // A checkpoint holds the run's progress as of now (the status's, as of the last update).
+    let mut saved = 0;
+    for _ in 0..100 {
+        let path = learner.save_checkpoint(SaveCheckpointRequest {}).await?;
+        saved = fleetrl_core::checkpoint::load(Path::new(&path.into_inner().path))?
+            .meta
+            .env_steps;
+        if saved + POISON as u64 == table.num_inserted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        saved + POISON as u64,
+        table.num_inserted,
+        "the run's progress counts refused items: {table:?}"
+    );
     assert!(
         status.env_steps_trained < 1_000_000,
         "a forged report counted as progress: {status:?}"
     );
     assert!(sandbox.learner_exited().is_none(), "the learner exited");
     Ok(())
+}
+
+/// Poison transitions the off-policy scenario inserts.
+const POISON: usize = 64;
+
+async fn transitions_info(sandbox: &Sandbox) -> anyhow::Result<fleetrl_proto::v1::TableInfo> {
+    let info = sandbox
+        .replay()
+        .await?
+        .info(InfoRequest {})
+        .await?
+        .into_inner();
+    info.tables
+        .into_iter()
+        .find(|t| t.name == "transitions")
+        .ok_or_else(|| anyhow::anyhow!("no transitions table"))
 }

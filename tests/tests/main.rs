@@ -22,6 +22,7 @@ mod env_presets;
 mod eval_twin;
 mod health;
 mod hostile_clients;
+mod hostile_demos;
 mod idle_sockets;
 mod init_from;
 mod interrupt;

@@ -14,12 +14,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
 use fleetrl_proto::space::Action;
-use fleetrl_proto::v1::demo_service_client::DemoServiceClient;
 use fleetrl_proto::v1::{
     CandidateDemo, CheckpointRequest, ConfigureDemosRequest, OfferDemosRequest, SyncDemosRequest,
 };
@@ -75,13 +73,6 @@ fn demo_buffers(demos_dir: &Path) -> fleetrl_proto::v1::DemoBuffersSpec {
     )
 }
 
-async fn demo_client(server: &ReplayProcess) -> DemoServiceClient<fleetrl_runtime::net::Channel> {
-    let channel = fleetrl_runtime::net::connect(&server.addr.to_string(), Duration::from_secs(30))
-        .await
-        .unwrap();
-    DemoServiceClient::new(channel)
-}
-
 #[tokio::test]
 async fn demo_buffers_refuse_bad_demos_and_survive_a_restart() -> anyhow::Result<()> {
     let dir = fleetrl_tests::scratch("fleetrl-ppod-service");
@@ -90,8 +81,10 @@ async fn demo_buffers_refuse_bad_demos_and_survive_a_restart() -> anyhow::Result
     let human = episode("SparseMountainCar-v0", 5, true);
     demo::write(&human, &demos.join(format!("one{}", demo::EXTENSION)))?;
     let checkpoints = dir.join("checkpoints");
-    let mut server = ReplayProcess::start(&dir, "replay", TABLES, Some(&checkpoints)).await?;
-    let mut client = demo_client(&server).await;
+    let root = ["--demos-root".to_string(), demos.display().to_string()];
+    let mut server =
+        ReplayProcess::start_with(&dir, "replay", TABLES, Some(&checkpoints), &root).await?;
+    let mut client = server.demos().await?;
 
     let sync = client.sync(SyncDemosRequest::default()).await.unwrap_err();
     assert_eq!(sync.code(), tonic::Code::FailedPrecondition, "{sync}");
@@ -132,8 +125,9 @@ async fn demo_buffers_refuse_bad_demos_and_survive_a_restart() -> anyhow::Result
     let mut replay = server.client().await?;
     replay.checkpoint(CheckpointRequest {}).await?;
     server.role.kill().await;
-    let server = ReplayProcess::start(&dir, "replay2", TABLES, Some(&checkpoints)).await?;
-    let mut client = demo_client(&server).await;
+    let server =
+        ReplayProcess::start_with(&dir, "replay2", TABLES, Some(&checkpoints), &root).await?;
+    let mut client = server.demos().await?;
     let restored = client
         .configure(ConfigureDemosRequest {
             spec: Some(demo_buffers(&demos)),
