@@ -70,7 +70,7 @@ fn main() -> anyhow::Result<()> {
             &theta,
             &stages[0][..1],
             maml.inner_lr,
-            &maml.options(),
+            &maml.options,
             false,
         );
     }

@@ -139,7 +139,7 @@ pub fn adapt_on_task(
                 &theta,
                 &split[0],
                 maml.inner_lr,
-                &maml.options(),
+                &maml.options,
                 false,
             );
         }

@@ -11,6 +11,7 @@ use super::dqn::DqnConfig;
 use super::impala::ImpalaConfig;
 use super::maml::MamlConfig;
 use super::pearl::PearlConfig;
+use super::pg::PgOptions;
 use super::ppo::PpoConfig;
 use super::sac::SacConfig;
 use super::td3::{Td3Config, DDPG_DEFAULTS};
@@ -28,6 +29,47 @@ pub trait AlgoSection {
     /// Called once parsing is done with the `name` the section was read under (MAML's three
     /// names share one section and differ in the outer step).
     fn parsed_as(&mut self, _name: &'static str) {}
+    /// The advantage and entropy options, for the sections that have them.
+    fn options(&self) -> Option<&PgOptions> {
+        None
+    }
+    /// [`AlgoSection::options`], to fill in while parsing.
+    fn options_mut(&mut self) -> Option<&mut PgOptions> {
+        None
+    }
+}
+
+/// The section `S` read from `rest`: the keys of [`PgOptions`] go into its `options` (over
+/// its defaults) when it has them, every other key into `S` itself, so a key of the group
+/// is an unknown key of a section without it.
+fn parse_section<S>(
+    name: &'static str,
+    rest: toml::Value,
+) -> Result<S, serde_path_to_error::Error<toml::de::Error>>
+where
+    S: AlgoSection + Default + serde::de::DeserializeOwned,
+{
+    let mut section = S::default();
+    let Some(defaults) = section.options() else {
+        let mut section: S = serde_path_to_error::deserialize(rest)?;
+        section.parsed_as(name);
+        return Ok(section);
+    };
+    let mut options = toml::Table::try_from(defaults).expect("the options serialise");
+    let mut own = match rest {
+        toml::Value::Table(table) => table,
+        other => return serde_path_to_error::deserialize(other),
+    };
+    for key in PgOptions::KEYS {
+        if let Some(value) = own.remove(*key) {
+            options.insert(key.to_string(), value);
+        }
+    }
+    section = serde_path_to_error::deserialize(toml::Value::Table(own))?;
+    let options = serde_path_to_error::deserialize(toml::Value::Table(options))?;
+    *section.options_mut().expect("the section has options") = options;
+    section.parsed_as(name);
+    Ok(section)
 }
 
 /// The one table of algorithms: each line gives the variant, its `[algo]` section's type, the
@@ -67,10 +109,7 @@ macro_rules! algorithms {
                 rest: toml::Value,
             ) -> Option<Result<AlgoConfig, serde_path_to_error::Error<toml::de::Error>>> {
                 Some(match name {
-                    $($name => serde_path_to_error::deserialize(rest).map(|mut c: $section| {
-                        c.parsed_as($name);
-                        AlgoConfig::$variant(c)
-                    }),)+
+                    $($name => parse_section::<$section>($name, rest).map(AlgoConfig::$variant),)+
                     _ => return None,
                 })
             }
@@ -78,7 +117,13 @@ macro_rules! algorithms {
             /// The section's keys as a TOML table (without `name`).
             fn to_table(&self) -> Result<toml::Table, toml::ser::Error> {
                 match self {
-                    $(AlgoConfig::$variant(c) => toml::Table::try_from(c),)+
+                    $(AlgoConfig::$variant(c) => {
+                        let mut table = toml::Table::try_from(c)?;
+                        if let Some(options) = AlgoSection::options(c) {
+                            table.extend(toml::Table::try_from(options)?);
+                        }
+                        Ok(table)
+                    })+
                 }
             }
         }

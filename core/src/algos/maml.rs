@@ -158,7 +158,7 @@ pub fn split_stages(
     let Layout { t, m, stages } = layout;
     let (b, d) = (batch.b, batch.obs_dim);
     let tasks = b / m.max(1);
-    let options = config.options();
+    let options = config.options;
     let obs_all = (batch.obs.to_tensor(Device::Cpu)).view([batch.t as i64, b as i64, d as i64]);
     let action_all = batch.action.to_tensor(Device::Cpu);
     let action_all = match action_all.dim() {
@@ -304,7 +304,7 @@ impl Maml {
     ) -> (MetaLoss, Vec<Dist>) {
         let heads = self.trained.model.heads();
         let theta = heads.policy_params();
-        let options = self.config.options();
+        let options = self.config.options;
         let mut losses = Vec::with_capacity(tasks.len());
         let mut kls = Vec::with_capacity(tasks.len());
         let mut adapted = Vec::with_capacity(tasks.len());

@@ -24,11 +24,13 @@ pub enum EntropyMethod {
     Regularized,
 }
 
-/// Garage's advantage and entropy options, shared by VPG, TRPO, PPO and MAML (their configs
-/// carry the same keys; each config's `options` gathers them).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Garage's advantage and entropy options: one group of keys that VPG, TRPO and MAML write
+/// in their `[algo]` section beside their own (the algorithm table's parser reads them into
+/// the section's `options`); PPO maps its own names onto it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PgOptions {
-    /// Normalise advantages to mean 0, std 1.
+    /// Normalise advantages to mean 0, std 1 (MAML: per task and stage).
     pub center_adv: bool,
     /// Shift advantages to be positive (after centring).
     pub positive_adv: bool,
@@ -56,6 +58,16 @@ impl Default for PgOptions {
 }
 
 impl PgOptions {
+    /// The keys of the group, as they are written in `[algo]`.
+    pub const KEYS: &[&str] = &[
+        "center_adv",
+        "positive_adv",
+        "entropy_method",
+        "policy_ent_coeff",
+        "use_softplus_entropy",
+        "stop_entropy_gradient",
+    ];
+
     /// Garage's consistency checks.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.entropy_method {

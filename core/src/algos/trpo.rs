@@ -16,7 +16,6 @@
 
 use crate::algos::config::AlgoSection;
 use crate::algos::pg::check_lambda;
-use crate::algos::pg::EntropyMethod;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
@@ -56,18 +55,11 @@ pub struct TrpoConfig {
     pub adam_eps: f64,
     /// Bootstrap with the value of the final observation when an episode is truncated.
     pub bootstrap_truncation: bool,
-    /// Normalise advantages to mean 0, std 1.
-    pub center_adv: bool,
-    /// Shift advantages to be positive (after centring).
-    pub positive_adv: bool,
-    /// How entropy enters the objective: "no_entropy", "max" or "regularized".
-    pub entropy_method: EntropyMethod,
-    /// Entropy coefficient.
-    pub policy_ent_coeff: f64,
-    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
-    pub use_softplus_entropy: bool,
-    /// Take no gradient through the entropy term.
-    pub stop_entropy_gradient: bool,
+    /// The advantage and entropy keys (`center_adv`, `positive_adv`, `entropy_method`,
+    /// `policy_ent_coeff`, `use_softplus_entropy`, `stop_entropy_gradient`), written beside
+    /// the section's own keys and read by the algorithm table's parser.
+    #[serde(skip)]
+    pub options: PgOptions,
 }
 
 impl Default for TrpoConfig {
@@ -84,17 +76,20 @@ impl Default for TrpoConfig {
             vf_epochs: 5,
             adam_eps: 1e-8,
             bootstrap_truncation: true,
-            center_adv: true,
-            positive_adv: false,
-            entropy_method: EntropyMethod::NoEntropy,
-            policy_ent_coeff: 0.0,
-            use_softplus_entropy: false,
-            stop_entropy_gradient: false,
+            options: PgOptions::default(),
         }
     }
 }
 
 impl AlgoSection for TrpoConfig {
+    fn options(&self) -> Option<&PgOptions> {
+        Some(&self.options)
+    }
+
+    fn options_mut(&mut self) -> Option<&mut PgOptions> {
+        Some(&mut self.options)
+    }
+
     fn discount(&self) -> f64 {
         self.discount
     }
@@ -114,21 +109,7 @@ impl TrpoConfig {
             "algo.backtrack_ratio",
             "must be in (0, 1)",
         )?;
-        self.options().validate()
-    }
-}
-
-impl TrpoConfig {
-    /// The advantage and entropy options.
-    pub fn options(&self) -> PgOptions {
-        PgOptions {
-            center_adv: self.center_adv,
-            positive_adv: self.positive_adv,
-            entropy_method: self.entropy_method,
-            policy_ent_coeff: self.policy_ent_coeff,
-            use_softplus_entropy: self.use_softplus_entropy,
-            stop_entropy_gradient: self.stop_entropy_gradient,
-        }
+        self.options.validate()
     }
 }
 
@@ -268,7 +249,7 @@ impl Trpo {
     /// One update on a batch of rollouts.
     pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let c = self.config.clone();
-        let options = c.options();
+        let options = c.options;
         let samples = Samples::new(batch, self.device);
         let (advantage, returns) = pg_returns(
             &self.trained.model,

@@ -658,6 +658,7 @@ fn presets() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algos::pg::PgOptions;
     use std::path::Path;
 
     /// A loaded config changed by `--set`s keeps everything else, and a bad value is
@@ -976,6 +977,36 @@ mod tests {
         let text = "[algo]\nname = \"vpg\"\nentropy_method = \"max\"\npolicy_ent_coeff = 0.1\n";
         let err = RunConfig::from_toml(text, "test").unwrap_err();
         assert!(err.to_string().contains("algo.center_adv"), "{err}");
+    }
+
+    #[test]
+    fn the_advantage_and_entropy_keys_are_one_group() {
+        let keys: Vec<String> = toml::Table::try_from(PgOptions::default())
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let mut listed: Vec<&str> = PgOptions::KEYS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(keys, listed, "PgOptions::KEYS names every field");
+        for name in ["vpg", "trpo", "maml_trpo"] {
+            let text = format!(
+                "[algo]\nname = \"{name}\"\ncenter_adv = false\npositive_adv = true\ndiscount = 0.9\n"
+            );
+            let c = RunConfig::from_toml(&text, "test").unwrap();
+            let options = c.algo.section().options().copied().unwrap();
+            assert!(!options.center_adv && options.positive_adv, "{name}");
+            assert_eq!(c.algo.discount(), 0.9);
+            assert_eq!(RunConfig::from_toml(&c.to_toml(), "test").unwrap(), c);
+            let err = RunConfig::from_toml(&text.replace("false", "3"), "test").unwrap_err();
+            assert!(err.to_string().contains("algo.center_adv"), "{name}: {err}");
+        }
+        let err =
+            RunConfig::from_toml("[algo]\nname = \"dqn\"\ncenter_adv = false\n", "t").unwrap_err();
+        assert!(err.to_string().contains("center_adv"), "{err}");
+        let err =
+            RunConfig::from_toml("[algo]\nname = \"vpg\"\ncenter_ad = false\n", "t").unwrap_err();
+        assert!(err.to_string().contains("center_ad"), "{err}");
     }
 
     #[test]

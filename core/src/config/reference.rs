@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use super::{AlgoConfig, RunConfig, ALGO_NAMES};
 
 /// One field of a config struct, as its source declares it.
+#[derive(Clone)]
 struct Field {
     name: String,
     ty: String,
@@ -211,7 +212,18 @@ pub(crate) fn markdown(root: &Path) -> String {
         let mut table = toml::Table::try_from(&parsed).expect("defaults serialise");
         table.remove("name");
         let heading = format!("[algo] name = \"{name}\"");
-        section(&mut out, &heading, "algo", &ty, &table, &all);
+        if parsed.section().options().is_some() {
+            // The advantage and entropy keys are written beside the section's own.
+            let mut with_options = all.clone();
+            let group = all["PgOptions"].clone();
+            with_options
+                .get_mut(&ty)
+                .expect("the section")
+                .extend(group);
+            section(&mut out, &heading, "algo", &ty, &table, &with_options);
+        } else {
+            section(&mut out, &heading, "algo", &ty, &table, &all);
+        }
     }
     out
 }

@@ -5,7 +5,7 @@
 use crate::algos::config::AlgoSection;
 use serde::{Deserialize, Serialize};
 
-use crate::algos::pg::{EntropyMethod, PgOptions};
+use crate::algos::pg::PgOptions;
 use crate::config::error::{check, ConfigError};
 
 /// Which optimiser takes MAML's outer (meta) step.
@@ -67,18 +67,11 @@ pub struct MamlConfig {
     pub baseline_reg_coeff: f64,
     /// Adam epsilon.
     pub adam_eps: f64,
-    /// Normalise advantages to mean 0, std 1 (per task and stage).
-    pub center_adv: bool,
-    /// Shift advantages to be positive (after centring).
-    pub positive_adv: bool,
-    /// How entropy enters the objective: "no_entropy", "max" or "regularized".
-    pub entropy_method: EntropyMethod,
-    /// Entropy coefficient.
-    pub policy_ent_coeff: f64,
-    /// Pass the entropy through softplus (keeps the term positive for Gaussians).
-    pub use_softplus_entropy: bool,
-    /// Take no gradient through the entropy term.
-    pub stop_entropy_gradient: bool,
+    /// The advantage and entropy keys (`center_adv`, `positive_adv`, `entropy_method`,
+    /// `policy_ent_coeff`, `use_softplus_entropy`, `stop_entropy_gradient`), written beside
+    /// the section's own keys and read by the algorithm table's parser.
+    #[serde(skip)]
+    pub options: PgOptions,
 }
 
 impl Default for MamlConfig {
@@ -101,17 +94,20 @@ impl Default for MamlConfig {
             max_backtracks: 15,
             baseline_reg_coeff: 1e-5,
             adam_eps: 1e-8,
-            center_adv: true,
-            positive_adv: false,
-            entropy_method: EntropyMethod::NoEntropy,
-            policy_ent_coeff: 0.0,
-            use_softplus_entropy: false,
-            stop_entropy_gradient: false,
+            options: PgOptions::default(),
         }
     }
 }
 
 impl AlgoSection for MamlConfig {
+    fn options(&self) -> Option<&PgOptions> {
+        Some(&self.options)
+    }
+
+    fn options_mut(&mut self) -> Option<&mut PgOptions> {
+        Some(&mut self.options)
+    }
+
     fn discount(&self) -> f64 {
         self.discount
     }
@@ -130,18 +126,6 @@ impl AlgoSection for MamlConfig {
 }
 
 impl MamlConfig {
-    /// The advantage and entropy options (VPG's and TRPO's keys).
-    pub fn options(&self) -> PgOptions {
-        PgOptions {
-            center_adv: self.center_adv,
-            positive_adv: self.positive_adv,
-            entropy_method: self.entropy_method,
-            policy_ent_coeff: self.policy_ent_coeff,
-            use_softplus_entropy: self.use_softplus_entropy,
-            stop_entropy_gradient: self.stop_entropy_gradient,
-        }
-    }
-
     /// PPO's clip range (0.5 unless set).
     pub fn clip_range(&self) -> f64 {
         self.lr_clip_range.unwrap_or(0.5)
@@ -189,6 +173,6 @@ impl MamlConfig {
             "algo.baseline_reg_coeff",
             "must be > 0",
         )?;
-        self.options().validate()
+        self.options.validate()
     }
 }
