@@ -2,7 +2,7 @@
 //! (`scripts/gen_classic_control_fixtures.py`) through `TimeLimit<Acrobot>` (what
 //! `envs::make("Acrobot-v1")` builds) and checks every step, including 500-step chaotic runs.
 
-mod common;
+use crate::common;
 
 use fleetrl_core::envs::{Acrobot, TimeLimit};
 

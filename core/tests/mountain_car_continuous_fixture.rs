@@ -2,7 +2,7 @@
 //! (`scripts/gen_classic_control_fixtures.py`) through `TimeLimit<MountainCarContinuous>` (what
 //! `envs::make("MountainCarContinuous-v0")` builds) and checks every step.
 
-mod common;
+use crate::common;
 
 use fleetrl_core::envs::{MountainCarContinuous, TimeLimit};
 

@@ -2,7 +2,7 @@
 //! (`scripts/gen_classic_control_fixtures.py`) through `TimeLimit<Pendulum>` (what
 //! `envs::make("Pendulum-v1")` builds) and checks every step.
 
-mod common;
+use crate::common;
 
 use fleetrl_core::envs::{Pendulum, TimeLimit};
 
