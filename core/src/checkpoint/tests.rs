@@ -17,6 +17,38 @@ fn partial_checkpoints_are_removed_and_whole_ones_kept() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A disk that fills mid-write (the model file's bytes go to `/dev/full`): the error names
+/// the file and the cause, no partial directory is left to keep the disk full, and the newest
+/// whole checkpoint still loads.
+#[test]
+fn a_full_disk_names_the_file_and_keeps_the_last_checkpoint() {
+    let dir = std::env::temp_dir().join(format!("fleetrl-full-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = RunConfig::default();
+    let meta = |policy_version| CheckpointMeta {
+        policy_version,
+        env_id: "CartPole-v1".into(),
+        ..CheckpointMeta::default()
+    };
+    let model = vec![("pi.w".to_string(), Tensor::from_slice(&[1.0f32; 64]))];
+    save(&dir, &model, &[], &meta(1), &config).unwrap();
+    let tmp = dir.join(format!("{PARTIAL_PREFIX}{:08}-{}", 2, std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::os::unix::fs::symlink("/dev/full", tmp.join("model.safetensors")).unwrap();
+    let error = save(&dir, &model, &[], &meta(2), &config)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("model.safetensors") && error.contains("No space left"),
+        "{error}"
+    );
+    assert!(!tmp.exists(), "the partial checkpoint is removed");
+    let newest = latest(&dir).unwrap();
+    assert!(newest.ends_with("ckpt-00000001"), "{newest:?}");
+    assert_eq!(load(&newest).unwrap().meta.policy_version, 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn save_load_prune() {
     let dir = std::env::temp_dir().join(format!("fleetrl-ckpt-{}", std::process::id()));
