@@ -136,7 +136,11 @@ impl Cluster {
         for role in [&mut self.replay, &mut self.learner] {
             if let Some(status) = role.exited() {
                 let log = self.logs.join(format!("{}.log", role.name));
-                anyhow::bail!("{} exited ({status}){}", role.name, launch::quote_log(&log));
+                anyhow::bail!(
+                    "{} exited ({status}){}",
+                    role.name,
+                    launch::quote_log(&role.name, &log)
+                );
             }
         }
         for id in 0..self.actors.len() {
@@ -148,7 +152,7 @@ impl Cluster {
                 let log = self.logs.join(format!("actor-{id}.log"));
                 anyhow::bail!(
                     "actors keep exiting (last: actor-{id}, {status}){}",
-                    launch::quote_log(&log)
+                    launch::quote_log(&format!("actor-{id}"), &log)
                 );
             }
             tracing::warn!(actor = id, %status, "actor exited; starting a new one");

@@ -6,7 +6,7 @@
 //! a role that prints, e.g. a Python env's `print`, never fills a pipe nobody reads and stalls.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -131,7 +131,11 @@ impl Role {
             .context("the listening address was already asked for")?;
         match tokio::time::timeout(patience, listening).await {
             Ok(Ok(addr)) => Ok(addr),
-            Ok(Err(_)) => bail!("{} exited before listening{}", self.name, quote_log(log)),
+            Ok(Err(_)) => bail!(
+                "{} exited before listening{}",
+                self.name,
+                quote_log(&self.name, log)
+            ),
             Err(_) => bail!(
                 "{} did not start listening within {patience:?}; see {}",
                 self.name,
@@ -226,11 +230,72 @@ fn copy_stdout(
     Ok(listening)
 }
 
-/// The end of a message about a role that stopped: `":\n"` and its log's error lines (see
-/// [`first_errors`]) when it has any, then where its whole log is.
-pub fn quote_log(log: &Path) -> String {
-    let errors = first_errors(log).map_or_else(String::new, |e| format!(":\n{e}"));
-    format!("{errors}\n(its whole log: {})", log.display())
+/// The end of a message about role `name` that stopped: `":\n"`, its log's first error (see
+/// [`first_errors`]) unless the last lines show it, and the last [`LAST_LINES`] lines of its
+/// log (stderr and stdout alike), each after the role's name: what it printed as it died
+/// (a libtorch abort, a Python env's own message, a signal's last words) even when that is
+/// not an `error:` line or a panic. Then where its whole log is.
+pub fn quote_log(name: &str, log: &Path) -> String {
+    let last = last_lines(log, LAST_LINES);
+    let errors = first_errors(log).filter(|errors| {
+        let first = errors.lines().next().unwrap_or_default().trim();
+        !last.iter().any(|line| line.trim() == first)
+    });
+    let mut quoted = String::new();
+    if let Some(errors) = errors {
+        quoted.push_str(&format!("\n{errors}"));
+    }
+    if !last.is_empty() {
+        quoted.push_str(&format!("\nthe last {} lines of its log:", last.len()));
+        for line in &last {
+            quoted.push_str(&format!("\n  {name}| {line}"));
+        }
+    }
+    let colon = if quoted.is_empty() { "" } else { ":" };
+    format!("{colon}{quoted}\n(its whole log: {})", log.display())
+}
+
+/// How many of a dead role's last log lines [`quote_log`] quotes.
+pub const LAST_LINES: usize = 20;
+
+/// How much of a log's end [`last_lines`] reads: a role that printed megabytes costs no more.
+const TAIL_BYTES: u64 = 64 * 1024;
+
+/// The longest line [`last_lines`] quotes, in characters; longer ones end in `…`.
+const MAX_QUOTED_LINE: usize = 400;
+
+/// The last `n` non-blank lines of `log`, colour codes removed, each at most
+/// [`MAX_QUOTED_LINE`] characters; none if it cannot be read.
+fn last_lines(log: &Path, n: usize) -> Vec<String> {
+    let Ok(mut file) = File::open(log) else {
+        return Vec::new();
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let start = len.saturating_sub(TAIL_BYTES);
+    let mut tail = Vec::new();
+    if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut tail).is_err() {
+        return Vec::new();
+    }
+    let text = strip_ansi(&String::from_utf8_lossy(&tail));
+    let mut lines: Vec<&str> = text.lines().collect();
+    if start > 0 && !lines.is_empty() {
+        // The read began inside a line: its start is not there.
+        lines.remove(0);
+    }
+    let kept: Vec<String> = lines
+        .iter()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(n)
+        .map(|l| {
+            let l = l.trim_end();
+            match l.char_indices().nth(MAX_QUOTED_LINE) {
+                Some((cut, _)) => format!("{}…", &l[..cut]),
+                None => l.to_string(),
+            }
+        })
+        .collect();
+    kept.into_iter().rev().collect()
 }
 
 /// The error a role printed before it exited: its log's `error:` line and the `caused by:`
@@ -327,6 +392,58 @@ mod tests {
         );
         std::fs::write(&log, "\u{1b}[32m INFO\u{1b}[0m nothing wrong\n").unwrap();
         assert_eq!(first_errors(&log), None);
+        std::fs::remove_file(&log).ok();
+    }
+
+    /// A role that died without an `error:` line or a panic (a libtorch abort, a Python
+    /// env's own message) is quoted by its last lines, each after its name; an `error:` line
+    /// those lines hold is not quoted twice, and one further up still is.
+    #[test]
+    fn a_dead_roles_last_lines_are_quoted_with_its_name() {
+        let log = std::env::temp_dir().join(format!("fleetrl-last-{}.log", std::process::id()));
+        let mut text = "x".repeat(100_000);
+        text.push('\n');
+        for i in 0..30 {
+            text.push_str(&format!("\u{1b}[32m INFO\u{1b}[0m step {i}\n"));
+        }
+        text.push_str(&format!("{}\n\n", "y".repeat(1000)));
+        text.push_str("terminate called after throwing an instance of 'c10::Error'\n");
+        std::fs::write(&log, &text).unwrap();
+        let quoted = quote_log("learner", &log);
+        let lines: Vec<&str> = quoted.lines().collect();
+        assert_eq!(lines[0], ":");
+        assert_eq!(lines[1], "the last 20 lines of its log:");
+        assert_eq!(lines[2], "  learner|  INFO step 12");
+        assert!(lines[20].starts_with(&format!("  learner| {}…", "y".repeat(400))));
+        assert_eq!(
+            lines[21],
+            "  learner| terminate called after throwing an instance of 'c10::Error'"
+        );
+        assert_eq!(lines[22], format!("(its whole log: {})", log.display()));
+        assert_eq!(lines.len(), 23);
+
+        // The error is among the last lines: quoted once.
+        std::fs::write(&log, "starting\nerror: no such env\n  caused by: typo\n").unwrap();
+        let quoted = quote_log("actor-0", &log);
+        assert_eq!(quoted.matches("no such env").count(), 1, "{quoted}");
+        assert!(
+            quoted.contains("  actor-0| error: no such env\n"),
+            "{quoted}"
+        );
+        // An earlier error than the last lines show is quoted above them.
+        let mut text = String::from("error: the first failure\n");
+        text.push_str(&"later noise\n".repeat(25));
+        std::fs::write(&log, text).unwrap();
+        let quoted = quote_log("actor-0", &log);
+        assert!(
+            quoted.starts_with(":\n  error: the first failure\nthe last 20 lines"),
+            "{quoted}"
+        );
+        std::fs::write(&log, "").unwrap();
+        assert_eq!(
+            quote_log("actor-0", &log),
+            format!("\n(its whole log: {})", log.display())
+        );
         std::fs::remove_file(&log).ok();
     }
 

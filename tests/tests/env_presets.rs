@@ -3,8 +3,8 @@
 //! thresholds; MuJoCo Hopper-v5 and Atari Pong (gymnasium hosted in the actors, Rust Atari
 //! preprocessing, the Nature CNN) run end to end for a few thousand steps; PPO solves CartPole
 //! hosted in EnvPool; a hosted env that prints on every step does not stall the run, one that
-//! returns a NaN reward or a misshapen observation ends it with that reason; and an actor
-//! without gymnasium, or a wrong gymnasium id or module, fails with an error that says what to
+//! returns a NaN reward or a misshapen observation ends it with that reason, one that kills
+//! its actor has its last words quoted by the launcher; and an actor without gymnasium, or a wrong gymnasium id or module, fails with an error that says what to
 //! do.
 //!
 //! The learning budgets are several times what seed 0 needed here (see each test), and are
@@ -219,6 +219,20 @@ fn missing_gymnasium_and_wrong_ids_are_clear_errors() {
     );
 }
 
+/// Runs `fleetrl train --config cartpole-ppo --set SET... --out DIR/run` with the
+/// [`own_gym_env`] in `dir` on PYTHONPATH, to its end.
+fn train_own_env(dir: &std::path::Path, sets: &[&str]) -> std::process::Output {
+    let mut cmd = fleetrl_tests::cli::fleetrl_command(&["train", "--config", "cartpole-ppo"]);
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    cmd.arg("--out")
+        .arg(dir.join("run"))
+        .env("PYTHONPATH", dir)
+        .output()
+        .expect("fleetrl train runs")
+}
+
 /// A hosted env that prints on every step (a user's own gymnasium env with a debug `print`):
 /// the roles' stdout is copied into their logs, so the run goes on. Before, an actor's stdout
 /// was a pipe nobody read, and after about 64 KiB of prints (here some 300 steps) the actor
@@ -232,24 +246,15 @@ fn a_hosted_env_that_prints_does_not_stall_the_run() {
         "        print('stepping ' + 'x' * 200)\n        return CartPoleEnv.step(self, action)",
     );
     let out = dir.join("run");
-    let run = fleetrl_tests::cli::fleetrl_command(&[
-        "train",
-        "--config",
-        "cartpole-ppo",
-        "--set",
-        "env.id=gym:fleetrl_printing_env:Printing-v0",
-        "--set",
-        "stop.total_env_steps=8192",
-        "--set",
-        "stop.max_wall_seconds=300",
-        "--set",
-        "eval.episodes=2",
-        "--out",
-    ])
-    .arg(&out)
-    .env("PYTHONPATH", &dir)
-    .output()
-    .unwrap();
+    let run = train_own_env(
+        &dir,
+        &[
+            "env.id=gym:fleetrl_printing_env:Printing-v0",
+            "stop.total_env_steps=8192",
+            "stop.max_wall_seconds=300",
+            "eval.episodes=2",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     let summary: serde_json::Value =
@@ -326,4 +331,42 @@ fn an_env_whose_observation_changes_shape_ends_the_run_naming_both() {
         ),
         "{stderr}"
     );
+}
+
+/// A hosted env that ends its actor with a message of its own and no `error:` line (as a
+/// simulator's C library or a libtorch abort does): once restarted actors keep dying, the
+/// launcher's error quotes the dead actor's last log lines, each after its name, so the
+/// message is on the screen. Before, it said `actors keep exiting (last: actor-N, exit
+/// status: 3)` and where the log was, and nothing of what the actor printed.
+#[test]
+fn an_actor_that_dies_on_its_own_is_quoted_by_its_last_lines() {
+    let dir = own_gym_env(
+        "fleetrl_dying_env",
+        "Dying-v0",
+        "        import os, sys\n\
+         \x20       sys.stderr.write('own env: the simulator lost its licence\\n')\n\
+         \x20       sys.stderr.flush()\n\
+         \x20       os._exit(3)",
+    );
+    let run = train_own_env(
+        &dir,
+        &[
+            "env.id=gym:fleetrl_dying_env:Dying-v0",
+            "stop.max_wall_seconds=300",
+        ],
+    );
+    // The launcher's own stderr, not the logs beside it.
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("actors keep exiting") && stderr.contains("exit status: 3"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.lines().any(
+            |l| l.contains("actor-") && l.contains("| own env: the simulator lost its licence")
+        ),
+        "the actor's own last words should be quoted after its name: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -23,9 +23,15 @@ impl Signature {
         Ok(())
     }
 
-    /// Checks that the signature itself is usable: unique names, known dtypes, no negative
-    /// dimensions.
+    /// Checks that the signature itself is usable: at least one field, unique names, known
+    /// dtypes, and dimensions of at least 1 (a zero-length dimension would make every item of
+    /// that field hold no data).
     pub fn check(&self) -> Result<(), ReplayError> {
+        if self.fields.is_empty() {
+            return Err(ReplayError::InvalidRequest(
+                "the signature is empty: a table needs at least one field".into(),
+            ));
+        }
         let mut seen = HashSet::new();
         for spec in &self.fields {
             let bad =
@@ -38,6 +44,12 @@ impl Signature {
             }
             if spec.shape.iter().any(|&d| d < 0) {
                 return Err(bad("shape has a negative dimension"));
+            }
+            if spec.shape.contains(&0) {
+                return Err(bad(&format!(
+                    "shape {:?} has a zero-length dimension, so the field would hold no data",
+                    spec.shape
+                )));
             }
         }
         Ok(())
@@ -223,8 +235,12 @@ mod tests {
             n in 1i64..4,
         ) {
             let mut signature = signature_of(&declared);
-            signature.fields.retain(|f| f.shape.iter().all(|d| (0..4).contains(d)));
+            signature.fields.retain(|f| f.shape.iter().all(|d| (1..4).contains(d)));
             signature.fields.dedup_by(|a, b| a.name == b.name);
+            if signature.fields.is_empty() {
+                // `check` refuses an empty signature; give it one field the names never clash with.
+                signature.fields.push(FieldSpec::new("c", Dtype::F32, &[2]));
+            }
             prop_assume!(signature.check().is_ok());
             let items: Vec<TensorMap> = (0..n)
                 .map(|i| TensorMap::from_pairs(signature.fields.iter().map(|f| {
@@ -239,11 +255,9 @@ mod tests {
                 let parts: Vec<&Tensor> = items.iter().map(|i| &i.tensors[&f.name]).collect();
                 (f.name.clone(), Tensor::stack(&parts).unwrap())
             }));
-            match crate::table::split_stacked(&stacked, &signature) {
-                Ok(back) => prop_assert_eq!(back, items),
-                // A signature with no fields has no item dimension to count.
-                Err(e) => prop_assert!(signature.fields.is_empty(), "{}", e),
-            }
+            // `check` refuses a signature with no fields, which has no item dimension to count.
+            let back = crate::table::split_stacked(&stacked, &signature);
+            prop_assert_eq!(back, Ok(items));
         }
     }
 
@@ -253,5 +267,31 @@ mod tests {
         sig.fields.push(FieldSpec::new("obs", Dtype::F32, &[1]));
         assert!(matches!(sig.check(), Err(ReplayError::InvalidRequest(m)) if m.contains("twice")));
         signature().check().unwrap();
+    }
+
+    #[test]
+    fn check_rejects_an_empty_signature() {
+        let empty = Signature { fields: vec![] };
+        assert_eq!(
+            message(empty.check()),
+            "invalid request: the signature is empty: a table needs at least one field"
+        );
+    }
+
+    #[test]
+    fn check_rejects_a_zero_length_dimension() {
+        for shape in [&[0][..], &[32, 0, 4], &[4, 0]] {
+            let mut sig = signature();
+            sig.fields.push(FieldSpec::new("mask", Dtype::Bool, shape));
+            let msg = message(sig.check());
+            assert!(
+                msg.contains("field `mask`") && msg.contains("zero-length dimension"),
+                "{shape:?}: {msg}"
+            );
+        }
+        // A scalar field (no dimensions at all) holds one value and stays allowed.
+        let mut scalar = signature();
+        scalar.fields.push(FieldSpec::new("step", Dtype::I64, &[]));
+        scalar.check().unwrap();
     }
 }
