@@ -1,27 +1,21 @@
-//! `fleetrl train`: one replay server, one learner and N actors on loopback; progress, periodic
-//! evaluation of the deterministic policy, the stop condition, and `summary.json`.
+//! A run between its start and its summary: the loop that watches progress, the periodic
+//! evaluations, interrupts, stalls and the finish.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fleetrl_core::checkpoint::{self, Checkpoint};
 use fleetrl_core::config::RunConfig;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
-use fleetrl_proto::v1::{
-    GetStatusRequest, LearnerStatus, SaveCheckpointRequest, SetParameterRequest,
-};
-use fleetrl_runtime::net;
+use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus, SaveCheckpointRequest};
 use fleetrl_runtime::net::Channel;
 use tokio::sync::{oneshot, watch};
 
+use super::{Cluster, Outcome};
 use crate::eval_cmd::evaluate_checkpoint;
 use crate::progress::Progress;
 use crate::summary::{success_text, Evaluation, Summary};
-use fleetrl_runtime::launch::{self, Role};
 
-const START_PATIENCE: Duration = Duration::from_secs(120);
-const STOP_GRACE: Duration = Duration::from_secs(30);
 /// How long a failed call waits for the role behind it to exit (the learner drains for a few
 /// seconds after a failure before it does).
 const ROLE_EXIT_PATIENCE: Duration = Duration::from_secs(10);
@@ -31,382 +25,31 @@ const ROLE_EXIT_PATIENCE: Duration = Duration::from_secs(10);
 /// the learner gone first by more than a second (a test signalling 400 ms apart saw it fail
 /// with a one-second wait, beside two benchmark lanes on 2 cores).
 const SIGNAL_GRACE: Duration = Duration::from_secs(3);
-const MAX_ACTOR_RESTARTS: u32 = 10;
 /// How long a run may show no movement at all (no env step reported, none trained, no update)
 /// before the launcher says so.
 const STALL_WARNING: Duration = Duration::from_secs(120);
 
-/// The running cluster.
-struct Cluster {
-    replay: Role,
-    learner: Role,
-    actors: Vec<Role>,
-    actor_args: Vec<String>,
-    logs: PathBuf,
-    restarts: u32,
-}
-
-fn s(x: impl ToString) -> String {
-    x.to_string()
-}
-
-impl Cluster {
-    async fn start(
-        config_path: &Path,
-        demos_root: &Path,
-        out: &Path,
-        actors: u32,
-        resume: Option<&str>,
-    ) -> anyhow::Result<(Cluster, SocketAddrs)> {
-        let logs = out.join("logs");
-        std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
-        let config = s(config_path.display());
-        let replay_log = logs.join("replay-server.log");
-        let mut replay = Role::start(
-            "replay-server",
-            "fleet-replay-server",
-            &[
-                s("--listen"),
-                s("127.0.0.1:0"),
-                s("--demos-root"),
-                s(demos_root.display()),
-            ],
-            &replay_log,
-        )
-        .await?;
-        let replay_addr = replay.listening_addr(START_PATIENCE, &replay_log).await?;
-        let mut learner_args = vec![
-            s("--listen"),
-            s("127.0.0.1:0"),
-            s("--replay"),
-            s(replay_addr),
-            s("--config"),
-            config,
-            s("--run-dir"),
-            s(out.display()),
-        ];
-        if let Some(resume) = resume {
-            learner_args.extend([s("--resume"), s(resume)]);
-        }
-        let learner_log = logs.join("learner.log");
-        let mut learner =
-            Role::start("learner", "fleet-learner", &learner_args, &learner_log).await?;
-        let learner_addr = learner.listening_addr(START_PATIENCE, &learner_log).await?;
-        // For `fleetrl set` and other tools that talk to the running learner.
-        let addr_file = out.join(LEARNER_ADDR_FILE);
-        std::fs::write(&addr_file, format!("{learner_addr}\n"))
-            .with_context(|| format!("writing {}", addr_file.display()))?;
-        let actor_args = vec![
-            s("--learner"),
-            s(learner_addr),
-            s("--replay"),
-            s(replay_addr),
-            s("--health-listen"),
-            s("127.0.0.1:0"),
-        ];
-        let mut cluster = Cluster {
-            replay,
-            learner,
-            actors: Vec::new(),
-            actor_args,
-            logs,
-            restarts: 0,
-        };
-        for id in 0..actors {
-            let actor = cluster.start_actor(id).await?;
-            cluster.actors.push(actor);
-        }
-        Ok((
-            cluster,
-            SocketAddrs {
-                learner: learner_addr.to_string(),
-            },
-        ))
-    }
-
-    async fn start_actor(&self, id: u32) -> anyhow::Result<Role> {
-        let mut args = self.actor_args.clone();
-        args.extend([s("--actor-id"), s(id)]);
-        let log = self.logs.join(format!("actor-{id}.log"));
-        Role::start(&format!("actor-{id}"), "fleet-actor", &args, &log).await
-    }
-
-    /// Fails if a server died; restarts actors that died (they are stateless).
-    async fn supervise(&mut self) -> anyhow::Result<()> {
-        for role in [&mut self.replay, &mut self.learner] {
-            if let Some(status) = role.exited() {
-                let log = self.logs.join(format!("{}.log", role.name));
-                anyhow::bail!(
-                    "{} exited ({status}){}",
-                    role.name,
-                    launch::quote_log(&role.name, &log)
-                );
-            }
-        }
-        for id in 0..self.actors.len() {
-            let Some(status) = self.actors[id].exited() else {
-                continue;
-            };
-            self.restarts += 1;
-            if self.restarts > MAX_ACTOR_RESTARTS {
-                let log = self.logs.join(format!("actor-{id}.log"));
-                anyhow::bail!(
-                    "actors keep exiting (last: actor-{id}, {status}){}",
-                    launch::quote_log(&format!("actor-{id}"), &log)
-                );
-            }
-            tracing::warn!(actor = id, %status, "actor exited; starting a new one");
-            self.actors[id] = self.start_actor(id as u32).await?;
-        }
-        Ok(())
-    }
-
-    async fn stop(mut self) {
-        futures::future::join_all(self.actors.iter_mut().map(|a| a.stop(STOP_GRACE))).await;
-        self.learner.stop(STOP_GRACE).await;
-        self.replay.stop(STOP_GRACE).await;
-    }
-}
-
-struct SocketAddrs {
-    learner: String,
-}
-
-/// Why a run ended.
-enum Outcome {
-    Solved,
-    Budget,
-    WallClock,
-    Interrupted,
-    /// A role failed (the learner's update diverged, say): the error, reported after the
-    /// summary of the evaluations made before it is written.
-    Failed(anyhow::Error),
-}
-
-/// Runs training to its stop condition and writes `out/summary.json`. Returns the summary
-/// (none if the run was interrupted before any evaluation finished) and whether the run was
-/// interrupted.
-pub(crate) async fn train(
-    config: RunConfig,
-    out: &Path,
-    resume: Option<&str>,
-) -> anyhow::Result<(Option<Summary>, bool)> {
-    if config.actors.count == 0 {
-        anyhow::bail!(
-            "actors.count = 0: `fleetrl train` needs at least one actor to collect experience \
-             (set actors.count, e.g. --set actors.count=2)"
-        );
-    }
-    check_local_actors(config.actors.count, local_cores())?;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let _lock = lock_run_dir(out)?;
-    run_token(out)?;
-    let mut config = config;
-    let demos_root = demos_root(&mut config.ppod)?;
-    let config_path = out.join("config.toml");
-    std::fs::write(&config_path, config.to_toml())
-        .with_context(|| format!("writing {}", config_path.display()))?;
-    let started = Instant::now();
-    let (mut cluster, addrs) =
-        Cluster::start(&config_path, &demos_root, out, config.actors.count, resume).await?;
-    let channel = net::connect(&addrs.learner, START_PATIENCE).await?;
-    let mut learner = LearnerServiceClient::new(channel);
-    let mut run = Running {
-        config: &config,
-        cluster: &mut cluster,
-        learner: &mut learner,
-        progress: Progress::new(config.stop.total_env_steps),
-        last_status: LearnerStatus::default(),
-        interrupts: watch_interrupts()?,
-        started,
-    };
-    let finished = match run.train().await {
-        Ok((outcome, evaluations, status)) => run.finish(out, outcome, evaluations, status).await,
-        Err(e) => Err(e),
-    };
-    cluster.stop().await;
-    let _ = std::fs::remove_file(out.join(LEARNER_ADDR_FILE));
-    finished
-}
-
-/// The replay server's `--demos-root` for this config: the directory holding every
-/// `ppod.*_dir` it names, which are made absolute (the server refuses names outside its root).
-fn demos_root(ppod: &mut fleetrl_core::config::PpodConfig) -> anyhow::Result<PathBuf> {
-    let names = [
-        &mut ppod.demos_dir,
-        &mut ppod.initial_agent_demos_dir,
-        &mut ppod.supplementary_dir,
-        &mut ppod.target_dir,
-    ];
-    fleetrl_runtime::confine::absolute_under_one_root(names)
-        .context("resolving the ppod.*_dir directories")
-}
-
-/// Actor processes `fleetrl train` starts per core of this machine at most. Each holds
-/// libtorch (about 200 MB resident) and steps its own envs: more than this many a core only
-/// share the cores, while a typo (`actors.count=100000`) would start processes until the
-/// machine runs out of memory.
-const LOCAL_ACTORS_PER_CORE: u32 = 8;
-
-fn local_cores() -> u32 {
-    fleetrl_core::cpu::cores() as u32
-}
-
-/// Refuses more actor processes than [`LOCAL_ACTORS_PER_CORE`] times `cores`, saying what
-/// to do instead.
-fn check_local_actors(count: u32, cores: u32) -> anyhow::Result<()> {
-    let most = LOCAL_ACTORS_PER_CORE * cores;
-    anyhow::ensure!(
-        count <= most,
-        "actors.count = {count}: `fleetrl train` starts every actor as a process on this \
-         machine, and with {cores} cores it starts at most {most} ({LOCAL_ACTORS_PER_CORE} a \
-         core; each holds about 200 MB); step more envs in each (actors.envs_per_actor), or \
-         run the actors on other machines (docker-compose or Kubernetes, see the README)"
-    );
-    Ok(())
-}
-
-/// The file in a run's output directory that holds its learner's `host:port` while it runs.
-const LEARNER_ADDR_FILE: &str = "learner.addr";
-
-/// `fleetrl set RUN algo.KEY=VALUE`: asks the run's learner to change a live hyperparameter
-/// and prints the change.
-pub(crate) async fn set_parameter(
-    run: &Path,
-    assignment: &str,
-    learner: Option<&str>,
-) -> anyhow::Result<()> {
-    let (key, value) = assignment.split_once('=').with_context(|| {
-        format!("`{assignment}`: expected algo.KEY=VALUE, e.g. algo.learning_rate=1e-4")
-    })?;
-    let addr = match learner {
-        Some(addr) => addr.to_string(),
-        None => {
-            let path = run.join(LEARNER_ADDR_FILE);
-            std::fs::read_to_string(&path)
-                .with_context(|| {
-                    format!(
-                        "reading {}: is the run still going? (or pass --learner host:port)",
-                        path.display()
-                    )
-                })?
-                .trim()
-                .to_string()
-        }
-    };
-    if net::auth::token().is_none() {
-        let path = run.join("run.token");
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            let token = net::auth::Token::new(&text, &path.display().to_string())?;
-            net::auth::install(Some(token));
-        }
-    }
-    let channel = net::connect(&addr, Duration::from_secs(10)).await?;
-    let changed = LearnerServiceClient::new(channel)
-        .set_parameter(SetParameterRequest {
-            key: key.trim().to_string(),
-            value: value.trim().to_string(),
-        })
-        .await
-        .map_err(|status| anyhow::anyhow!("{}", status.message()))
-        .with_context(|| format!("setting {}", key.trim()))?
-        .into_inner();
-    println!(
-        "{}: {} -> {} (from policy version {})",
-        key.trim(),
-        changed.previous,
-        changed.value,
-        changed.policy_version
-    );
-    Ok(())
-}
-
-/// Locks the run directory `out` for this launcher, so that a second `fleetrl train` into it
-/// is refused instead of overwriting this run's token, config and logs and resuming from the
-/// checkpoints it is writing. The lock holds while the returned `out/run.lock` stays open.
-fn lock_run_dir(out: &Path) -> anyhow::Result<std::fs::File> {
-    fleetrl_runtime::dir_lock::lock(
-        out,
-        "run.lock",
-        "`fleetrl train`",
-        "give this run another --out, or wait until that one ends (it resumes from the \
-         directory's checkpoints then)",
-    )
-}
-
-/// The checkpoint `--resume` names for a run into `out`, loaded: none without one (or with
-/// `auto` and no checkpoint yet), an error naming what to give when there is nothing to resume
-/// (the learner would fail on it too, but only after the launcher had replaced the run's config
-/// and token). `latest` and `auto` take the newest that loads, as the learner will.
-pub(crate) fn resume_checkpoint(
-    out: &Path,
-    resume: Option<&str>,
-) -> anyhow::Result<Option<Checkpoint>> {
-    let checkpoints = out.join("checkpoints");
-    match resume {
-        None => Ok(None),
-        Some("auto") => Ok(checkpoint::load_newest(&checkpoints)?),
-        Some("latest") => match checkpoint::load_newest(&checkpoints)? {
-            Some(ckpt) => Ok(Some(ckpt)),
-            None => anyhow::bail!(
-                "--resume latest: no checkpoint under {} (a run resumes from its own --out; \
-                 without --resume it starts fresh)",
-                checkpoints.display()
-            ),
-        },
-        Some(path) => {
-            let path = checkpoint::resolve(Path::new(path)).with_context(|| {
-                format!("--resume {path} (or `latest`, the newest of this --out)")
-            })?;
-            Ok(Some(checkpoint::load(&path)?))
-        }
-    }
-}
-
-/// The run's token: the environment's (`FLEETRL_TOKEN_FILE`, `FLEETRL_TOKEN`), else a fresh
-/// random one. Installed for this process and its children, and written to `out/run.token`
-/// (mode 0600) for tools that talk to the running cluster.
-fn run_token(out: &Path) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let token = match net::auth::from_env()? {
-        Some(token) => token,
-        None => net::auth::Token::random().context("making the run's token")?,
-    };
-    net::auth::install(Some(token.clone()));
-    let path = out.join("run.token");
-    let _ = std::fs::remove_file(&path);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    writeln!(file, "{}", token.expose()).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
-type LoopResult = (Outcome, Vec<Evaluation>, LearnerStatus);
+pub(super) type LoopResult = (Outcome, Vec<Evaluation>, LearnerStatus);
 
 /// A run between its start and its summary: what the loop, the evaluations and the finish
 /// share.
-struct Running<'a> {
-    config: &'a RunConfig,
-    cluster: &'a mut Cluster,
-    learner: &'a mut LearnerServiceClient<Channel>,
-    progress: Progress,
+pub(super) struct Running<'a> {
+    pub(super) config: &'a RunConfig,
+    pub(super) cluster: &'a mut Cluster,
+    pub(super) learner: &'a mut LearnerServiceClient<Channel>,
+    pub(super) progress: Progress,
     /// How many Ctrl-Cs and SIGTERMs the launcher has received (see [`watch_interrupts`]).
-    interrupts: watch::Receiver<u32>,
+    pub(super) interrupts: watch::Receiver<u32>,
     /// The learner's status as last read.
-    last_status: LearnerStatus,
-    started: Instant,
+    pub(super) last_status: LearnerStatus,
+    pub(super) started: Instant,
 }
 
 /// Counts the Ctrl-Cs (SIGINT) and SIGTERMs (what `kill`, `timeout` and job schedulers send)
 /// the launcher receives. The first ends training (the run then evaluates its latest
 /// checkpoint and writes the summary); a second skips what is left of that evaluation. Either
 /// one also ends an evaluation in progress, so that an env stuck in `step` cannot hold the run.
-fn watch_interrupts() -> anyhow::Result<watch::Receiver<u32>> {
+pub(super) fn watch_interrupts() -> anyhow::Result<watch::Receiver<u32>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigint = signal(SignalKind::interrupt()).context("listening for Ctrl-C")?;
     let mut sigterm = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
@@ -428,7 +71,7 @@ fn watch_interrupts() -> anyhow::Result<watch::Receiver<u32>> {
 
 /// Resolves once the launcher has received `n` signals (Ctrl-C or SIGTERM) in all; never if
 /// it cannot listen for them.
-async fn signalled(interrupts: &mut watch::Receiver<u32>, n: u32) {
+pub(super) async fn signalled(interrupts: &mut watch::Receiver<u32>, n: u32) {
     if interrupts.wait_for(|&got| got >= n).await.is_err() {
         std::future::pending::<()>().await;
     }
@@ -436,7 +79,7 @@ async fn signalled(interrupts: &mut watch::Receiver<u32>, n: u32) {
 
 impl Running<'_> {
     /// Trains until a stop condition: the outcome, the evaluations made, the last status.
-    async fn train(&mut self) -> anyhow::Result<LoopResult> {
+    pub(super) async fn train(&mut self) -> anyhow::Result<LoopResult> {
         let config = self.config;
         let target = config.stop.target_return;
         let mut evaluations = Vec::new();
@@ -497,7 +140,7 @@ impl Running<'_> {
     }
 
     /// Fails if a server died (restarting actors that did), else the learner's status.
-    async fn observe(&mut self) -> anyhow::Result<LearnerStatus> {
+    pub(super) async fn observe(&mut self) -> anyhow::Result<LearnerStatus> {
         self.cluster.supervise().await?;
         self.status().await
     }
@@ -506,7 +149,7 @@ impl Running<'_> {
     /// signal to every process of the run stops the learner at about the moment it reaches the
     /// launcher, which may see the learner gone first), else a failure with the exit of the
     /// role that failed if it exits soon, else with the error.
-    async fn failed(
+    pub(super) async fn failed(
         &mut self,
         error: anyhow::Error,
         evaluations: Vec<Evaluation>,
@@ -530,7 +173,7 @@ impl Running<'_> {
         Ok((Outcome::Failed(error), evaluations, status))
     }
 
-    async fn status(&mut self) -> anyhow::Result<LearnerStatus> {
+    pub(super) async fn status(&mut self) -> anyhow::Result<LearnerStatus> {
         let status = self
             .learner
             .get_status(GetStatusRequest {})
@@ -543,7 +186,10 @@ impl Running<'_> {
     /// The end of training by Ctrl-C or SIGTERM. A signal sent to every process of the run
     /// (a job scheduler's, systemd's) stops the learner too, after its final checkpoint: the
     /// summary then holds its last status as the launcher read it.
-    async fn interrupted(&mut self, evaluations: Vec<Evaluation>) -> anyhow::Result<LoopResult> {
+    pub(super) async fn interrupted(
+        &mut self,
+        evaluations: Vec<Evaluation>,
+    ) -> anyhow::Result<LoopResult> {
         let status = match self.status().await {
             Ok(status) => status,
             Err(_) => self.last_status.clone(),
@@ -554,7 +200,7 @@ impl Running<'_> {
     }
 
     /// Prints an evaluation's result.
-    fn report(&self, eval: &Evaluation) {
+    pub(super) fn report(&self, eval: &Evaluation) {
         let what = match eval.adaptation_returns.as_slice() {
             [before, _, ..] => format!(
                 "adapted return {:.2} (before adapting {before:.2})",
@@ -588,7 +234,7 @@ impl Running<'_> {
     ///
     /// The evaluation plays on a thread of its own, which an interrupt leaves behind: an env
     /// stuck in `step` must not hold the run, and the process exits soon after.
-    async fn evaluate(&mut self, training: bool) -> anyhow::Result<Option<Evaluation>> {
+    pub(super) async fn evaluate(&mut self, training: bool) -> anyhow::Result<Option<Evaluation>> {
         let interrupts = *self.interrupts.borrow() + 1;
         let saved = self
             .learner
@@ -650,7 +296,7 @@ impl Running<'_> {
     /// is then interrupted, its summary reports the last evaluation that finished, and there is
     /// no summary if none had. Returns the summary and whether the run was interrupted; a
     /// failed run's error after its summary (of the evaluations before the failure) is written.
-    async fn finish(
+    pub(super) async fn finish(
         &mut self,
         out: &Path,
         mut outcome: Outcome,
@@ -724,16 +370,16 @@ impl Running<'_> {
 
 /// Notices a run in which nothing moves for [`STALL_WARNING`]: once per stall, again only
 /// after something moved.
-struct StallWatch {
+pub(super) struct StallWatch {
     /// Env steps reported, env steps trained and updates, as last seen.
-    counters: (u64, u64, u64),
+    pub(super) counters: (u64, u64, u64),
     /// When they last changed.
-    since: Instant,
-    warned: bool,
+    pub(super) since: Instant,
+    pub(super) warned: bool,
 }
 
 impl StallWatch {
-    fn new(now: Instant) -> StallWatch {
+    pub(super) fn new(now: Instant) -> StallWatch {
         StallWatch {
             counters: (0, 0, 0),
             since: now,
@@ -742,7 +388,7 @@ impl StallWatch {
     }
 
     /// How long nothing has moved, the first time that reaches [`STALL_WARNING`].
-    fn check(&mut self, status: &LearnerStatus, now: Instant) -> Option<Duration> {
+    pub(super) fn check(&mut self, status: &LearnerStatus, now: Instant) -> Option<Duration> {
         let counters = (
             status.env_steps_reported,
             status.env_steps_trained,
@@ -765,18 +411,6 @@ impl StallWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn local_actors_are_bounded_by_the_cores() {
-        assert!(check_local_actors(16, 2).is_ok());
-        let error = check_local_actors(100_000, 2).unwrap_err().to_string();
-        assert!(
-            error.contains("actors.count = 100000")
-                && error.contains("with 2 cores it starts at most 16")
-                && error.contains("actors.envs_per_actor"),
-            "{error}"
-        );
-    }
 
     fn status(reported: u64, trained: u64, updates: u64) -> LearnerStatus {
         LearnerStatus {
