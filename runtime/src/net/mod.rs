@@ -50,7 +50,14 @@ pub fn server() -> Result<
     if let Some(config) = &tls::load()?.server {
         builder = builder
             .tls_config(config.clone().timeout(conn::HANDSHAKE_TIMEOUT))
-            .map_err(|e| tls::TlsError::Setup(e.to_string()))?;
+            .map_err(|e| tls::TlsError::Setup {
+                what: format!(
+                    "the server's identity ({} and {})",
+                    tls::CERT_ENV,
+                    tls::KEY_ENV
+                ),
+                message: tls::chain(&e),
+            })?;
     }
     Ok(builder.layer(auth::RequireToken::from_process()))
 }
@@ -78,6 +85,15 @@ pub enum ConnectError {
     /// The TLS settings are unusable.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// The TLS handshake failed: the server's certificate was not trusted, or the server
+    /// refused this client's. Not retried.
+    #[error("cannot connect to {addr}: {message}")]
+    Handshake {
+        /// The address.
+        addr: String,
+        /// What failed, from [`tls::handshake_failure`].
+        message: String,
+    },
     /// Nothing answered before the deadline.
     #[error("could not reach {addr} within {seconds:.0} s: {message}")]
     Unreachable {
@@ -132,7 +148,17 @@ fn endpoint(addr: &str) -> Result<Endpoint, ConnectError> {
     };
     let mut endpoint = Endpoint::from_shared(uri).map_err(bad)?;
     if let Some(config) = &tls.client {
-        endpoint = endpoint.tls_config(config.clone()).map_err(bad)?;
+        endpoint = endpoint
+            .tls_config(config.clone())
+            .map_err(|e| tls::TlsError::Setup {
+                what: format!(
+                    "the client ({}, {} and {})",
+                    tls::CA_ENV,
+                    tls::CLIENT_CERT_ENV,
+                    tls::CLIENT_KEY_ENV
+                ),
+                message: tls::chain(&e),
+            })?;
     }
     Ok(endpoint
         .connect_timeout(Duration::from_secs(5))
@@ -152,14 +178,23 @@ async fn connect_endpoint(
     loop {
         match endpoint.connect().await {
             Ok(channel) => return Ok(Channel::new(channel)),
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                return Err(ConnectError::Unreachable {
-                    addr: normalize_addr(addr),
-                    seconds: patience.as_secs_f64(),
-                    message: e.to_string(),
-                });
+            Err(e) => {
+                // A certificate that is not trusted now will not be in 100 ms: say so at once.
+                if let Some(message) = tls::handshake_failure(&e) {
+                    return Err(ConnectError::Handshake {
+                        addr: addr.to_string(),
+                        message,
+                    });
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ConnectError::Unreachable {
+                        addr: normalize_addr(addr),
+                        seconds: patience.as_secs_f64(),
+                        message: tls::chain(&e),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
 }
