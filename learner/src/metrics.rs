@@ -37,6 +37,7 @@ pub(crate) struct LearnerMetrics {
     pub(crate) batch_wait_seconds: Counter,
     pub(crate) update_seconds: Histogram,
     pub(crate) weights_published: Counter,
+    pub(crate) updates_undone_nonfinite: Counter,
     pub(crate) rollouts_received: Counter,
     pub(crate) rollouts_dropped: Counter,
     /// Items (rollouts, or sampled items, each once) dropped for failing the learner's checks.
@@ -79,6 +80,11 @@ impl LearnerMetrics {
             weights_published: r.counter(
                 "weights_published_total",
                 "Weight versions published to the actors.",
+            ),
+            updates_undone_nonfinite: r.counter(
+                "updates_undone_nonfinite_total",
+                "Updates whose weights came out NaN or infinite, undone by restoring the last \
+                 finite parameters and optimiser state.",
             ),
             rollouts_received: r.counter(
                 "rollouts_received_total",

@@ -90,6 +90,7 @@ pub(crate) async fn start(
         subscribers: subscribers.clone(),
         filling: trainer::Filling::default(),
         stopped: None,
+        fallback: Default::default(),
     };
     let trainer = std::thread::Builder::new()
         .name("trainer".into())

@@ -27,6 +27,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::LearnerError;
+use crate::fallback::Fallback;
 use crate::metrics::LearnerMetrics;
 use crate::priorities::{KeyChange, KeyUpdate};
 use crate::screen::{self, Refusal, Refused};
@@ -88,6 +89,8 @@ pub(crate) struct Trainer {
     /// Why training must stop: an update made the weights NaN or infinite (nothing is
     /// published or checkpointed from then on), or its CUDA graph failed.
     pub(crate) stopped: Option<TrainerStop>,
+    /// The last finite weights and state, to undo an update that makes them non-finite.
+    pub(crate) fallback: Fallback,
 }
 
 /// Whether a rollout acted by policy `version` (from the wire) is one the learner trains on
@@ -230,6 +233,32 @@ impl Trainer {
 
     /// Stops training on weights an update made NaN or infinite (`error`), naming what the
     /// user can resume from.
+    /// An update made the weights non-finite: restores the last finite ones and goes on, or
+    /// stops training when that cannot be done ([`Fallback::restore`]). Whether it restored.
+    fn undo(&mut self, error: &LearnerError) -> bool {
+        let update = self.algo.trained().updates();
+        let limit = self.config.learner.max_nonfinite_updates;
+        match self.fallback.restore(self.algo.as_mut(), limit) {
+            Ok(in_row) => {
+                self.metrics.updates_undone_nonfinite.inc();
+                tracing::warn!(
+                    update,
+                    in_row,
+                    limit,
+                    cause = %error,
+                    "an update made the weights non-finite: it is undone (the last finite \
+                     weights and optimiser state are restored) and training goes on"
+                );
+                true
+            }
+            Err(why) => {
+                tracing::error!(%why, "a non-finite update cannot be undone");
+                self.diverge(error);
+                false
+            }
+        }
+    }
+
     fn diverge(&mut self, error: &LearnerError) {
         let newest = checkpoint::latest(&self.checkpoint_dir).map_or_else(
             || "there is no checkpoint yet".to_string(),
@@ -556,8 +585,15 @@ impl Trainer {
             Ok(weights) => {
                 self.weights.send_replace(Arc::new(weights));
                 self.metrics.weights_published.inc();
+                self.fallback.keep(self.algo.as_ref());
             }
-            Err(error @ LearnerError::Export(ModelError::NonFinite(_))) => self.diverge(&error),
+            Err(error @ LearnerError::Export(ModelError::NonFinite(_))) => {
+                if self.undo(&error) {
+                    // Actors wait for this version: the restored weights are it (finite, so
+                    // this publishes them).
+                    self.publish(version);
+                }
+            }
             Err(error) => tracing::error!(%error, "cannot export weights"),
         }
     }
@@ -644,9 +680,12 @@ impl Trainer {
             .iter()
             .try_for_each(|(name, t)| weights::check_finite(name, t))
         {
+            // Weights gone non-finite since the last publication: undone here too, so the
+            // checkpoint holds the restored ones.
             let error = LearnerError::Export(error);
-            self.diverge(&error);
-            return Err(error);
+            if !self.undo(&error) {
+                return Err(error);
+            }
         }
         let trained = self.algo.trained();
         let meta = CheckpointMeta {

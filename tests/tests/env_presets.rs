@@ -370,3 +370,37 @@ fn an_actor_that_dies_on_its_own_is_quoted_by_its_last_lines() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One finite but huge reward (3e38, an env's bug) makes a PPO update's weights NaN: the
+/// learner undoes that update (it restores the last finite weights and optimiser state), says
+/// so, and the run goes on to its end. Before, that one reward ended the run with
+/// "non-finite weights". With `learner.max_nonfinite_updates = 1` it still stops at the first,
+/// with that message.
+#[test]
+fn one_huge_reward_is_undone_not_the_end_of_the_run() {
+    let dir = own_gym_env(
+        "fleetrl_huge_reward_env",
+        "HugeReward-v0",
+        "        obs, reward, terminated, truncated, info = CartPoleEnv.step(self, action)\n\
+         \x20       return obs, (3e38 if Own.steps == 600 else reward), terminated, truncated, info",
+    );
+    let sets = [
+        "env.id=gym:fleetrl_huge_reward_env:HugeReward-v0",
+        "stop.total_env_steps=6144",
+        "stop.max_wall_seconds=300",
+        "eval.episodes=2",
+    ];
+    let run = train_own_env(&dir, &sets);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let log = std::fs::read_to_string(dir.join("run/logs/learner.log")).unwrap();
+    assert!(log.contains("it is undone"), "no update was undone:\n{log}");
+    assert!(dir.join("run/summary.json").is_file());
+
+    let _ = std::fs::remove_dir_all(dir.join("run"));
+    let strict = [&sets[..], &["learner.max_nonfinite_updates=1"]].concat();
+    let run = train_own_env(&dir, &strict);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "a strict run went on:\n{stderr}");
+    assert!(stderr.contains("non-finite"), "{stderr}");
+}

@@ -106,6 +106,10 @@ pub struct LearnerConfig {
     pub update_threads: u32,
     /// Torch intra-op threads per update thread (1 is fastest for small networks).
     pub torch_threads: u32,
+    /// The run stops at this many updates in a row whose weights come out NaN or infinite;
+    /// each one before is undone (the learner restores the parameters and optimiser state of
+    /// its last finite weights and goes on). 1 stops at the first.
+    pub max_nonfinite_updates: u32,
     /// Write a checkpoint every this many updates (0: only on request and at shutdown).
     pub checkpoint_interval: u64,
     /// Checkpoints kept on disk; older ones are deleted.
@@ -134,6 +138,7 @@ impl Default for LearnerConfig {
             broadcast_dtype: BroadcastDtype::default(),
             update_threads: 2,
             torch_threads: 1,
+            max_nonfinite_updates: 5,
             checkpoint_interval: 0,
             keep_checkpoints: 3,
             tensorboard: true,

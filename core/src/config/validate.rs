@@ -311,6 +311,11 @@ impl LearnerConfig {
             self.torch_threads >= 1,
             "learner.torch_threads",
             "must be >= 1",
+        )?;
+        check(
+            self.max_nonfinite_updates >= 1,
+            "learner.max_nonfinite_updates",
+            "must be >= 1",
         )
     }
 }
