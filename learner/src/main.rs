@@ -6,6 +6,7 @@ mod collected;
 mod demo_stats;
 mod demos;
 mod error;
+mod fleet;
 mod metrics;
 mod priorities;
 mod roles;
