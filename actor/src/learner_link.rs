@@ -34,7 +34,9 @@ pub(crate) enum LearnerLost {
     Restarted(String),
 }
 
-/// Keeps `latest` set to the newest published weights, resubscribing after errors; health is
+/// Keeps `latest` set to the newest published weights, subscribing as `actor_id` (so the
+/// learner waits for this actor's share of each batch) and resubscribing after errors or when
+/// the learner ends the stream (it drops a subscriber that reads nothing for a while); health is
 /// SERVING while weights flow and NOT_SERVING while the stream is lost. Weights arrive in
 /// chunks ([`fleetrl_core::broadcast`]), read straight off the HTTP/2 stream
 /// ([`wire::subscribe`]) and written into f32 tensors here, off the env loop, which only
@@ -44,6 +46,7 @@ pub(crate) enum LearnerLost {
 /// nothing to act for).
 pub(crate) async fn follow_weights(
     channel: Channel,
+    actor_id: u32,
     run_id: String,
     latest: watch::Sender<Option<Arc<Received>>>,
     metrics: Arc<ActorMetrics>,
@@ -61,6 +64,7 @@ pub(crate) async fn follow_weights(
             after_version,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             run_id: run_id.clone(),
+            actor_id: Some(actor_id),
         };
         match wire::subscribe(channel.clone(), request).await {
             Ok(mut stream) => {

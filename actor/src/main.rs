@@ -103,6 +103,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (weights_tx, weights_rx) = watch::channel(None);
     let follow = learner_link::follow_weights(
         learner.clone(),
+        args.actor_id,
         spec.run_id.clone(),
         weights_tx,
         metrics.clone(),

@@ -44,7 +44,9 @@ impl From<LearnerError> for Status {
             LearnerError::BadReport { .. }
             | LearnerError::ImplausibleReport(_)
             | LearnerError::BadParameter(_) => Status::invalid_argument(message),
-            LearnerError::TrainerStopped => Status::unavailable(message),
+            LearnerError::TrainerStopped | LearnerError::Broadcast(BroadcastError::Stalled(_)) => {
+                Status::unavailable(message)
+            }
             LearnerError::Export(_) | LearnerError::Checkpoint(_) | LearnerError::Broadcast(_) => {
                 Status::internal(message)
             }

@@ -7,6 +7,7 @@ mod demo_stats;
 mod demos;
 mod error;
 mod fallback;
+mod fleet;
 mod metrics;
 mod priorities;
 mod roles;

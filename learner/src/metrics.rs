@@ -51,6 +51,12 @@ pub(crate) struct LearnerMetrics {
     pub(crate) env_steps_reported: Counter,
     pub(crate) episode_return_recent: Gauge,
     pub(crate) actors_connected: Gauge,
+    /// Actors an on-policy batch waits for (see `crate::fleet`).
+    pub(crate) actors_acting: Gauge,
+    /// Weight subscriptions dropped for reading nothing for `learner.subscriber_timeout_s`.
+    pub(crate) weight_subscribers_dropped: Counter,
+    /// Versions never sent to a subscriber because a newer one was ready when it was.
+    pub(crate) weight_versions_skipped: Counter,
     /// When and at what update count the current rate window started.
     rate_window: std::sync::Mutex<Option<(Instant, f64)>>,
 }
@@ -123,7 +129,22 @@ impl LearnerMetrics {
             ),
             actors_connected: r.gauge(
                 "actors_connected",
-                "Open weight subscriptions: the actors connected now.",
+                "Open weight subscriptions: the actors connected now (a subscriber dropped for \
+                 reading nothing no longer counts).",
+            ),
+            actors_acting: r.gauge(
+                "actors_acting",
+                "Actors an on-policy batch waits for: weight subscriptions that name their \
+                 actor, whose actor reported in the last 10 s or subscribed within them.",
+            ),
+            weight_subscribers_dropped: r.counter(
+                "weight_subscribers_dropped_total",
+                "Weight subscribers dropped for reading nothing for learner.subscriber_timeout_s.",
+            ),
+            weight_versions_skipped: r.counter(
+                "weight_versions_skipped_total",
+                "Versions a weight subscriber was never sent: published while it was still \
+                 taking an older one (it gets the newest instead).",
             ),
             rate_window: std::sync::Mutex::new(None),
             registry,

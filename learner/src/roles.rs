@@ -69,7 +69,7 @@ pub(crate) async fn start(
         )));
     }
     let (work_tx, work_rx) = mpsc::channel(table.prefetch.max(1));
-    let subscribers = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let fleet = crate::fleet::Fleet::new(stats.clone(), metrics.clone());
     let trainer = trainer::Trainer {
         algo,
         config: config.clone(),
@@ -87,7 +87,7 @@ pub(crate) async fn start(
         last_log: Instant::now(),
         timing: trainer::Timing::default(),
         pending: Vec::new(),
-        subscribers: subscribers.clone(),
+        fleet: fleet.clone(),
         filling: trainer::Filling::default(),
         stopped: None,
         fallback: Default::default(),
@@ -104,12 +104,14 @@ pub(crate) async fn start(
         stats,
         weights: weights_rx,
         work: work_tx.clone(),
-        subscribers,
+        fleet,
         metrics,
         encoded: Arc::new(fleetrl_core::broadcast::EncodedCache::new(
             config.learner.broadcast_dtype,
         )),
         closing: closing_rx,
+        subscriber_timeout: Duration::try_from_secs_f64(config.learner.subscriber_timeout_s)
+            .unwrap_or(Duration::MAX),
     };
     let roles = supervise::Roles {
         trainer,

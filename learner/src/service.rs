@@ -1,8 +1,8 @@
 //! `fleetrl.v1.LearnerService`: run spec, weight stream, episode reports, status, checkpoints.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use fleetrl_proto::v1::learner_service_server::LearnerService;
 use fleetrl_proto::v1::{
@@ -12,16 +12,16 @@ use fleetrl_proto::v1::{
 };
 use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status};
 
 use anyhow::Context;
-use fleetrl_core::broadcast::{self, EncodedCache};
+use fleetrl_core::broadcast::{self, EncodedCache, Framing};
 use fleetrl_runtime::net::{self, MAX_MESSAGE_BYTES};
 use fleetrl_runtime::telemetry;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::error::LearnerError;
+use crate::fleet::Fleet;
 use crate::metrics::LearnerMetrics;
 use crate::stats::Stats;
 use crate::trainer::Work;
@@ -32,12 +32,14 @@ pub(crate) struct Learner {
     pub(crate) stats: Arc<Mutex<Stats>>,
     pub(crate) weights: watch::Receiver<Arc<Weights>>,
     pub(crate) work: mpsc::Sender<Work>,
-    /// Open weight subscriptions: the actors connected right now.
-    pub(crate) subscribers: Arc<AtomicU32>,
+    /// The open weight subscriptions and the actors acting.
+    pub(crate) fleet: Arc<Fleet>,
     /// What Prometheus scrapes.
     pub(crate) metrics: Arc<LearnerMetrics>,
     /// The newest version serialised for chunked subscribers.
     pub(crate) encoded: Arc<EncodedCache>,
+    /// How long a subscriber may read nothing before it is dropped.
+    pub(crate) subscriber_timeout: Duration,
     /// Turns true at shutdown: weight streams then end with UNAVAILABLE.
     pub(crate) closing: watch::Receiver<bool>,
 }
@@ -60,24 +62,6 @@ fn until_closing<T: Send + 'static>(
         }))
 }
 
-/// Counts one open weight subscription for as long as it lives.
-struct Subscription(Arc<AtomicU32>, Arc<LearnerMetrics>);
-
-impl Subscription {
-    fn open(count: &Arc<AtomicU32>, metrics: &Arc<LearnerMetrics>) -> Subscription {
-        let now = count.fetch_add(1, Ordering::Relaxed) + 1;
-        metrics.actors_connected.set(now as f64);
-        Subscription(count.clone(), metrics.clone())
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let now = self.0.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
-        self.1.actors_connected.set(now as f64);
-    }
-}
-
 type WeightStream = Pin<Box<dyn Stream<Item = Result<Weights, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -96,6 +80,7 @@ impl LearnerService for Learner {
         &self,
         request: Request<SubscribeWeightsRequest>,
     ) -> Result<Response<WeightStream>, Status> {
+        let peer = request.remote_addr();
         let request = request.into_inner();
         if !request.run_id.is_empty() && request.run_id != self.spec.run_id {
             return Err(Status::failed_precondition(format!(
@@ -104,36 +89,25 @@ impl LearnerService for Learner {
                 self.spec.run_id, request.run_id
             )));
         }
-        let after = request.after_version;
-        // WatchStream yields the current value first, then only the newest on each change,
-        // so a slow subscriber skips versions instead of queueing them.
-        // The subscription guard lives in the stream, so a client going away (a killed actor's
-        // connection closing) stops counting at once.
-        let subscription = Subscription::open(&self.subscribers, &self.metrics);
-        if request.chunk_bytes > 0 {
-            let chunk_bytes = (request.chunk_bytes as usize).min(MAX_MESSAGE_BYTES / 2);
-            let stream = broadcast::subscription(
-                self.weights.clone(),
-                self.encoded.clone(),
-                after,
-                chunk_bytes,
-                move || subscription.0.load(Ordering::Relaxed).max(1),
-            )
-            .map(|m| m.map_err(|e| Status::from(LearnerError::from(e))));
-            return Ok(Response::new(Box::pin(until_closing(
-                stream,
-                self.closing.clone(),
-            ))));
-        }
-        let stream = WatchStream::new(self.weights.clone())
-            .filter(move |w| std::future::ready(w.version > after))
-            .map(move |w| {
-                let subscribers = subscription.0.load(Ordering::Relaxed).max(1);
-                Ok(Weights {
-                    subscribers,
-                    ..Weights::clone(&w)
-                })
-            });
+        let framing = match request.chunk_bytes {
+            0 => Framing::Whole,
+            n => Framing::Chunked {
+                cache: self.encoded.clone(),
+                chunk_bytes: (n as usize).min(MAX_MESSAGE_BYTES / 2),
+            },
+        };
+        // The subscription's own task sends the newest version whenever the subscriber is
+        // ready (a slow one skips versions instead of queueing them), and drops a subscriber
+        // that reads nothing for `subscriber_timeout`. It holds the subscription's count, so a
+        // client going away (a killed actor's connection closing) stops counting at once.
+        let stream = broadcast::subscription(
+            self.weights.clone(),
+            request.after_version,
+            framing,
+            self.subscriber_timeout,
+            self.fleet.subscribe(request.actor_id, peer),
+        )
+        .map(|m| m.map_err(|e| Status::from(LearnerError::from(e))));
         Ok(Response::new(Box::pin(until_closing(
             stream,
             self.closing.clone(),

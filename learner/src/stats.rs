@@ -107,6 +107,13 @@ impl Stats {
         actor.last_report = Instant::now();
     }
 
+    /// Whether actor `id`'s last report (episodes or a heartbeat) is younger than `window`.
+    pub(crate) fn heard_from(&self, id: u32, window: std::time::Duration) -> bool {
+        self.actors
+            .get(&id)
+            .is_some_and(|a| a.last_report.elapsed() < window)
+    }
+
     /// Drops the actor whose last report is the oldest.
     fn forget_quietest_actor(&mut self) {
         let quietest = self

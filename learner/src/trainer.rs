@@ -6,7 +6,6 @@
 //! gRPC side talks to it only through the [`Work`] channel and reads what it publishes.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,6 +27,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::LearnerError;
 use crate::fallback::Fallback;
+use crate::fleet::Fleet;
 use crate::metrics::LearnerMetrics;
 use crate::priorities::{KeyChange, KeyUpdate};
 use crate::screen::{self, Refusal, Refused};
@@ -81,8 +81,8 @@ pub(crate) struct Trainer {
     pub(crate) timing: Timing,
     /// Rollouts waiting for enough company to make a batch (on-policy).
     pub(crate) pending: Vec<TensorMap>,
-    /// Actors subscribed to the weights: a version's batch is what they all send for it.
-    pub(crate) subscribers: Arc<AtomicU32>,
+    /// The actors acting: a version's batch is what they all send for it.
+    pub(crate) fleet: Arc<Fleet>,
     /// When the last update ended, and when a batch that has `batch_rollouts` but not yet
     /// every actor's share is trained on anyway (on-policy).
     pub(crate) filling: Filling,
@@ -305,8 +305,9 @@ impl Trainer {
     /// Keeps `rollout` unless it lags the current policy by more than `max_policy_lag`
     /// versions; returns a batch once every actor's share of this version is waiting.
     ///
-    /// Each of the `S` subscribed actors sends `ceil(batch_rollouts / S)` rollouts per version
-    /// (see the actor's acting loop), so the batch is all of them: it grows with the fleet and
+    /// Each of the `S` acting actors ([`Fleet::acting`], the count every weights message
+    /// carries) sends `ceil(batch_rollouts / S)` rollouts per version (see the actor's acting
+    /// loop), so the batch is all of them: it grows with the fleet and
     /// nothing the fleet acted for this version is left to go stale. Once `batch_rollouts` are
     /// pending, the learner waits for the rest while they keep coming, up to four mean gaps
     /// between arrivals after each (an actor that stopped sending, or a subscriber that never
@@ -354,10 +355,12 @@ impl Trainer {
         self.take_pending()
     }
 
-    /// Every actor's share of a version: `ceil(batch_rollouts / S) * S` for `S` subscribers.
+    /// Every actor's share of a version: `ceil(batch_rollouts / S) * S` for `S` acting actors
+    /// (actors subscribed by name that report: a subscriber that names no actor, or whose
+    /// actor stopped reporting, is not waited for).
     fn batch_target(&self) -> usize {
         let least = self.config.learner.batch_rollouts.max(1);
-        let actors = self.subscribers.load(Ordering::Relaxed).max(1);
+        let actors = self.fleet.acting();
         (least.div_ceil(actors) * actors) as usize
     }
 

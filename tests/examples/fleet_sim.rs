@@ -89,6 +89,7 @@ async fn actor(
         after_version: -1,
         chunk_bytes: DEFAULT_CHUNK_BYTES,
         run_id,
+        ..Default::default()
     };
     let mut stream = wire::subscribe(channel, request).await?;
     let mut receiver = Receiver::default();

@@ -41,6 +41,7 @@ mod replay_restart;
 mod replay_shards;
 mod resume;
 mod shutdown;
+mod stalled_subscribers;
 mod tls;
 mod user_errors;
 

@@ -5,7 +5,8 @@
 //! The learner side ([`send`]) keeps the newest version in an [`EncodedCache`] and turns it
 //! into a run of `Weights` messages with [`chunked`]; [`subscription`] is the whole stream one
 //! subscriber gets (only the newest version whenever it is ready for the next: a slow
-//! subscriber skips versions instead of queueing them). The actor side ([`receive`]) feeds
+//! subscriber skips versions instead of queueing them, and one that reads nothing for a while
+//! is dropped). The actor side ([`receive`]) feeds
 //! what arrives into a [`Receiver`], which writes every chunk into f32 tensors it reuses from
 //! version to version (f16 widened as it arrives) and hands back a whole [`Received`] version:
 //! no reassembly buffer, no decode pass, no fresh model-sized allocation per version.
@@ -17,7 +18,10 @@ pub mod wire;
 
 pub use narrow::{convert, convert_with, HalfPool};
 pub use receive::{Received, Receiver};
-pub use send::{chunked, encode, encode_with, subscription, Encoded, EncodedCache, EncodedTensor};
+pub use send::{
+    chunked, encode, encode_with, subscription, Counts, Encoded, EncodedCache, EncodedTensor,
+    Framing, SubscriberEvents, QUEUED_MESSAGES,
+};
 
 // Tensor bytes go on the wire as they lie in memory: little-endian.
 const _: () = assert!(
@@ -85,6 +89,10 @@ pub enum BroadcastError {
     /// The encoding task died.
     #[error("weights encoding failed: {0}")]
     Encode(String),
+    /// The subscriber took no message for this long (its HTTP/2 window stayed full), so the
+    /// learner dropped it; subscribe again to get the newest version.
+    #[error("this weight subscriber read nothing for {0:?} and was dropped; subscribe again")]
+    Stalled(std::time::Duration),
 }
 
 /// Now as Unix time in nanoseconds (0 if the clock is before 1970).

@@ -18,6 +18,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use fleetrl_proto::v1::learner_service_server::{LearnerService, LearnerServiceServer};
@@ -488,15 +489,18 @@ impl Buf for Pieces {
 
 /// A `LearnerService` that serves the weight stream alone, as the learner does (chunked
 /// subscriptions of an [`super::EncodedCache`], the newest version whenever a subscriber is
-/// ready), and refuses every other call: for benchmarks and tests of the broadcast.
+/// ready, a subscriber that reads nothing dropped), and refuses every other call: for
+/// benchmarks and tests of the broadcast.
 pub struct WeightsOnly {
     weights: tokio::sync::watch::Receiver<Arc<Weights>>,
     cache: Arc<super::EncodedCache>,
-    subscribers: Arc<std::sync::atomic::AtomicU32>,
+    counts: super::Counts,
+    stall_timeout: Duration,
 }
 
 impl WeightsOnly {
-    /// Serves what `weights` holds, in `dtype`.
+    /// Serves what `weights` holds, in `dtype`; a subscriber that reads nothing for a minute
+    /// is dropped.
     pub fn new(
         weights: tokio::sync::watch::Receiver<Arc<Weights>>,
         dtype: crate::config::BroadcastDtype,
@@ -504,8 +508,22 @@ impl WeightsOnly {
         WeightsOnly {
             weights,
             cache: Arc::new(super::EncodedCache::new(dtype)),
-            subscribers: Arc::default(),
+            counts: super::Counts::default(),
+            stall_timeout: Duration::from_secs(60),
         }
+    }
+
+    /// Drops a subscriber that reads nothing for `timeout` instead.
+    pub fn stall_timeout(self, timeout: Duration) -> WeightsOnly {
+        WeightsOnly {
+            stall_timeout: timeout,
+            ..self
+        }
+    }
+
+    /// What it counts, shared with the running service.
+    pub fn counts(&self) -> super::Counts {
+        self.counts.clone()
     }
 }
 
@@ -526,21 +544,22 @@ impl LearnerService for WeightsOnly {
         &self,
         request: Request<SubscribeWeightsRequest>,
     ) -> Result<tonic::Response<WeightMessages>, Status> {
-        use std::sync::atomic::Ordering;
         let request = request.into_inner();
         if request.chunk_bytes == 0 {
             return Err(Status::invalid_argument(
                 "weights only: chunk_bytes must be set",
             ));
         }
-        let count = self.subscribers.clone();
-        count.fetch_add(1, Ordering::SeqCst);
+        let framing = super::Framing::Chunked {
+            cache: self.cache.clone(),
+            chunk_bytes: request.chunk_bytes as usize,
+        };
         let stream = super::subscription(
             self.weights.clone(),
-            self.cache.clone(),
             request.after_version,
-            request.chunk_bytes as usize,
-            move || count.load(Ordering::Relaxed),
+            framing,
+            self.stall_timeout,
+            self.counts.open(),
         )
         .map(|m| m.map_err(|e| Status::internal(e.to_string())));
         Ok(tonic::Response::new(Box::pin(stream)))

@@ -100,6 +100,11 @@ pub struct LearnerConfig {
     pub world_size: u32,
     /// Element type of the weights streamed to actors: "f32", or "f16" (half the bytes).
     pub broadcast_dtype: BroadcastDtype,
+    /// Seconds a weight subscriber may leave the next message untaken (its HTTP/2 window
+    /// full: it reads nothing) before the learner drops it: it no longer counts in
+    /// `actors_connected`, `weight_subscribers_dropped_total` counts it, and its stream ends
+    /// (an actor subscribes again). More than 0.
+    pub subscriber_timeout_s: f64,
     /// Threads each minibatch is split over (data parallel over one set of parameters; the
     /// update is identical, only faster where cores are free). With several `devices`, one
     /// thread per device instead.
@@ -136,6 +141,7 @@ impl Default for LearnerConfig {
             rank: 0,
             world_size: 1,
             broadcast_dtype: BroadcastDtype::default(),
+            subscriber_timeout_s: 60.0,
             update_threads: 2,
             torch_threads: 1,
             max_nonfinite_updates: 5,

@@ -295,8 +295,13 @@ impl ActorsConfig {
 }
 
 impl LearnerConfig {
-    /// Batch and thread counts at least 1.
+    /// Batch and thread counts at least 1, a subscriber timeout above 0.
     fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            self.subscriber_timeout_s.is_finite() && self.subscriber_timeout_s > 0.0,
+            "learner.subscriber_timeout_s",
+            "must be a finite number of seconds > 0",
+        )?;
         check(
             self.batch_rollouts >= 1,
             "learner.batch_rollouts",
@@ -408,5 +413,24 @@ mod tests {
         for good in ["[]", "[64, 64]", "[1024, 1024, 1024]"] {
             with_hidden(good).unwrap_or_else(|e| panic!("{good}: {e}"));
         }
+    }
+
+    /// A subscriber timeout must be a positive, finite number of seconds.
+    #[test]
+    fn the_subscriber_timeout_is_positive() {
+        let with = |value: &str| {
+            RunConfig::from_toml(
+                &format!("[learner]\nsubscriber_timeout_s = {value}\n"),
+                "test",
+            )
+        };
+        for bad in ["0.0", "-1.0", "nan", "inf"] {
+            let error = with(bad).expect_err(bad).to_string();
+            assert!(
+                error.contains("learner.subscriber_timeout_s"),
+                "{bad}: {error}"
+            );
+        }
+        assert_eq!(with("0.5").unwrap().learner.subscriber_timeout_s, 0.5);
     }
 }

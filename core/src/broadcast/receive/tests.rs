@@ -7,7 +7,9 @@ use prost::Message;
 use tokio::sync::watch;
 
 use super::*;
-use crate::broadcast::{chunked, encode, subscription, test_weights as weights, EncodedCache};
+use crate::broadcast::{
+    chunked, encode, subscription, test_weights as weights, Counts, EncodedCache, Framing,
+};
 use crate::config::BroadcastDtype;
 
 fn messages(version: i64, values: &[f32], dtype: BroadcastDtype, chunk: usize) -> Vec<Weights> {
@@ -201,7 +203,18 @@ async fn next_version(
 async fn a_slow_subscriber_gets_only_the_newest_version() {
     let (tx, rx) = watch::channel(Arc::new(weights(0, &[0.0; 10])));
     let cache = Arc::new(EncodedCache::new(BroadcastDtype::F32));
-    let mut stream = Box::pin(subscription(rx, cache, -1, 16, || 1));
+    let framing = Framing::Chunked {
+        cache,
+        chunk_bytes: 16,
+    };
+    let counts = Counts::default();
+    let mut stream = Box::pin(subscription(
+        rx,
+        -1,
+        framing,
+        std::time::Duration::from_secs(60),
+        counts.open(),
+    ));
     let mut receiver = Receiver::default();
     assert_eq!(next_version(&mut stream, &mut receiver).await, 0);
     for v in 1..=5 {
@@ -209,6 +222,7 @@ async fn a_slow_subscriber_gets_only_the_newest_version() {
     }
     let newest = next_version(&mut stream, &mut receiver).await;
     assert_eq!(newest, 5, "versions 1-4 are skipped");
+    assert_eq!(counts.skipped.load(std::sync::atomic::Ordering::Relaxed), 4);
 }
 
 /// A weights message as a learner, a man in the middle or a bug may send it: a chunk of any

@@ -1,3 +1,4 @@
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -306,4 +307,63 @@ async fn a_request_that_is_not_grpc_is_refused_by_name() {
         status.message().contains("one uncompressed gRPC message"),
         "{status}"
     );
+}
+
+/// Over real HTTP/2: a subscriber that reads nothing stops being polled once its stream window
+/// (8 MiB) is full, and is still dropped after the stall timeout; a reading subscriber on the
+/// same connection gets the whole version meanwhile and stays. Read at last, the stalled stream
+/// hands over what it held and ends with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_reads_nothing_is_dropped_over_http2() {
+    // 12 MB of f32: more than a stream window, less than the connection's 32 MiB.
+    let (_tx, rx) = watch::channel(Arc::new(weights(0, &values(3_000_000))));
+    let service =
+        WeightsOnly::new(rx, BroadcastDtype::F32).stall_timeout(Duration::from_millis(300));
+    let counts = service.counts();
+    let addr = serve(service).await;
+    let channel = fleetrl_runtime::net::connect(&addr, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let request = SubscribeWeightsRequest {
+        after_version: -1,
+        chunk_bytes: 1 << 20,
+        ..Default::default()
+    };
+    let mut stalled = subscribe(channel.clone(), request.clone()).await.unwrap();
+    let mut reading = subscribe(channel, request).await.unwrap();
+    let mut receiver = Receiver::default();
+    let version = loop {
+        let message = reading.message().await.unwrap().expect("an open stream");
+        if let Some(w) = receiver.push_wire(message).unwrap() {
+            break w.version;
+        }
+    };
+    assert_eq!(version, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while counts.dropped.load(Ordering::Relaxed) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stalled subscriber was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        counts.open.load(Ordering::Relaxed),
+        1,
+        "the reading subscriber stays"
+    );
+    let mut held = 0;
+    let error = loop {
+        match stalled.message().await {
+            Ok(Some(_)) => held += 1,
+            Ok(None) => panic!("the stalled stream ended without saying why"),
+            Err(status) => break status,
+        }
+    };
+    assert!(
+        held < 12,
+        "the stalled stream was sent the whole version ({held} chunks)"
+    );
+    assert!(error.message().contains("read nothing"), "{error}");
+    drop(reading);
 }
