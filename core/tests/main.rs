@@ -1,7 +1,9 @@
 //! The integration tests of `fleetrl-core`, one module a file, linked into one test binary:
 //! each binary links libtorch and the crate again, so one binary for these files saves a link
-//! and a compile of the crate's public API per file. `no_alloc_step.rs` stays a binary of its
-//! own: it installs a counting global allocator for its whole process.
+//! and a compile of the crate's public API per file. Two files stay binaries of their own:
+//! `no_alloc_step.rs` installs a counting global allocator for its whole process, and
+//! `metaworld_env.rs` loads Meta-World's MuJoCo, which cannot share a process with the
+//! gymnasium MuJoCo that `gym_bridge.rs` loads.
 //!
 //! Run one file's tests with its module name as the filter:
 //! `cargo test --release -p fleetrl-core --test integration minatar_fixture::`.
@@ -11,7 +13,6 @@ mod common;
 mod acrobot_fixture;
 mod cartpole_fixture;
 mod gym_bridge;
-mod metaworld_env;
 mod minatar_fixture;
 mod mountain_car_continuous_fixture;
 mod mountain_car_fixture;
