@@ -583,18 +583,27 @@ impl Trainer {
         }
     }
 
+    /// Hands `weights` to every subscriber.
+    fn send(&mut self, weights: Weights) {
+        self.weights.send_replace(Arc::new(weights));
+        self.metrics.weights_published.inc();
+    }
+
     fn publish(&mut self, version: i64) {
         match weights_message(self.algo.as_ref(), version) {
             Ok(weights) => {
-                self.weights.send_replace(Arc::new(weights));
-                self.metrics.weights_published.inc();
+                self.send(weights);
                 self.fallback.keep(self.algo.as_ref());
             }
             Err(error @ LearnerError::Export(ModelError::NonFinite(_))) => {
-                if self.undo(&error) {
-                    // Actors wait for this version: the restored weights are it (finite, so
-                    // this publishes them).
-                    self.publish(version);
+                if !self.undo(&error) {
+                    return;
+                }
+                // Actors wait for this version: the restored weights are it. Not kept again,
+                // so that undone updates in a row still count up to the limit.
+                match weights_message(self.algo.as_ref(), version) {
+                    Ok(weights) => self.send(weights),
+                    Err(error) => tracing::error!(%error, "cannot export the restored weights"),
                 }
             }
             Err(error) => tracing::error!(%error, "cannot export weights"),

@@ -429,9 +429,10 @@ fn set_changes_a_running_learners_hyperparameter() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An update that makes the weights NaN (here a learning rate of 1e30 set on the running
-/// learner; an unscaled reward can do the same) stops the run with an error naming the
-/// parameter and the newest checkpoint, which still holds finite weights and evaluates.
+/// Updates that keep making the weights NaN (here a learning rate of 1e30 set on the running
+/// learner: each undone update is followed by another) stop the run at
+/// `learner.max_nonfinite_updates` in a row with an error naming the parameter and the newest
+/// checkpoint, which still holds finite weights and evaluates.
 /// Before, the NaN weights went out to the actors, whose sampling panicked with a libtorch
 /// backtrace until the launcher gave up on them, and checkpoints kept saving NaN weights.
 #[test]
