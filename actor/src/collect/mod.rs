@@ -260,12 +260,17 @@ impl ActingLoop {
         }
     }
 
-    /// Loads the newest published weights that are at least `actors.lag_versions` versions
-    /// older than the newest received (the oldest `held` while none is that old yet), if
-    /// newer than `version`; the version acting now. Cheap when nothing new arrived, so it
-    /// runs after every collect (every env step, off-policy). It reads the latest value
-    /// rather than asking `has_changed`: [`Self::wait_for_newer`] marks what it waited for
-    /// as seen.
+    /// Loads the weights to act with, if newer than `version`, and returns the version
+    /// acting now: the newest received that is at least `actors.lag_versions` versions older
+    /// than the newest, or the oldest held while none is that old yet, but never one more
+    /// than `actors.max_policy_lag` behind ([`settle_held`]). The watch keeps only the latest
+    /// version, so `held` can skip some; once, with versions 0 and 3 held, one of lag asked and
+    /// two allowed, the actors acted with version 0 for good, the learner dropped every
+    /// rollout and so published nothing newer (a run spent 600 s and dropped a million).
+    ///
+    /// Cheap when nothing new arrived, so it runs after every collect (every env step,
+    /// off-policy). It reads the latest value rather than asking `has_changed`:
+    /// [`Self::wait_for_newer`] marks what it waited for as seen.
     fn refresh_weights(
         &mut self,
         collector: &mut dyn Collector,
@@ -280,13 +285,13 @@ impl ActingLoop {
                 held.push_back(w);
             }
         }
-        let Some(newest) = held.back().map(|w| w.version) else {
-            return Ok(version);
-        };
-        let old_enough = newest - i64::from(self.config.actors.lag_versions);
-        while held.len() > 1 && held[1].version <= old_enough {
-            held.pop_front();
-        }
+        let actors = &self.config.actors;
+        settle_held(
+            held,
+            |w| w.version,
+            actors.lag_versions,
+            actors.max_policy_lag,
+        );
         let Some(w) = held.front().cloned() else {
             return Ok(version);
         };
@@ -294,5 +299,44 @@ impl ActingLoop {
             return Ok(version);
         }
         Ok(self.metrics.apply_weights(&w, |t| collector.load(t))?)
+    }
+}
+
+/// Drops from the front of `held` (versions ascending) the weights an actor asked to lag `lag`
+/// versions no longer needs: the front is then the newest at least `lag` behind the newest
+/// held, or the oldest while none is that old, but never one more than `max_lag` behind.
+fn settle_held<T>(held: &mut VecDeque<T>, version: impl Fn(&T) -> i64, lag: u32, max_lag: u32) {
+    let Some(newest) = held.back().map(&version) else {
+        return;
+    };
+    let old_enough = newest - i64::from(lag);
+    let too_old = newest - i64::from(max_lag);
+    while held.len() > 1 && (version(&held[1]) <= old_enough || version(&held[0]) < too_old) {
+        held.pop_front();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::settle_held;
+    use std::collections::VecDeque;
+
+    fn settled(versions: &[i64], lag: u32, max_lag: u32) -> Vec<i64> {
+        let mut held: VecDeque<i64> = versions.iter().copied().collect();
+        settle_held(&mut held, |v| *v, lag, max_lag);
+        held.into()
+    }
+
+    /// The front is the version `lag` behind the newest, or the oldest while none is; a
+    /// version more than `max_lag` behind is dropped even when it is the only old one (the
+    /// watch skips versions: 0 and 3 held, lag 1 of 2 allowed, once acted with 0 for ever).
+    #[test]
+    fn the_front_lags_as_asked_but_never_past_the_limit() {
+        assert_eq!(settled(&[0, 1, 2, 3], 1, 2), [2, 3]);
+        assert_eq!(settled(&[0, 1], 2, 4), [0, 1], "none is 2 behind yet");
+        assert_eq!(settled(&[0, 3], 1, 2), [3], "0 lags 3 > 2");
+        assert_eq!(settled(&[0, 2], 1, 2), [0, 2], "0 lags 2 <= 2");
+        assert_eq!(settled(&[5], 1, 2), [5]);
+        assert_eq!(settled(&[0, 1, 2, 3], 0, 0), [3]);
     }
 }

@@ -14,8 +14,6 @@ use fleetrl_core::algos::{self, Algorithm, Batch, BatchError, Metrics, TrainsOn}
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::check::{check_items, check_task, ItemError};
-use fleetrl_core::items::rollout::RolloutBatch;
-use fleetrl_core::items::transition::importance_weights;
 use fleetrl_core::models::{weights, ModelError};
 use fleetrl_core::replay_client::ShardBatch;
 use fleetrl_proto::space::Space;
@@ -30,13 +28,13 @@ use crate::fallback::Fallback;
 use crate::fleet::Fleet;
 use crate::metrics::LearnerMetrics;
 use crate::priorities::{KeyChange, KeyUpdate};
-use crate::screen::{self, Refusal, Refused};
+use crate::screen::Refused;
 use crate::stats::Stats;
 
-/// Longest wait for the next of a version's rollouts once `batch_rollouts` have arrived.
-const MAX_SHARE_WAIT: Duration = Duration::from_millis(250);
-/// Shortest such wait: arrivals come in bursts (the queue, the sampler, the scheduler).
-const MIN_SHARE_WAIT: Duration = Duration::from_millis(20);
+mod rollouts;
+mod sampled;
+
+pub(crate) use rollouts::Filling;
 
 /// Where a saved checkpoint is and which version it holds.
 pub(crate) type Saved = Result<(PathBuf, i64), LearnerError>;
@@ -93,16 +91,6 @@ pub(crate) struct Trainer {
     pub(crate) fallback: Fallback,
 }
 
-/// Whether a rollout acted by policy `version` (from the wire) is one the learner trains on
-/// while at `current`: not negative, at most `max_lag` behind, and not from further ahead
-/// than a restarted learner's actors can be (`max_lag`); the arithmetic cannot overflow
-/// whatever the actor sent.
-fn plausible_version(version: i64, current: i64, max_lag: i64) -> bool {
-    version >= 0
-        && version <= current.saturating_add(max_lag)
-        && current.saturating_sub(version) <= max_lag
-}
-
 /// Why the trainer stopped training before its work queue closed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TrainerStop {
@@ -128,23 +116,6 @@ pub(crate) enum TrainerStop {
         /// What the graph said.
         source: BatchError,
     },
-}
-
-/// The on-policy batch being filled: when filling began (the last update's end) and, once
-/// `batch_rollouts` are pending but not every actor's share, when to stop waiting for the rest.
-#[derive(Debug)]
-pub(crate) struct Filling {
-    since: Instant,
-    until: Option<Instant>,
-}
-
-impl Default for Filling {
-    fn default() -> Self {
-        Filling {
-            since: Instant::now(),
-            until: None,
-        }
-    }
 }
 
 /// What the trainer does next.
@@ -231,8 +202,6 @@ impl Trainer {
         self.stopped.take().map_or(Ok(()), Err)
     }
 
-    /// Stops training on weights an update made NaN or infinite (`error`), naming what the
-    /// user can resume from.
     /// An update made the weights non-finite: restores the last finite ones and goes on, or
     /// stops training when that cannot be done ([`Fallback::restore`]). Whether it restored.
     fn undo(&mut self, error: &LearnerError) -> bool {
@@ -259,6 +228,8 @@ impl Trainer {
         }
     }
 
+    /// Stops training on weights an update made NaN or infinite (`error`), naming what the
+    /// user can resume from.
     fn diverge(&mut self, error: &LearnerError) {
         let newest = checkpoint::latest(&self.checkpoint_dir).map_or_else(
             || "there is no checkpoint yet".to_string(),
@@ -302,89 +273,6 @@ impl Trainer {
         registry::spec(&self.config).family == Family::OnPolicy
     }
 
-    /// Keeps `rollout` unless it lags the current policy by more than `max_policy_lag`
-    /// versions; returns a batch once every actor's share of this version is waiting.
-    ///
-    /// Each of the `S` acting actors ([`Fleet::acting`], the count every weights message
-    /// carries) sends `ceil(batch_rollouts / S)` rollouts per version (see the actor's acting
-    /// loop), so the batch is all of them: it grows with the fleet and
-    /// nothing the fleet acted for this version is left to go stale. Once `batch_rollouts` are
-    /// pending, the learner waits for the rest while they keep coming, up to four mean gaps
-    /// between arrivals after each (an actor that stopped sending, or a subscriber that never
-    /// sends, costs one such wait, never a stall).
-    fn admit(&mut self, rollout: TensorMap) -> Option<RolloutBatch> {
-        self.metrics.rollouts_received.inc();
-        if !self.accepts(&rollout) {
-            return None;
-        }
-        let max_lag = self.config.actors.max_policy_lag as i64;
-        let mut stats = self.stats.lock().expect("stats lock poisoned");
-        let current = stats.policy_version;
-        let before = self.pending.len() + 1;
-        if let Some(version) = RolloutBatch::version_of(&rollout) {
-            let lag = current.saturating_sub(version).max(0) as f64;
-            self.metrics.rollout_policy_lag.set(lag);
-            self.metrics.rollout_policy_lag_sum.add(lag);
-        }
-        self.pending.push(rollout);
-        self.pending.retain(|r| {
-            let version = RolloutBatch::version_of(r);
-            let keep = version.is_some_and(|v| plausible_version(v, current, max_lag));
-            if !keep {
-                tracing::debug!(current, ?version, "dropping a stale rollout");
-            }
-            keep
-        });
-        let dropped = (before - self.pending.len()) as u64;
-        stats.rollouts_dropped += dropped;
-        self.metrics.rollouts_dropped.add(dropped as f64);
-        drop(stats);
-        let least = self.config.learner.batch_rollouts.max(1) as usize;
-        if self.pending.len() < least {
-            return None;
-        }
-        if self.pending.len() < self.batch_target() {
-            // Wait on while rollouts keep coming: up to four of their mean gaps so far after
-            // each one (a big fleet's shares trickle through the queue for a while).
-            let now = Instant::now();
-            let gap = (now - self.filling.since) / self.pending.len() as u32;
-            let wait = (gap * 4).clamp(MIN_SHARE_WAIT, MAX_SHARE_WAIT);
-            self.filling.until = Some(now + wait);
-            return None;
-        }
-        self.take_pending()
-    }
-
-    /// Every actor's share of a version: `ceil(batch_rollouts / S) * S` for `S` acting actors
-    /// (actors subscribed by name that report: a subscriber that names no actor, or whose
-    /// actor stopped reporting, is not waited for).
-    fn batch_target(&self) -> usize {
-        let least = self.config.learner.batch_rollouts.max(1);
-        let actors = self.fleet.acting();
-        (least.div_ceil(actors) * actors) as usize
-    }
-
-    /// The pending rollouts as one batch.
-    fn take_pending(&mut self) -> Option<RolloutBatch> {
-        self.filling.until = None;
-        if self.pending.is_empty() {
-            return None;
-        }
-        let parts = std::mem::take(&mut self.pending);
-        match RolloutBatch::from_parts(&parts) {
-            Ok(mut batch) => {
-                if !self.config.actors.mid_batch_reset {
-                    batch.mark_padding();
-                }
-                Some(batch)
-            }
-            Err(error) => {
-                tracing::error!(%error, "dropping rollouts that do not form a batch");
-                None
-            }
-        }
-    }
-
     /// Whether `items` may be trained on ([`check_items`]); a refused one is counted and logged
     /// with the field at fault, and training goes on without it.
     fn accepts(&self, items: &TensorMap) -> bool {
@@ -405,119 +293,6 @@ impl Trainer {
             Some(tasks) => check_task(items, &tasks),
             None => Ok(()),
         }
-    }
-
-    /// Off-policy: counts the refused rows of a sampled batch (each item once), deletes them
-    /// from their table and takes the env steps they stood for off the run's progress.
-    fn refuse(&mut self, shard: usize, refusal: &Refusal) {
-        let new = self.refused.new_keys(shard, &refusal.keys);
-        if new.is_empty() {
-            return;
-        }
-        self.metrics.items_rejected.add(new.len() as f64);
-        let steps = new.len() as u64 * crate::collected::steps_per_item(&self.config);
-        self.stats().refuse_env_steps(steps);
-        tracing::warn!(field = %refusal.error.field, error = %refusal.error, items = new.len(), "deleting sampled items that fail the learner's checks");
-        let _ = self.key_updates.send(KeyUpdate {
-            shard,
-            keys: new,
-            change: KeyChange::Delete,
-        });
-    }
-
-    /// On-policy: one rollout joins the pending batch; a full batch is trained on unless the
-    /// step budget is spent. True when an update ran.
-    fn train_rollout(&mut self, sample: ShardBatch) -> bool {
-        let rollout = sample.response.batch.unwrap_or_default();
-        self.admit(rollout)
-            .is_some_and(|batch| self.train_rollouts(batch))
-    }
-
-    /// On-policy: one update on `batch` unless the step budget is spent. True when it ran.
-    fn train_rollouts(&mut self, batch: RolloutBatch) -> bool {
-        if self.stats().env_steps_trained >= self.config.stop.total_env_steps {
-            return false;
-        }
-        let env_steps = batch.env_steps();
-        let rollouts = batch.policy_version.len() as u64;
-        let behaviour = batch.policy_version.iter().map(|&v| v as f64).sum::<f64>()
-            / batch.policy_version.len().max(1) as f64;
-        let Some(mut metrics) = self.update(&Batch::Rollouts(Box::new(batch)), None) else {
-            return false;
-        };
-        let (version, steps) = {
-            let mut stats = self.stats();
-            stats.env_steps_trained += env_steps;
-            stats.rollouts_trained += rollouts;
-            (stats.policy_version, stats.env_steps_trained)
-        };
-        let lag = version as f64 - behaviour;
-        self.stats().record_lag(lag);
-        self.metrics.policy_lag.set(lag);
-        metrics.0.push(("policy_lag", lag));
-        self.after_update(version, steps, &metrics);
-        true
-    }
-
-    /// Off-policy: a sampled batch of transitions or sequences, with prioritized replay's
-    /// importance weights. True when an update ran.
-    fn train_sampled(&mut self, sample: ShardBatch) -> bool {
-        let spec = registry::spec(&self.config);
-        let Some(replay) = spec.replay.map(std::borrow::Cow::into_owned) else {
-            tracing::error!("an off-policy algorithm without replay options");
-            return false;
-        };
-        let kept;
-        let response = match screen::screen(&sample.response, |items| self.check(items)) {
-            Ok(()) => &sample.response,
-            Err(refusal) => {
-                self.refuse(sample.shard, &refusal);
-                match refusal.kept {
-                    Some(rest) => {
-                        kept = rest;
-                        &*kept
-                    }
-                    None => return false,
-                }
-            }
-        };
-        // Off-policy training has no batches of env steps: the run's progress is what the
-        // replay server accepted from the actors (counted by `collected`), less what the
-        // learner refused.
-        let env_steps = self.stats().env_steps_collected();
-        let Some(stacked) = response.batch.as_ref() else {
-            tracing::error!("a sample response without a batch");
-            return false;
-        };
-        let weights = replay.prioritized.then(|| {
-            let frac = (env_steps as f64 / self.config.stop.total_env_steps.max(1) as f64).min(1.0);
-            let beta = replay.importance_exponent + frac * (1.0 - replay.importance_exponent);
-            importance_weights(&response.probabilities, response.table_size, beta)
-        });
-        let batch = match Batch::from_stacked(
-            self.algo.trains_on(),
-            stacked,
-            weights.as_deref(),
-            self.device,
-        ) {
-            Ok(batch) => batch,
-            Err(error) => {
-                tracing::error!(%error, "dropping a batch the algorithm cannot read");
-                return false;
-            }
-        };
-        let keys = response.keys.clone();
-        let Some(metrics) = self.update(&batch, Some((sample.shard, keys, replay.priority_eps)))
-        else {
-            return false;
-        };
-        let version = {
-            let mut stats = self.stats();
-            stats.env_steps_trained = env_steps;
-            stats.policy_version
-        };
-        self.after_update(version, env_steps, &metrics);
-        true
     }
 
     /// One update; sends new priorities for `keys` (shard, keys, epsilon) when the algorithm
@@ -716,28 +491,5 @@ impl Trainer {
         )?;
         tracing::debug!(path = %path.display(), version, "checkpoint written");
         Ok((path, version))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::plausible_version;
-
-    /// Versions from the wire are bounded before any subtraction: i64::MIN once wrapped the
-    /// staleness test and was trained on.
-    #[test]
-    fn implausible_policy_versions_are_dropped() {
-        assert!(plausible_version(10, 10, 2));
-        assert!(plausible_version(8, 10, 2));
-        assert!(
-            plausible_version(12, 10, 2),
-            "a restarted learner's actors may be ahead"
-        );
-        assert!(!plausible_version(7, 10, 2));
-        assert!(!plausible_version(13, 10, 2));
-        assert!(!plausible_version(-1, 10, 2));
-        assert!(!plausible_version(i64::MIN, 10, 2));
-        assert!(!plausible_version(i64::MAX, 10, 2));
-        assert!(!plausible_version(i64::MIN, i64::MAX, 2));
     }
 }
