@@ -292,9 +292,11 @@ impl TableSpec {
                     .into(),
             ));
         }
-        self.signature
-            .check()
-            .map_err(|e| bad(format!("signature: {e}")))?;
+        self.signature.check().map_err(|e| match e {
+            // Said once, by `bad`: not "invalid request: table `t`: signature: invalid request: ..".
+            ReplayError::InvalidRequest(why) => bad(format!("signature: {why}")),
+            other => bad(format!("signature: {other}")),
+        })?;
         let item_bytes = self.signature.item_bytes();
         if item_bytes > max_item_bytes {
             return Err(bad(format!(
@@ -495,6 +497,17 @@ mod tests {
         queue.rate_limiter = RateLimiterSpec::Queue { size: 8 };
         queue.max_times_sampled = 0;
         assert!(message(&queue).contains("max_times_sampled must be 1"));
+    }
+
+    /// A bad signature is named once as an invalid request, with its table.
+    #[test]
+    fn a_bad_signature_is_one_invalid_request() {
+        let spec = TableSpec::queue("q", 8, Signature { fields: vec![] });
+        assert_eq!(
+            message(&spec),
+            "invalid request: table `q`: signature: the signature is empty: a table needs at \
+             least one field"
+        );
     }
 
     #[test]
