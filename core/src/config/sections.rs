@@ -28,7 +28,8 @@ pub struct ActorsConfig {
     /// or a slow update cannot stall the fleet).
     pub sync_timeout_s: f64,
     /// Act with the newest weights at least this many versions older than the newest received
-    /// (0: the newest). Makes the policy lag deliberate, to exercise off-policy correction
+    /// (0: the newest), never with any more than `max_policy_lag` behind it (versions the actor
+    /// missed are skipped). Makes the policy lag deliberate, to exercise off-policy correction
     /// (V-trace); must not exceed `max_policy_lag`, or the learner drops every rollout.
     pub lag_versions: u32,
     /// rlpyt's `mid_batch_reset`. True: an env whose episode ends is reset at once and the
