@@ -17,9 +17,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use fleetrl_core::broadcast::SubscriberEvents;
+use fleetrl_runtime::net::conn::Throttled;
 
 use crate::metrics::LearnerMetrics;
 use crate::stats::Stats;
+
+/// The warning for a dropped subscriber, at most every 10 s (`held_back` counts the others;
+/// the metric counts every one): a token holder opening thousands of subscriptions that never
+/// read cannot flood the log.
+static DROPPED_LOG: Throttled = Throttled::new(Duration::from_secs(10));
 
 /// How recently an actor must have reported (or subscribed) to count as acting: five of its
 /// heartbeats, the window `fleetrl train` counts its "actors" in.
@@ -144,11 +150,14 @@ impl SubscriberEvents for Subscriber {
     fn dropped(&self, stalled: Duration) {
         self.fleet.metrics.weight_subscribers_dropped.inc();
         let peer = self.peer.map(|p| p.to_string());
-        tracing::warn!(
-            peer = peer.as_deref().unwrap_or("unknown"),
-            stalled_s = stalled.as_secs_f64(),
-            "dropped a weight subscriber that read nothing"
-        );
+        DROPPED_LOG.log(|held_back| {
+            tracing::warn!(
+                peer = peer.as_deref().unwrap_or("unknown"),
+                stalled_s = stalled.as_secs_f64(),
+                held_back,
+                "dropped a weight subscriber that read nothing"
+            )
+        });
     }
 }
 
