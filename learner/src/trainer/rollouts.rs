@@ -46,7 +46,7 @@ impl Trainer {
     /// Keeps `rollout` unless it lags the current policy by more than `max_policy_lag`
     /// versions; returns a batch once every actor's share of this version is waiting.
     ///
-    /// Each of the `S` acting actors ([`Fleet::acting`], the count every weights message
+    /// Each of the `S` acting actors ([`crate::fleet::Fleet::acting`], the count every weights message
     /// carries) sends `ceil(batch_rollouts / S)` rollouts per version (see the actor's acting
     /// loop), so the batch is all of them: it grows with the fleet and
     /// nothing the fleet acted for this version is left to go stale. Once `batch_rollouts` are

@@ -292,10 +292,13 @@ impl TableSpec {
                     .into(),
             ));
         }
-        self.signature.check().map_err(|e| match e {
-            // Said once, by `bad`: not "invalid request: table `t`: signature: invalid request: ..".
-            ReplayError::InvalidRequest(why) => bad(format!("signature: {why}")),
-            other => bad(format!("signature: {other}")),
+        // `bad` says "invalid request" once; the signature's own error would say it again.
+        self.signature.check().map_err(|e| {
+            let why = match e {
+                ReplayError::InvalidRequest(why) => why,
+                other => other.to_string(),
+            };
+            bad(format!("signature: {why}"))
         })?;
         let item_bytes = self.signature.item_bytes();
         if item_bytes > max_item_bytes {
