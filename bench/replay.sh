@@ -2,7 +2,10 @@
 # Replay server side by side with DeepMind Reverb 0.14 (TensorFlow 2.15.1), in the same run:
 # insert and sample throughput (items/s, MB/s) and p50/p99 latency over loopback gRPC, with
 # 1, 8 and 64 concurrent writers and 1 and 8 samplers, for CartPole-sized transitions and
-# Atari-sized items (4x84x84 uint8). Prints a markdown table with the ratio fleetrl / Reverb.
+# Atari-sized items (4x84x84 uint8). Inserts run two ways on both sides, with the same latency:
+# `writer`, the client library's insert call with up to 100 items unacknowledged (fleetrl's
+# `Writer::insert`, Reverb's `create_item`), and `sync`, one item confirmed at a time (the
+# round trip). Prints a markdown table with the ratio fleetrl / Reverb.
 #   bash bench/replay.sh                       # 5 s per case
 #   SECONDS_PER_CASE=10 bash bench/replay.sh
 # Installs Reverb into bench/.venv-reverb the first time (about 2 GB, a few minutes).
@@ -15,9 +18,10 @@ reverb_py="$(bash bench/setup_reverb.sh)"
 seconds="${SECONDS_PER_CASE:-5}"
 out=$(mktemp -d)
 echo "[bench] fleetrl cases ($seconds s each)..." >&2
-target/release/examples/replay_bench --seconds "$seconds" >"$out/fleetrl.jsonl"
+target/release/examples/replay_bench --seconds "$seconds" --insert-method writer,sync >"$out/fleetrl.jsonl"
 echo "[bench] Reverb cases ($seconds s each)..." >&2
 "$reverb_py" bench/reverb_replay.py --seconds "$seconds" >"$out/reverb.jsonl"
+"$reverb_py" bench/reverb_replay.py --seconds "$seconds" --insert-method sync --samplers "" >>"$out/reverb.jsonl"
 .venv/bin/python bench/replay_table.py "$out/fleetrl.jsonl" "$out/reverb.jsonl"
 echo
 echo "raw outputs: $out"

@@ -429,9 +429,9 @@ class Pool:
 # ---------------------------------------------------------------------------------------------
 
 
-def emit(op, item, clients, n, elapsed, lat):
+def emit(op, method, item, clients, n, elapsed, lat):
     per_s = n / elapsed if elapsed > 0 else 0.0
-    row = {"system": "reverb", "op": op, "item": item, "clients": clients,
+    row = {"system": "reverb", "op": op, "method": method, "item": item, "clients": clients,
            "items_per_s": round(per_s, 1), "mb_per_s": round(per_s * item_bytes(item) / 1e6, 2),
            "p50_ms": round(float(np.percentile(lat, 50)) * 1e3, 4),
            "p99_ms": round(float(np.percentile(lat, 99)) * 1e3, 4)}
@@ -500,7 +500,7 @@ def insert_case(pool, args, item, writers):
     log(cpu_note(pool.cpu, total))
     if not ok:
         raise RuntimeError(f"table holds {size} items, but clients inserted {total}")
-    emit("insert", item, writers, n, el, lat)
+    emit("insert", args.insert_method, item, writers, n, el, lat)
 
 
 def prefill(pool, item, target, server_pid, idle_gb):
@@ -529,7 +529,7 @@ def sample_case(pool, args, item, samplers):
          "in_flight": args.in_flight, "warmup": args.warmup, "seconds": args.seconds}, samplers)
     log(f"sample {item} x{samplers}: {n} batches of {BATCH} in {el:.2f}s")
     log(cpu_note(pool.cpu, total * BATCH))
-    emit("sample", item, samplers, n * BATCH, el, lat)
+    emit("sample", args.sample_method, item, samplers, n * BATCH, el, lat)
 
 
 def main():

@@ -271,6 +271,17 @@ fn join(
 ) -> Result<Tensor, TensorError> {
     let first = parts.first().ok_or(TensorError::Empty)?;
     let dtype = first.validate()?;
+    // One part keeps its bytes (shared, not copied): a writer's request of one 28 KB frame.
+    if let [only] = parts {
+        if !fits(only) {
+            return Err(TensorError::Mismatch(format!("{dtype:?}{:?}", only.shape)));
+        }
+        return Ok(Tensor {
+            dtype: only.dtype,
+            shape,
+            data: only.data.clone(),
+        });
+    }
     let mut data = BytesMut::with_capacity(parts.iter().map(|p| p.data.len()).sum());
     for part in parts {
         if part.dtype != first.dtype || !fits(part) {
@@ -368,6 +379,15 @@ mod tests {
             Tensor::stack(&[&a, &c]),
             Err(TensorError::Mismatch(_))
         ));
+        // One part shares its bytes instead of copying them, and is still validated.
+        let one = Tensor::stack(&[&a]).unwrap();
+        assert_eq!(one.shape, vec![1, 2]);
+        assert_eq!(one.data.as_ptr(), a.data.as_ptr());
+        let short = Tensor {
+            data: a.data.slice(..1),
+            ..a.clone()
+        };
+        assert!(Tensor::stack(&[&short]).is_err());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p fleet-replay-server --example replay_bench -- \
-//!     [--seconds 5] [--warmup 1] [--items cartpole,atari] [--writers 1,8,64] [--samplers 1,8]
+//!     [--seconds 5] [--warmup 1] [--items cartpole,atari] [--writers 1,8,64] [--samplers 1,8] \
+//!     [--insert-method writer,sync,stream]
 //! ```
 //!
 //! Items and tables are the same as `bench/reverb_replay.py`'s: `cartpole` is obs f32[4],
@@ -12,12 +13,23 @@
 //! action i64, reward f32 (28,236 bytes); uniform sampler, FIFO remover, min-size 1,
 //! max_size 1,000,000 / 20,000.
 //!
-//! insert: each writer owns one insert stream and sends requests of up to `--chunk` items
-//! (default 64 for cartpole, 1 for atari) with up to `--window` requests unacknowledged
-//! (default 8 for cartpole, 64 for atari: 512 and 64 items; Reverb's side keeps 100).
-//! Latency is per request, from send to ack, which is also the latency of every item in it.
+//! insert, by `--insert-method` (each method a case of its own; JSON key `method`):
+//! - `writer` (default, as Reverb's `writer`): each client inserts one item at a time through
+//!   the client library's [`Writer`] (what actors use), which stacks up to `--chunk` queued
+//!   items a request (default 64 for cartpole, 1 for atari) and holds up to `--in-flight`
+//!   items unacknowledged (default 100, as Reverb's side). Latency is one `Writer::insert`
+//!   call as the client sees it: it waits only while the window is full. The case's time
+//!   includes the final acknowledgement of every item.
+//! - `sync` (as Reverb's `sync`): one item a request, one request in flight; latency is the
+//!   confirmed round trip, send to acknowledgement.
+//! - `stream`: a raw insert stream with requests of `--chunk` items, up to `--window` requests
+//!   unacknowledged (default 8 for cartpole, 64 for atari); latency is per request, send to
+//!   ack, so it grows with the window (Little's law: window / throughput).
+//!
 //! sample: each sampler owns one sample stream of 256-item batches; latency is the time the
-//! client waits for the next batch. The table is pre-filled to max_size first.
+//! client waits for the next batch. The table is pre-filled to max_size first (skipped, with
+//! the memory figure, when `--samplers` is empty).
+//!
 //! memory: each item kind gets a fresh server; its resident memory (VmRSS) with the table full
 //! minus its idle level, against the items' own bytes.
 //!
@@ -29,6 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use fleetrl_core::replay_client::{Writer, WriterOptions};
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
 use fleetrl_proto::v1::{InsertRequest, ResetRequest, SampleRequest};
 use fleetrl_proto::{Tensor, TensorMap};
@@ -114,6 +127,35 @@ struct Args {
     samplers: Vec<usize>,
     chunk: Option<usize>,
     window: Option<usize>,
+    in_flight: usize,
+    methods: Vec<Method>,
+}
+
+/// How an insert case's clients insert (the doc comment above).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Method {
+    Writer,
+    Sync,
+    Stream,
+}
+
+impl Method {
+    fn parse(name: &str) -> anyhow::Result<Method> {
+        Ok(match name {
+            "writer" => Method::Writer,
+            "sync" => Method::Sync,
+            "stream" => Method::Stream,
+            other => anyhow::bail!("unknown insert method `{other}` (writer, sync, stream)"),
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Method::Writer => "writer",
+            Method::Sync => "sync",
+            Method::Stream => "stream",
+        }
+    }
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -125,9 +167,12 @@ fn parse_args() -> anyhow::Result<Args> {
         samplers: vec![1, 8],
         chunk: None,
         window: None,
+        in_flight: 100,
+        methods: vec![Method::Writer],
     };
     let list = |v: &str| -> anyhow::Result<Vec<usize>> {
         v.split(',')
+            .filter(|x| !x.trim().is_empty())
             .map(|x| x.trim().parse().context("a list of numbers"))
             .collect()
     };
@@ -142,6 +187,13 @@ fn parse_args() -> anyhow::Result<Args> {
             "--samplers" => args.samplers = list(&value)?,
             "--chunk" => args.chunk = Some(value.parse()?),
             "--window" => args.window = Some(value.parse()?),
+            "--in-flight" => args.in_flight = value.parse()?,
+            "--insert-method" => {
+                args.methods = value
+                    .split(',')
+                    .map(Method::parse)
+                    .collect::<Result<_, _>>()?
+            }
             other => anyhow::bail!("unknown flag {other}; see the doc comment of replay_bench.rs"),
         }
     }
@@ -165,7 +217,7 @@ fn percentiles(mut ms: Vec<f64>) -> (f64, f64) {
 }
 
 fn report(
-    op: &str,
+    (op, method): (&str, &str),
     item: &str,
     clients: usize,
     items: u64,
@@ -175,14 +227,14 @@ fn report(
 ) {
     let (p50, p99) = percentiles(ms);
     let line = serde_json::json!({
-        "system": "fleetrl", "op": op, "item": item, "clients": clients,
+        "system": "fleetrl", "op": op, "method": method, "item": item, "clients": clients,
         "items_per_s": items as f64 / seconds,
         "mb_per_s": items as f64 * payload / seconds / 1e6,
         "p50_ms": p50, "p99_ms": p99,
     });
     println!("{line}");
     eprintln!(
-        "[fleetrl] {op} {item} x{clients}: {:.0} items/s, p50 {p50:.3} ms, p99 {p99:.3} ms",
+        "[fleetrl] {op} ({method}) {item} x{clients}: {:.0} items/s, p50 {p50:.3} ms, p99 {p99:.3} ms",
         items as f64 / seconds
     );
 }
@@ -227,38 +279,82 @@ async fn writer(
     Ok((acked, latencies))
 }
 
-async fn insert_case(
+/// One client of the library's [`Writer`]: inserts one item a call until `until`, then waits
+/// for every item's acknowledgement; returns items acked and per-call latencies.
+async fn library_writer(
+    addr: String,
+    (table, item): (String, TensorMap),
+    chunk: usize,
+    in_flight: usize,
+    until: Instant,
+) -> anyhow::Result<(u64, Vec<f64>)> {
+    let options = WriterOptions {
+        max_items_per_request: chunk,
+        max_in_flight: in_flight,
+        ..WriterOptions::new(&table)
+    };
+    let (writer, task) = Writer::spawn(vec![addr], options);
+    let progress = writer.progress();
+    let mut latencies = Vec::new();
+    while Instant::now() < until {
+        let call = Instant::now();
+        writer.insert(item.clone(), 1.0).await?;
+        latencies.push(call.elapsed().as_secs_f64() * 1e3);
+    }
+    drop(writer);
+    task.finish().await?;
+    anyhow::ensure!(
+        progress.acked() == latencies.len() as u64,
+        "{} items acknowledged of {} inserted",
+        progress.acked(),
+        latencies.len()
+    );
+    Ok((progress.acked(), latencies))
+}
+
+/// One item of `kind`, unstacked (the fields as the table's signature has them).
+fn single(kind: &str) -> TensorMap {
+    let (mut map, _) = stacked(kind, 1);
+    for tensor in map.tensors.values_mut() {
+        tensor.shape.remove(0);
+    }
+    map
+}
+
+/// The insert case's clients, by method; returns items acked and latencies.
+async fn insert_clients(
     addr: &str,
     kind: &Kind,
-    writers: usize,
-    chunk: usize,
-    window: usize,
-    (warmup, seconds): (f64, f64),
-) -> anyhow::Result<()> {
-    client(addr)
-        .await?
-        .reset(ResetRequest {
-            table: kind.name.into(),
-        })
-        .await?;
-    let (items, payload) = stacked(kind.name, chunk);
+    (method, writers, chunk, window, in_flight): (Method, usize, usize, usize, usize),
+    until: Instant,
+) -> anyhow::Result<(u64, Vec<f64>)> {
+    let (items, _) = stacked(kind.name, chunk);
     let request = Arc::new(InsertRequest {
         table: kind.name.into(),
         items: Some(items),
         priorities: vec![],
     });
-    // Unmeasured warm-up (connections, allocator, the table's first fill), as Reverb's side does.
-    let until = Instant::now() + Duration::from_secs_f64(warmup);
-    let warming: Vec<_> = (0..writers)
-        .map(|_| tokio::spawn(writer(addr.into(), request.clone(), chunk, window, until)))
-        .collect();
-    for task in warming {
-        task.await??;
-    }
-    let start = Instant::now();
-    let until = start + Duration::from_secs_f64(seconds);
+    let (one, _) = stacked(kind.name, 1);
+    let sync = Arc::new(InsertRequest {
+        table: kind.name.into(),
+        items: Some(one),
+        priorities: vec![],
+    });
     let tasks: Vec<_> = (0..writers)
-        .map(|_| tokio::spawn(writer(addr.into(), request.clone(), chunk, window, until)))
+        .map(|_| {
+            let addr = addr.to_string();
+            match method {
+                Method::Writer => tokio::spawn(library_writer(
+                    addr,
+                    (kind.name.into(), single(kind.name)),
+                    chunk,
+                    in_flight,
+                    until,
+                )),
+                Method::Sync => tokio::spawn(writer(addr, sync.clone(), 1, 1, until)),
+                Method::Stream => tokio::spawn(writer(addr, request.clone(), chunk, window, until)),
+            }
+        })
         .collect();
     let mut total = 0;
     let mut latencies = Vec::new();
@@ -267,13 +363,36 @@ async fn insert_case(
         total += n;
         latencies.extend(ms);
     }
+    Ok((total, latencies))
+}
+
+async fn insert_case(
+    addr: &str,
+    kind: &Kind,
+    clients: (Method, usize, usize, usize, usize),
+    (warmup, seconds): (f64, f64),
+) -> anyhow::Result<()> {
+    client(addr)
+        .await?
+        .reset(ResetRequest {
+            table: kind.name.into(),
+        })
+        .await?;
+    let (_, payload) = stacked(kind.name, 1);
+    // Unmeasured warm-up (connections, allocator, the table's first fill), as Reverb's side does.
+    let until = Instant::now() + Duration::from_secs_f64(warmup);
+    insert_clients(addr, kind, clients, until).await?;
+    let start = Instant::now();
+    let until = start + Duration::from_secs_f64(seconds);
+    let (total, latencies) = insert_clients(addr, kind, clients, until).await?;
     let elapsed = start.elapsed().as_secs_f64();
+    let (method, writers, ..) = clients;
     report(
-        "insert",
+        ("insert", method.name()),
         kind.name,
         writers,
         total,
-        payload as f64 / chunk as f64,
+        payload as f64,
         elapsed,
         latencies,
     );
@@ -327,7 +446,7 @@ async fn sample_case(
         latencies.extend(ms);
     }
     report(
-        "sample",
+        ("sample", "stream"),
         kind.name,
         samplers,
         total,
@@ -433,19 +552,16 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("[fleetrl] replay server on {addr} (log {})", log.display());
         let chunk = args.chunk.unwrap_or(kind.default_chunk);
         let window = args.window.unwrap_or(kind.default_window);
-        for &writers in &args.writers {
-            insert_case(
-                &addr,
-                kind,
-                writers,
-                chunk,
-                window,
-                (args.warmup, args.seconds),
-            )
-            .await?;
+        for &method in &args.methods {
+            for &writers in &args.writers {
+                let clients = (method, writers, chunk, window, args.in_flight);
+                insert_case(&addr, kind, clients, (args.warmup, args.seconds)).await?;
+            }
         }
-        prefill(&addr, kind).await?;
-        emit_memory(kind, idle_mb, rss_mb(pid)?);
+        if !args.samplers.is_empty() {
+            prefill(&addr, kind).await?;
+            emit_memory(kind, idle_mb, rss_mb(pid)?);
+        }
         for &samplers in &args.samplers {
             sample_case(&addr, kind, samplers, (args.warmup, args.seconds)).await?;
         }
