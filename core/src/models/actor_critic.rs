@@ -42,7 +42,7 @@ pub struct Heads {
     /// The convolutional encoder for image observations (`[C, H, W]` boxes), applied before
     /// everything else.
     encoder: Option<ConvEncoder>,
-    /// Running observation normalisation, applied before everything else but the encoder.
+    /// Running observation normalisation of flat observations (never with an encoder).
     obs_norm: Option<ObsNorm>,
     /// An LSTM between the observation and both heads, for recurrent models.
     core: Option<LstmCore>,
@@ -276,7 +276,17 @@ impl ActorCritic {
         let root = vs.root();
         // Image observations ([C, H, W] boxes, e.g. stacked Atari frames) go through the
         // convolutional encoder, whose features take the place of the flat observation.
-        let encoder = match image_frame(config, obs_space)? {
+        let frame = image_frame(config, obs_space)?;
+        if config.normalize_obs && frame.is_some() {
+            return Err(ModelError::Config {
+                key: "model.normalize_obs",
+                message: "normalises flat observations; image observations ([C, H, W]) are \
+                          scaled by the convolutional encoder instead (divided by the box's \
+                          high, 255 for frames), so set model.normalize_obs = false"
+                    .into(),
+            });
+        }
+        let encoder = match frame {
             Some(frame) => Some(ConvEncoder::new(
                 &(&root / "encoder"),
                 frame,
@@ -528,6 +538,33 @@ mod tests {
                 .double_value(&[])
                 > 0.0
         );
+    }
+
+    /// `model.normalize_obs` with image observations is refused by its key (the statistics
+    /// would sit at the encoder's width and be fed raw frames); flat observations normalise.
+    #[test]
+    fn normalising_images_is_refused() {
+        let config = ModelConfig {
+            normalize_obs: true,
+            channels: vec![4],
+            kernel_sizes: vec![3],
+            ..ModelConfig::default()
+        };
+        let frames = Space::Box {
+            shape: vec![2, 5, 5],
+            low: vec![0.0; 50],
+            high: vec![1.0; 50],
+        };
+        let actions = Space::Discrete { n: 2 };
+        let error = ActorCritic::new(&config, &frames, &actions, Device::Cpu)
+            .expect_err("normalised images built")
+            .to_string();
+        assert!(error.starts_with("model.normalize_obs: "), "{error}");
+        let flat = ModelConfig {
+            normalize_obs: true,
+            ..ModelConfig::default()
+        };
+        ActorCritic::new(&flat, &spaces().0, &actions, Device::Cpu).unwrap();
     }
 
     fn spaces() -> (Space, Space) {

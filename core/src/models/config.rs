@@ -65,7 +65,8 @@ pub struct ModelConfig {
     /// core). Needs `lstm_size > 0`; on-policy models (ppo, a2c, impala) only.
     pub pre_lstm_sizes: Vec<i64>,
     /// Normalise observations by running mean and variance (updated by the learner from
-    /// every batch; the statistics travel with the weights and into checkpoints).
+    /// every batch; the statistics travel with the weights and into checkpoints). Flat
+    /// observations only: image observations are refused (the conv encoder scales them).
     pub normalize_obs: bool,
     /// Clip normalised observations to +-this.
     pub obs_clip: f64,
