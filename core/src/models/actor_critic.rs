@@ -318,7 +318,8 @@ impl ActorCritic {
             .copied()
             .filter(|_| pre_core.is_some())
             .unwrap_or(raw_dim);
-        let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), core_in, lstm));
+        let core = (lstm > 0)
+            .then(|| LstmCore::with_cell(&(&root / "core"), core_in, lstm, config.recurrent_cell));
         let obs_norm = config.normalize_obs.then(|| {
             ObsNorm::new(
                 &(&root / "obs_norm"),
@@ -479,7 +480,7 @@ impl Policy for ActorCritic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::config::ModelConfig;
+    use crate::models::config::{ModelConfig, RecurrentCell};
     use tch::Kind;
 
     /// `model.mu_nonlinearity = "tanh"` bounds a Gaussian policy's mean, whatever the input.
@@ -565,6 +566,28 @@ mod tests {
             ..ModelConfig::default()
         };
         ActorCritic::new(&flat, &spaces().0, &actions, Device::Cpu).unwrap();
+    }
+
+    /// `model.recurrent_cell = "gru"` builds the core with the GRU's three gates (the LSTM's
+    /// four otherwise), and the recurrent step runs it.
+    #[test]
+    fn the_recurrent_cell_shapes_the_core() {
+        let rows = |cell| {
+            let config = ModelConfig {
+                lstm_size: 8,
+                recurrent_cell: cell,
+                ..ModelConfig::default()
+            };
+            let model = ActorCritic::new(&config, &spaces().0, &spaces().1, Device::Cpu).unwrap();
+            let obs = Tensor::zeros([2, 4], (Kind::Float, Device::Cpu));
+            let (step, next) = model.act_recurrent(&obs, &RnnState::zeros(2, 8, Device::Cpu), true);
+            assert_eq!((step.action.size(), next.h.size()), (vec![2], vec![2, 8]));
+            let named = model.named_parameters();
+            let ih = named.iter().find(|(n, _)| n == "core.ih.weight").unwrap();
+            ih.1.size()[0]
+        };
+        assert_eq!(rows(RecurrentCell::Gru), 24);
+        assert_eq!(rows(RecurrentCell::Lstm), 32);
     }
 
     fn spaces() -> (Space, Space) {
