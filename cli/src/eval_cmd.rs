@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use fleetrl_core::acting::eval::{eval_seed, evaluate_env, evaluate_tasks, EvalResult};
+use fleetrl_core::acting::exploration::evaluated;
 use fleetrl_core::acting::meta::meta_evaluate;
 use fleetrl_core::acting::pearl::pearl_evaluate;
 use fleetrl_core::acting::policy_loader::{load_actor_critic, load_pearl};
@@ -38,6 +39,14 @@ pub(crate) fn evaluate_checkpoint(
     // evaluation plays the same episodes whenever and in whichever process it runs (the run's
     // own evaluations, then `fleetrl eval` of the same checkpoint).
     tch::manual_seed(seed as i64);
+    let model = if config.eval.deterministic {
+        model
+    } else {
+        // DQN, TD3 and DDPG play with their exploration noise (the others sample themselves).
+        let space = envs::make_configured(&config.env)?.action_space();
+        let at_once = episodes.max(config.actors.envs_per_actor as usize);
+        evaluated(model, &config, &space, at_once, seed)
+    };
     let task_agnostic = spec(&config)
         .task_agnostic
         .filter(|_| config.tasks.multi_task);

@@ -56,6 +56,8 @@ pub(crate) struct Summary {
     pub(crate) algo: String,
     pub(crate) total_env_steps: u64,
     pub(crate) wall_seconds: f64,
+    /// Env steps this learner process trained per second of its uptime (a resumed run's
+    /// checkpoint steps were taken by another process, in other seconds).
     pub(crate) env_steps_per_second: f64,
     pub(crate) final_eval_return: f64,
     /// Meta-RL: the last evaluation's mean test-task return before adaptation, then after each
@@ -94,6 +96,12 @@ pub(crate) struct Summary {
     pub(crate) evaluations: Vec<Evaluation>,
 }
 
+/// The env steps of `steps` that this learner process trained, per second of its uptime.
+fn steps_per_second(steps: u64, status: &LearnerStatus) -> f64 {
+    let own = steps.saturating_sub(status.env_steps_at_start);
+    own as f64 / status.seconds_since_start.max(1e-9)
+}
+
 impl Summary {
     pub(crate) fn new(
         config: &RunConfig,
@@ -109,7 +117,7 @@ impl Summary {
             algo: config.algo.name().into(),
             total_env_steps: steps,
             wall_seconds,
-            env_steps_per_second: steps as f64 / status.seconds_since_start.max(1e-9),
+            env_steps_per_second: steps_per_second(steps, status),
             final_eval_return: last.mean_return,
             final_adaptation_returns: last.adaptation_returns.clone(),
             final_success_rate: last.success_rate,
@@ -142,5 +150,28 @@ impl Summary {
     pub(crate) fn write(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self).expect("summary always serialises");
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run resumed at 100k env steps that trained 50k more in 10 s ran at 5k steps/s, not
+    /// 15k; a fresh run counts every step.
+    #[test]
+    fn steps_per_second_counts_this_process_only() {
+        let resumed = LearnerStatus {
+            env_steps_trained: 150_000,
+            env_steps_at_start: 100_000,
+            seconds_since_start: 10.0,
+            ..LearnerStatus::default()
+        };
+        assert_eq!(steps_per_second(150_000, &resumed), 5_000.0);
+        let fresh = LearnerStatus {
+            env_steps_at_start: 0,
+            ..resumed
+        };
+        assert_eq!(steps_per_second(150_000, &fresh), 15_000.0);
     }
 }

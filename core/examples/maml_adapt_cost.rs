@@ -64,7 +64,13 @@ fn main() -> anyhow::Result<()> {
     let theta: Vec<tch::Tensor> = model.heads().policy_params();
     let start = Instant::now();
     for _ in 0..rounds {
-        let stages = split_stages(&batch, layout, &maml, tch::Device::Cpu);
+        let stages = split_stages(
+            &batch,
+            layout,
+            &maml,
+            (model.heads(), &theta),
+            tch::Device::Cpu,
+        );
         let _ = adapt(
             model.heads(),
             &theta,

@@ -26,6 +26,8 @@ struct ActorStats {
 #[derive(Debug)]
 pub(crate) struct Stats {
     started: Instant,
+    /// Env steps trained before this process started (the resumed checkpoint's).
+    env_steps_at_start: u64,
     pub(crate) policy_version: i64,
     pub(crate) updates: u64,
     pub(crate) env_steps_trained: u64,
@@ -54,6 +56,7 @@ impl Stats {
             .saturating_sub(RECENT_EPISODES);
         Stats {
             started: Instant::now(),
+            env_steps_at_start: meta.env_steps,
             policy_version: meta.policy_version,
             updates: meta.updates,
             env_steps_trained: meta.env_steps,
@@ -187,6 +190,7 @@ impl Stats {
             rollouts_dropped: self.rollouts_dropped,
             mean_policy_lag: self.policy_lag_sum.0 / self.policy_lag_sum.1.max(1) as f64,
             rollouts_trained: self.rollouts_trained,
+            env_steps_at_start: self.env_steps_at_start,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! round it was playing, and the table fills from the other actors' rounds.
 
 use fleetrl_core::acting::pearl::PearlActing;
+use fleetrl_core::algos::registry::check_observations;
 use fleetrl_core::config::{PearlConfig, RunConfig};
 use fleetrl_core::envs::Episode;
 use fleetrl_core::models::{ModelError, PearlModel};
@@ -33,6 +34,7 @@ impl PearlCollector {
         seed: u64,
     ) -> Result<PearlCollector, ActError> {
         let envs = fleetrl_core::envs::make_vec(&config.env, 1)?;
+        check_observations(config, envs.observation_space())?;
         let model = PearlModel::new(
             &config.model,
             pearl,

@@ -1,11 +1,18 @@
 //! Actor-side exploration for off-policy learning: uniformly random warm-up steps,
 //! epsilon-greedy for discrete actions, Gaussian or Ornstein-Uhlenbeck noise for continuous
-//! ones (scaled to the action box's half-width), and clipping into the box.
+//! ones (scaled to the action box's half-width), and clipping into the box. Evaluation with
+//! `eval.deterministic = false` plays DQN, TD3 and DDPG with the same noise ([`evaluated`]).
+
+use std::cell::RefCell;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use tch::Tensor;
 
-use crate::config::{Exploration, NoiseKind};
+use crate::algos::registry::spec;
+use crate::config::{Exploration, NoiseKind, RunConfig};
+use crate::items::rollout::Actions;
+use crate::models::{Policy, PolicyKind, PolicyStep, RnnState};
 use fleetrl_proto::space::{Action, Space};
 
 /// Explores around a policy's actions for M envs.
@@ -134,9 +141,186 @@ impl Explorer {
     }
 }
 
+/// The policy evaluation plays for `config` (`episodes` envs at once, seeded): `policy`
+/// itself, or, with `eval.deterministic = false` for an algorithm whose policy is greedy (DQN's
+/// Q-values, TD3 and DDPG's deterministic actions), `policy` with its exploration noise as
+/// garage evaluates them when `deterministic_eval` is off. The noise is the schedule's end:
+/// epsilon-greedy at `algo.explore.epsilon_end` (so a checkpoint scores the same whenever it
+/// is evaluated), Gaussian noise of `algo.explore.noise_std` (Ornstein-Uhlenbeck noise is
+/// played as Gaussian noise of the same scale), no random warm-up. The stochastic policies
+/// (PPO, SAC, ...) sample their own actions instead.
+pub fn evaluated(
+    policy: Box<dyn Policy>,
+    config: &RunConfig,
+    space: &Space,
+    episodes: usize,
+    seed: u64,
+) -> Box<dyn Policy> {
+    let registered = spec(config);
+    let greedy = matches!(
+        registered.shape,
+        Some((PolicyKind::QValues | PolicyKind::Deterministic, _))
+    );
+    match registered.acting {
+        Some(acting) if greedy && !config.eval.deterministic && !acting.explore.deterministic => {
+            let explore = Exploration {
+                random_steps: 0,
+                epsilon_start: acting.explore.epsilon_end,
+                noise: match acting.explore.noise {
+                    NoiseKind::OrnsteinUhlenbeck => NoiseKind::Gaussian,
+                    other => other,
+                },
+                ..acting.explore
+            };
+            let explorer = Explorer::new(&explore, space, episodes.max(1), seed);
+            Box::new(Exploring {
+                policy,
+                explorer: RefCell::new(explorer),
+            })
+        }
+        _ => policy,
+    }
+}
+
+/// A greedy policy played with an [`Explorer`]'s noise on its actions.
+struct Exploring {
+    policy: Box<dyn Policy>,
+    explorer: RefCell<Explorer>,
+}
+
+impl Exploring {
+    /// `step` with the explorer's actions in place of the policy's.
+    fn explore(&self, step: PolicyStep) -> PolicyStep {
+        let rows = step.action.size()[0] as usize;
+        let actions = Actions::from_tensor(&step.action).expect("policy actions are a tensor");
+        let mut explorer = self.explorer.borrow_mut();
+        let explored = match &actions {
+            Actions::Discrete(a) => Actions::Discrete(
+                (explorer.actions(a, &[], rows).into_iter())
+                    .map(|a| match a {
+                        Action::Discrete(i) => i,
+                        Action::Continuous(_) => unreachable!("a discrete space's action"),
+                    })
+                    .collect(),
+            ),
+            Actions::Continuous { dim, values } => Actions::Continuous {
+                dim: *dim,
+                values: (explorer.actions(&[], values, rows).into_iter())
+                    .flat_map(|a| match a {
+                        Action::Continuous(row) => row,
+                        Action::Discrete(_) => unreachable!("a box's action"),
+                    })
+                    .collect(),
+            },
+        };
+        PolicyStep {
+            action: explored.to_tensor(step.action.device()),
+            ..step
+        }
+    }
+}
+
+impl Policy for Exploring {
+    fn act(&self, obs: &Tensor, _deterministic: bool) -> PolicyStep {
+        self.explore(self.policy.act(obs, true))
+    }
+
+    fn value(&self, obs: &Tensor) -> Tensor {
+        self.policy.value(obs)
+    }
+
+    fn state_size(&self) -> i64 {
+        self.policy.state_size()
+    }
+
+    fn act_recurrent(
+        &self,
+        obs: &Tensor,
+        state: &RnnState,
+        _deterministic: bool,
+    ) -> (PolicyStep, RnnState) {
+        let (step, next) = self.policy.act_recurrent(obs, state, true);
+        (self.explore(step), next)
+    }
+
+    fn value_recurrent(&self, obs: &Tensor, state: &RnnState) -> Tensor {
+        self.policy.value_recurrent(obs, state)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Always picks action 0 (discrete) or 0.5 (continuous), whatever it is asked.
+    struct Constant;
+
+    impl Policy for Constant {
+        fn act(&self, obs: &Tensor, _deterministic: bool) -> PolicyStep {
+            let n = obs.size()[0];
+            let zeros = Tensor::zeros([n], (tch::Kind::Float, tch::Device::Cpu));
+            let action = match obs.size()[1] {
+                1 => Tensor::zeros([n], (tch::Kind::Int64, tch::Device::Cpu)),
+                _ => zeros.ones_like().view([n, 1]) * 0.5,
+            };
+            PolicyStep {
+                action,
+                log_prob: zeros.shallow_clone(),
+                value: zeros,
+            }
+        }
+
+        fn value(&self, obs: &Tensor) -> Tensor {
+            Tensor::zeros([obs.size()[0]], (tch::Kind::Float, tch::Device::Cpu))
+        }
+    }
+
+    /// The actions `evaluated` plays for 400 rows under `preset` with `eval.deterministic`.
+    fn evaluated_actions(preset: &str, deterministic: bool, space: &Space, obs: i64) -> Actions {
+        let path = format!("{}/../configs/{preset}.toml", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut config = RunConfig::from_toml(&text, preset).unwrap();
+        config.eval.deterministic = deterministic;
+        let policy = evaluated(Box::new(Constant), &config, space, 400, 7);
+        let obs = Tensor::zeros([400, obs], (tch::Kind::Float, tch::Device::Cpu));
+        Actions::from_tensor(&policy.act(&obs, deterministic).action).unwrap()
+    }
+
+    /// `eval.deterministic = false` plays DQN epsilon-greedy at its `epsilon_end` and TD3 and
+    /// DDPG with their Gaussian noise inside the box; `true` plays them greedily, and SAC's
+    /// policy is left to sample its own actions.
+    #[test]
+    fn stochastic_evaluation_adds_the_exploration_noise() {
+        let discrete = Space::Discrete { n: 2 };
+        let Actions::Discrete(a) = evaluated_actions("cartpole-dqn", false, &discrete, 1) else {
+            panic!("discrete actions")
+        };
+        // epsilon_end 0.04 of random actions, half of them the other action: ~8 of 400.
+        let other = a.iter().filter(|&&a| a == 1).count();
+        assert!((2..=30).contains(&other), "{other} of 400 explored");
+        let greedy = evaluated_actions("cartpole-dqn", true, &discrete, 1);
+        assert_eq!(greedy, Actions::Discrete(vec![0; 400]));
+        let pendulum = Space::Box {
+            shape: vec![1],
+            low: vec![-2.0],
+            high: vec![2.0],
+        };
+        for preset in ["pendulum-td3", "pendulum-ddpg"] {
+            let Actions::Continuous { values, .. } = evaluated_actions(preset, false, &pendulum, 3)
+            else {
+                panic!("continuous actions")
+            };
+            let moved = values.iter().filter(|&&v| v != 0.5).count();
+            assert!(moved > 390, "{preset}: {moved} of 400 noisy");
+            assert!(values.iter().all(|v| (-2.0..=2.0).contains(v)), "{preset}");
+            let greedy = evaluated_actions(preset, true, &pendulum, 3);
+            assert!(
+                matches!(greedy, Actions::Continuous { values, .. } if values == vec![0.5; 400])
+            );
+        }
+        let sac = evaluated_actions("pendulum-sac", false, &pendulum, 3);
+        assert!(matches!(sac, Actions::Continuous { values, .. } if values == vec![0.5; 400]));
+    }
 
     fn box1() -> Space {
         Space::Box {

@@ -133,7 +133,8 @@ pub fn adapt_on_task(
                 m,
                 stages: s + 1,
             };
-            let split = split_stages(&batch, layout, maml, tch::Device::Cpu);
+            let policy = (model.heads(), &theta[..]);
+            let split = split_stages(&batch, layout, maml, policy, tch::Device::Cpu);
             params = adapt(
                 model.heads(),
                 &theta,
@@ -146,7 +147,8 @@ pub fn adapt_on_task(
     }
     let mut item = join_stages(&maps)?;
     let layout = Layout { t, m, stages };
-    let split = split_stages(&as_batch(&item)?, layout, maml, tch::Device::Cpu);
+    let policy = (model.heads(), &theta[..]);
+    let split = split_stages(&as_batch(&item)?, layout, maml, policy, tch::Device::Cpu);
     item.tensors.insert(
         field::TASK.to_string(),
         ProtoTensor::scalar(i64::from(task.id)),

@@ -20,7 +20,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::pg::PgOptions;
-use super::pg::{entropy_bonus, process_advantages};
+use super::pg::{entropy_bonus, max_entropy_rewards, process_advantages, EntropyMethod};
 use super::trpo::{conjugate_gradient, flat_grad, flat_params, set_params};
 use super::{Algorithm, Metrics, Trained};
 use crate::items::rollout::RolloutBatch;
@@ -85,12 +85,14 @@ pub fn linear_baseline(obs: &Tensor, step: &Tensor, returns: &[f64], reg: f64) -
 }
 
 /// A stage's advantages `[T x M]` (time-major) against the linear baseline, with garage's
-/// options; also the mean undiscounted episode return. Episodes end where `done` and at the
-/// stage's last step (the stage runs whole episodes from a reset).
+/// options; also the mean undiscounted episode return of the env's rewards. Episodes end where
+/// `done` and at the stage's last step (the stage runs whole episodes from a reset). With
+/// `entropy_method = "max"`, the acting policy's `entropy` `[T x M]` adds its bonus to the
+/// rewards the returns and advantages are computed from (garage's `_compute_advantage`).
 #[allow(clippy::too_many_arguments)]
 pub fn stage_advantages(
     obs: &Tensor,
-    reward: &[f32],
+    (env_reward, entropy): (&[f32], Option<&Tensor>),
     done: &[bool],
     (t, m): (usize, usize),
     discount: f64,
@@ -98,6 +100,10 @@ pub fn stage_advantages(
     reg: f64,
     options: &PgOptions,
 ) -> (Vec<f32>, f64) {
+    let reward = match entropy {
+        Some(h) => max_entropy_rewards(env_reward, h, options),
+        None => env_reward.to_vec(),
+    };
     let ends = |ti: usize, j: usize| done[ti * m + j] || ti + 1 == t;
     // Episode step of every row, and discounted returns to go.
     let mut step = vec![0i64; t * m];
@@ -123,7 +129,7 @@ pub fn stage_advantages(
         }
     }
     let episodes = step.iter().filter(|&&s| s == 0).count();
-    let total: f64 = reward.iter().map(|&r| f64::from(r)).sum();
+    let total: f64 = env_reward.iter().map(|&r| f64::from(r)).sum();
     let baseline = linear_baseline(obs, &Tensor::from_slice(&step), &returns, reg);
     let mut advantage = vec![0f32; t * m];
     for j in 0..m {
@@ -148,11 +154,14 @@ pub fn stage_advantages(
 }
 
 /// Splits a batch of adaptation items (`[(K+1)T, tasks x M]`) into `tasks x stages` stages on
-/// `device`, advantages computed.
+/// `device`, advantages computed. With `entropy_method = "max"` each stage's rewards carry the
+/// entropy of the policy that acted in it: `theta` (the meta-policy, on `device`) adapted on
+/// the stages before, as the actor adapted it.
 pub fn split_stages(
     batch: &RolloutBatch,
     layout: Layout,
     config: &MamlConfig,
+    (heads, theta): (&Heads, &[Tensor]),
     device: Device,
 ) -> Vec<Vec<Stage>> {
     let Layout { t, m, stages } = layout;
@@ -167,14 +176,17 @@ pub fn split_stages(
     };
     let lp_all = Tensor::from_slice(&batch.log_prob).view([batch.t as i64, b as i64]);
     let mut out = Vec::with_capacity(tasks);
+    let max_entropy = options.entropy_method == EntropyMethod::Max;
     for task in 0..tasks {
         let mut task_stages = Vec::with_capacity(stages);
+        // The policy that acted in stage s (max entropy only).
+        let mut acting: Vec<Tensor> = theta.iter().map(Tensor::shallow_clone).collect();
         for s in 0..stages {
             let rows = |x: &Tensor| {
                 x.narrow(0, (s * t) as i64, t as i64)
                     .narrow(1, (task * m) as i64, m as i64)
             };
-            let obs = rows(&obs_all).reshape([(t * m) as i64, d as i64]);
+            let host_obs = rows(&obs_all).reshape([(t * m) as i64, d as i64]);
             let mut reward = Vec::with_capacity(t * m);
             let mut done = Vec::with_capacity(t * m);
             for ti in s * t..(s + 1) * t {
@@ -184,9 +196,14 @@ pub fn split_stages(
                     done.push(batch.terminated[i] || batch.truncated[i]);
                 }
             }
+            let obs = host_obs.to_device(device);
+            let entropy = max_entropy.then(|| {
+                let _guard = tch::no_grad_guard();
+                heads.dist_with(&obs, &acting).entropy()
+            });
             let (advantage, mean_return) = stage_advantages(
-                &obs,
-                &reward,
+                &host_obs,
+                (&reward, entropy.as_ref()),
                 &done,
                 (t, m),
                 config.discount,
@@ -199,13 +216,18 @@ pub fn split_stages(
                 2 => action.reshape([(t * m) as i64]),
                 _ => action.reshape([(t * m) as i64, -1]),
             };
-            task_stages.push(Stage {
-                obs: obs.to_device(device),
+            let stage = Stage {
+                obs,
                 action: action.to_device(device),
                 advantage: Tensor::from_slice(&advantage).to_device(device),
                 behaviour_log_prob: rows(&lp_all).reshape([(t * m) as i64]).to_device(device),
                 mean_return,
-            });
+            };
+            if max_entropy && s + 1 < stages {
+                let one = std::slice::from_ref(&stage);
+                acting = adapt(heads, &acting, one, config.inner_lr, &options, false);
+            }
+            task_stages.push(stage);
         }
         out.push(task_stages);
     }
@@ -376,7 +398,9 @@ impl Maml {
     /// One meta-update on a batch of adaptation items.
     pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let layout = self.layout(batch);
-        let tasks = split_stages(batch, layout, &self.config, self.device);
+        let heads = self.trained.model.heads();
+        let theta = heads.policy_params();
+        let tasks = split_stages(batch, layout, &self.config, (heads, &theta), self.device);
         let mut metrics = Vec::new();
         match self.outer {
             MetaOptimizer::Vpg | MetaOptimizer::Ppo => {
@@ -560,6 +584,80 @@ mod tests {
         assert!(differs, "second-order terms vanished");
     }
 
+    /// With `entropy_method = "max"` each stage's rewards carry `policy_ent_coeff x H` of the
+    /// policy that acted in it (theta in stage 0, the adapted phi_1 in stage 1), before the
+    /// advantages; the stage's mean return stays the env's.
+    #[test]
+    fn max_entropy_adds_the_acting_policys_entropy_to_the_rewards() {
+        use crate::algos::pg::EntropyMethod;
+        use crate::algos::testing::{cartpole_model, tiny_batch};
+        let model = cartpole_model(3);
+        let heads = model.heads();
+        let theta = heads.policy_params();
+        let batch = tiny_batch();
+        let layout = Layout {
+            t: 2,
+            m: 2,
+            stages: 2,
+        };
+        // A strong ridge keeps the baseline near 0: on four rows a weak one interpolates the
+        // returns, leaving zero advantages whatever the rewards.
+        let with = |entropy_method, policy_ent_coeff| MamlConfig {
+            options: PgOptions {
+                center_adv: false,
+                entropy_method,
+                policy_ent_coeff,
+                ..PgOptions::default()
+            },
+            baseline_reg_coeff: 1e6,
+            ..MamlConfig::default()
+        };
+        let config = with(EntropyMethod::Max, 0.5);
+        let shaped = split_stages(&batch, layout, &config, (heads, &theta), Device::Cpu);
+        let plain = with(EntropyMethod::NoEntropy, 0.0);
+        let unshaped = split_stages(&batch, layout, &plain, (heads, &theta), Device::Cpu);
+        let mut params: Vec<Tensor> = theta.iter().map(Tensor::shallow_clone).collect();
+        for s in 0..2 {
+            let stage = &unshaped[0][s];
+            let h = Vec::<f32>::try_from(heads.dist_with(&stage.obs, &params).entropy()).unwrap();
+            let rows = s * 4..(s + 1) * 4;
+            let reward: Vec<f32> = (batch.reward[rows.clone()].iter().zip(&h))
+                .map(|(r, h)| r + 0.5 * h)
+                .collect();
+            let done: Vec<bool> = batch.terminated[rows].to_vec();
+            let (want, _) = stage_advantages(
+                &stage.obs,
+                (&reward, None),
+                &done,
+                (2, 2),
+                config.discount,
+                config.gae_lambda,
+                config.baseline_reg_coeff,
+                &config.options,
+            );
+            let got = Vec::<f32>::try_from(&shaped[0][s].advantage).unwrap();
+            let before = Vec::<f32>::try_from(&stage.advantage).unwrap();
+            for ((g, w), b) in got.iter().zip(&want).zip(&before) {
+                assert!((g - w).abs() < 1e-5, "stage {s}: {got:?} vs {want:?}");
+                assert!((g - b).abs() > 1e-4, "stage {s}: no bonus in {got:?}");
+            }
+            assert_eq!(shaped[0][s].mean_return, stage.mean_return);
+            if s == 1 {
+                // Stage 1's entropy is phi_1's, which differs from theta's on its rows.
+                let at_theta = heads.dist_with(&stage.obs, &theta).entropy();
+                assert!(!at_theta.allclose(&Tensor::from_slice(&h), 1e-6, 1e-6, false));
+            }
+            params = adapt(
+                heads,
+                &params,
+                std::slice::from_ref(&shaped[0][s]),
+                config.inner_lr,
+                &config.options,
+                false,
+            );
+        }
+    }
+
     /// Returns, the episode split and the mean return of a stage; the linear baseline explains
     /// a return that is a polynomial of the time step exactly, leaving zero advantages.
     #[test]
@@ -574,7 +672,16 @@ mod tests {
             ..PgOptions::default()
         };
         // A ridge small beside the cubic time feature's scale (0.03^3), so the fit is exact.
-        let (adv, mean) = stage_advantages(&obs, &reward, &done, (4, 2), 1.0, 1.0, 1e-16, &options);
+        let (adv, mean) = stage_advantages(
+            &obs,
+            (&reward, None),
+            &done,
+            (4, 2),
+            1.0,
+            1.0,
+            1e-16,
+            &options,
+        );
         // Episodes: -4 (column 0), -4 and -4 (column 1).
         assert!((mean - (-4.0)).abs() < 1e-9, "{mean}");
         // Returns by episode step: step 0 -4 (three times), step 1 -3 (column 0) and -2

@@ -93,6 +93,12 @@ impl PgOptions {
     }
 }
 
+/// What VPG's and TRPO's policy steps train: the policy head (`pi.*`) and the convolutional
+/// encoder (`encoder.*`) that image observations go through before both heads. The baseline's
+/// steps fit its own head (`vf.*`) on the encoder's features, so the trust region TRPO keeps
+/// holds for the whole policy.
+pub const POLICY_PARTS: [&str; 2] = ["pi.", "encoder."];
+
 pub(crate) fn check_lambda(lambda: f64) -> Result<(), ConfigError> {
     check(
         (0.0..=1.0).contains(&lambda),

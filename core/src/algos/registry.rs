@@ -254,6 +254,27 @@ pub fn build_model(
     )
 }
 
+/// Refuses image observations (`[C, H, W]` boxes) for the algorithms whose networks read flat
+/// ones: MAML adapts a plain MLP policy through its functional form and PEARL conditions MLPs
+/// on its task variable, so neither runs the convolutional encoder. The learner and the actors
+/// ask before they build a model.
+pub fn check_observations(config: &RunConfig, obs_space: &Space) -> Result<(), ModelError> {
+    let flat_only = config.algo.as_maml().is_some() || config.algo.as_pearl().is_some();
+    match obs_space {
+        Space::Box { shape, .. } if flat_only && shape.len() == 3 => Err(ModelError::Config {
+            key: "algo.name",
+            message: format!(
+                "{} reads flat observations (MAML adapts a plain MLP policy, PEARL conditions \
+                 MLPs on its task variable; neither runs the convolutional encoder), and this \
+                 env's are images of shape {shape:?}: use an env with flat observations, or an \
+                 algorithm that trains the encoder (ppo, a2c, impala, vpg, trpo, dqn, sac, td3)",
+                config.algo.name()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The algorithm `config.algo` names, with a fresh model for `obs_space` and `action_space`
 /// on `devices[0]` (off-policy algorithms also get a target model of the same shape). Linear
 /// schedules span the run's step budget; PPO splits its minibatches over
@@ -265,6 +286,7 @@ pub fn build(
     action_space: &Space,
     devices: &[Device],
 ) -> Result<Box<dyn Algorithm>, ModelError> {
+    check_observations(config, obs_space)?;
     let device = devices.first().copied().unwrap_or(Device::Cpu);
     let total = config.stop.total_env_steps;
     let obs_dim = obs_space.flat_dim() as i64;
@@ -340,6 +362,44 @@ mod tests {
         };
         assert_eq!(interval(""), 1);
         assert_eq!(interval("publish_interval = 25"), 25);
+    }
+
+    /// MAML and PEARL refuse image observations by name, before any model is built; PPO
+    /// builds its encoder for them.
+    #[test]
+    fn meta_rl_refuses_image_observations() {
+        let frames = Space::Box {
+            shape: vec![4, 10, 10],
+            low: vec![0.0; 400],
+            high: vec![1.0; 400],
+        };
+        let action = Space::Box {
+            shape: vec![2],
+            low: vec![-1.0; 2],
+            high: vec![1.0; 2],
+        };
+        let config = |algo: &str, extra: &str| {
+            let text = format!(
+                "[env]\nid = \"PointGoal-v0\"\n[model]\nchannels = [4]\nkernel_sizes = [3]\n\
+                 [algo]\nname = \"{algo}\"\n{extra}"
+            );
+            RunConfig::from_toml(&text, "t").unwrap()
+        };
+        for (algo, extra) in [
+            ("maml_trpo", ""),
+            ("maml_vpg", ""),
+            ("pearl", "[actors]\nenvs_per_actor = 1\n"),
+        ] {
+            let error = build(&config(algo, extra), &frames, &action, &[Device::Cpu])
+                .err()
+                .unwrap_or_else(|| panic!("{algo} built on images"))
+                .to_string();
+            assert!(
+                error.starts_with(&format!("algo.name: {algo} reads flat observations")),
+                "{error}"
+            );
+        }
+        build(&config("ppo", ""), &frames, &action, &[Device::Cpu]).unwrap();
     }
 
     /// BC's `policy` picks the continuous model, and a Gaussian for discrete actions is

@@ -1,6 +1,6 @@
 //! Fixtures for the algorithms' unit tests.
 
-use tch::Device;
+use tch::{Device, Tensor};
 
 use crate::items::rollout::{Actions, Observations, RolloutBatch};
 use crate::models::config::ModelConfig;
@@ -22,6 +22,58 @@ pub(crate) fn cartpole_model_with(seed: i64, config: &ModelConfig) -> ActorCriti
     };
     ActorCritic::new(config, &obs, &Space::Discrete { n: 2 }, Device::Cpu)
         .expect("the model builds")
+}
+
+/// A fresh actor-critic on 2x5x5 image observations (a 4-channel 3x3 convolution and 8
+/// units in front of the heads), seeded.
+pub(crate) fn image_model(seed: i64) -> ActorCritic {
+    tch::manual_seed(seed);
+    let config = ModelConfig {
+        channels: vec![4],
+        kernel_sizes: vec![3],
+        fc_sizes: Some(vec![8]),
+        hidden_sizes: vec![8],
+        ..ModelConfig::default()
+    };
+    let obs = Space::Box {
+        shape: vec![2, 5, 5],
+        low: vec![0.0; 50],
+        high: vec![1.0; 50],
+    };
+    ActorCritic::new(&config, &obs, &Space::Discrete { n: 2 }, Device::Cpu)
+        .expect("the model builds")
+}
+
+/// [`tiny_batch`] with 2x5x5 image observations in place of its flat ones.
+pub(crate) fn image_batch() -> RolloutBatch {
+    let n = 8;
+    RolloutBatch {
+        obs_dim: 50,
+        obs: (0..n * 50)
+            .map(|i| ((i * 7) % 11) as f32 / 10.0)
+            .collect::<Vec<f32>>()
+            .into(),
+        bootstrap_obs: vec![0.1; 2 * 50],
+        ..tiny_batch()
+    }
+}
+
+/// A copy of every parameter of `model`, by name.
+pub(crate) fn snapshot(model: &ActorCritic) -> Vec<(String, Tensor)> {
+    (model.named_parameters().into_iter())
+        .map(|(name, t)| (name, t.copy()))
+        .collect()
+}
+
+/// The names of the parameters under `prefix` that differ between `before` (a
+/// [`snapshot`]) and `after`.
+pub(crate) fn moved(before: &[(String, Tensor)], after: &ActorCritic, prefix: &str) -> Vec<String> {
+    let after = after.named_parameters();
+    (before.iter())
+        .zip(&after)
+        .filter(|((name, x), (_, y))| name.starts_with(prefix) && !x.equal(y))
+        .map(|((name, _), _)| name.clone())
+        .collect()
 }
 
 /// A deterministic `[T = 4, B = 2]` batch with one terminal step.

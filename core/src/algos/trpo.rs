@@ -11,7 +11,8 @@
 //! 4. the largest step along `x` that the quadratic model keeps within the KL limit,
 //!    `sqrt(2 max_kl / x^T F x) x`, shrunk by `backtrack_ratio` until the real KL is within
 //!    `max_kl` and the surrogate improved; with no such step within `max_backtracks`, the
-//!    policy stays as it was;
+//!    policy stays as it was (theta: the policy head and, on images, the encoder in front of
+//!    both heads);
 //! 5. `vf_epochs` Adam steps on the baseline.
 
 use crate::algos::config::AlgoSection;
@@ -19,8 +20,8 @@ use crate::algos::pg::check_lambda;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use super::pg::PgOptions;
 use super::pg::{entropy_bonus, explained_variance, tensor, Samples};
+use super::pg::{PgOptions, POLICY_PARTS};
 use super::vpg::{fit_baseline, pg_returns};
 use super::{Algorithm, Metrics, Trained};
 use crate::config::error::{check, ConfigError};
@@ -135,13 +136,13 @@ pub fn conjugate_gradient(avp: impl Fn(&Tensor) -> Tensor, b: &Tensor, iters: u3
     x
 }
 
-/// The policy's parameters (`pi.*`), sorted by name.
+/// The policy's parameters ([`POLICY_PARTS`]: `pi.*` and the image encoder's), sorted by name.
 fn policy_params(model: &ActorCritic) -> Vec<Tensor> {
     let mut named: Vec<(String, Tensor)> = model
         .var_store()
         .variables()
         .into_iter()
-        .filter(|(n, _)| n.starts_with("pi."))
+        .filter(|(n, _)| POLICY_PARTS.iter().any(|p| n.starts_with(p)))
         .collect();
     named.sort_by(|a, b| a.0.cmp(&b.0));
     named.into_iter().map(|(_, t)| t).collect()
@@ -301,7 +302,25 @@ impl Algorithm for Trpo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algos::testing::{cartpole_model, tiny_batch};
+    use crate::algos::testing::tiny_batch;
+    use crate::algos::testing::{cartpole_model, image_batch, image_model, moved, snapshot};
+
+    /// On image observations the natural-gradient step moves the convolutional encoder in
+    /// front of both heads with the policy, and still within the trust region.
+    #[test]
+    fn the_encoder_trains_on_images() {
+        let model = image_model(5);
+        let before = snapshot(&model);
+        let mut trpo = Trpo::new(&TrpoConfig::default(), model);
+        let metrics = trpo.train(&image_batch());
+        assert!(metrics.get("backtracks").unwrap() <= 15.0, "{metrics:?}");
+        for part in ["encoder.", "pi.", "vf."] {
+            assert!(
+                !moved(&before, &trpo.trained.model, part).is_empty(),
+                "nothing under {part} moved; {metrics:?}"
+            );
+        }
+    }
 
     #[test]
     fn conjugate_gradient_solves_a_small_spd_system() {

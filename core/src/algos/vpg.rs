@@ -5,7 +5,7 @@
 //! 1. with `entropy_method = "max"`, add `policy_ent_coeff x H(pi(.|s_t))` to every reward;
 //! 2. advantages by GAE(lambda) against the baseline (lambda = 1: the discounted return minus
 //!    V), then garage's `center_adv` / `positive_adv`;
-//! 3. `policy_epochs` Adam steps on the policy alone, minimising
+//! 3. `policy_epochs` Adam steps on the policy alone (with the image encoder, if any), minimising
 //!    `-mean(log pi(a|s) A) - [regularized] policy_ent_coeff x mean(H)` (softplus and
 //!    stop-gradient on H as configured);
 //! 4. `vf_epochs` Adam steps on the baseline alone, minimising `mean((V(s) - R)^2)`.
@@ -17,10 +17,10 @@ use crate::config::error::ConfigError;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use super::pg::PgOptions;
 use super::pg::{
     entropy_bonus, explained_variance, max_entropy_rewards, process_advantages, tensor, Samples,
 };
+use super::pg::{PgOptions, POLICY_PARTS};
 use super::returns::{gae, StepData};
 use super::{Algorithm, Metrics, Trained};
 
@@ -147,7 +147,8 @@ pub fn pg_returns(
     (process_advantages(&r.advantage, options), r.returns)
 }
 
-/// VPG's learner state: separate Adams for the policy (`pi.*`) and the baseline (`vf.*`).
+/// VPG's learner state: separate Adams for the policy (`pi.*`, and `encoder.*` on images) and
+/// the baseline (`vf.*`).
 #[derive(Debug)]
 pub struct Vpg {
     config: VpgConfig,
@@ -160,7 +161,7 @@ pub struct Vpg {
 impl Vpg {
     /// VPG over `model`.
     pub fn new(config: &VpgConfig, model: ActorCritic) -> Vpg {
-        let policy_optim = Adam::over(model.var_store(), config.adam_eps, "pi.");
+        let policy_optim = Adam::over_parts(model.var_store(), config.adam_eps, &POLICY_PARTS);
         let vf_optim = Adam::over(model.var_store(), config.adam_eps, "vf.");
         let device = model.var_store().device();
         Vpg {
@@ -229,6 +230,23 @@ impl Algorithm for Vpg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algos::testing::{image_batch, image_model, moved, snapshot};
+
+    /// On image observations the policy's steps train the convolutional encoder in front of
+    /// both heads, as well as the heads.
+    #[test]
+    fn the_encoder_trains_on_images() {
+        let model = image_model(5);
+        let before = snapshot(&model);
+        let mut vpg = Vpg::new(&VpgConfig::default(), model);
+        vpg.train(&image_batch());
+        for part in ["encoder.", "pi.", "vf."] {
+            assert!(
+                !moved(&before, &vpg.trained.model, part).is_empty(),
+                "nothing under {part} moved"
+            );
+        }
+    }
 
     /// The surrogate's gradient with respect to log pi is -A / N.
     #[test]

@@ -189,9 +189,10 @@ pub struct EvalConfig {
     pub on_target_training_return: bool,
     /// Act with the policy's mode (argmax, or the Gaussian mean); false samples actions from
     /// a stochastic policy (PPO, A2C, VPG, TRPO, IMPALA, MAML, SAC, PEARL, Gaussian BC), as
-    /// garage's `deterministic_eval`. DQN, TD3, DDPG and deterministic BC act greedily either
-    /// way: their exploration noise (epsilon, Gaussian action noise) is a training choice that
-    /// evaluation never adds.
+    /// garage's `deterministic_eval`, and plays DQN, TD3 and DDPG with their exploration noise
+    /// as garage evaluates them: epsilon-greedy at `algo.explore.epsilon_end`, Gaussian noise
+    /// of `algo.explore.noise_std` (also for Ornstein-Uhlenbeck exploration), no warm-up.
+    /// Deterministic BC acts greedily either way.
     pub deterministic: bool,
     /// Ends an evaluation episode after this many steps, as a time limit (0: the env's own
     /// limit only; garage's `max_episode_length_eval`).

@@ -4,6 +4,7 @@
 use super::{check, AlgoConfig, ConfigError, RunConfig, Vectorization, CONFIG_VERSION};
 use super::{ActorsConfig, EnvConfig, LearnerConfig, ModelConfig};
 use crate::algos::registry::{self, Recurrence, Spec};
+use crate::models::config::RecurrentCell;
 
 impl RunConfig {
     /// Checks ranges that serde cannot.
@@ -97,6 +98,11 @@ impl RunConfig {
             "recurrent models are trained by algo.name = \"ppo\", \"a2c\" and \"impala\" \
              (on-policy) and \"dqn\" (R2D2: stored sequences with burn-in) only; vpg, trpo, sac, \
              td3, ddpg and bc are feed-forward",
+        )?;
+        check(
+            self.model.recurrent_cell == RecurrentCell::Lstm || self.model.lstm_size > 0,
+            "model.recurrent_cell",
+            "is the cell of the recurrent core: set model.lstm_size > 0 (its units) too",
         )?;
         check(
             self.model.pre_lstm_sizes.is_empty()
@@ -413,6 +419,18 @@ mod tests {
         for good in ["[]", "[64, 64]", "[1024, 1024, 1024]"] {
             with_hidden(good).unwrap_or_else(|e| panic!("{good}: {e}"));
         }
+    }
+
+    /// A GRU cell needs the core's units; with them it loads.
+    #[test]
+    fn a_gru_cell_needs_a_recurrent_core() {
+        let with = |model: &str| {
+            RunConfig::from_toml(&format!("[model]\nrecurrent_cell = \"gru\"\n{model}"), "t")
+        };
+        let error = with("").expect_err("a GRU without units").to_string();
+        assert!(error.contains("model.recurrent_cell: "), "{error}");
+        let loaded = with("lstm_size = 16\n").unwrap();
+        assert_eq!(loaded.model.recurrent_cell, RecurrentCell::Gru);
     }
 
     /// A subscriber timeout must be a positive, finite number of seconds.

@@ -42,7 +42,7 @@ pub struct Heads {
     /// The convolutional encoder for image observations (`[C, H, W]` boxes), applied before
     /// everything else.
     encoder: Option<ConvEncoder>,
-    /// Running observation normalisation, applied before everything else but the encoder.
+    /// Running observation normalisation of flat observations (never with an encoder).
     obs_norm: Option<ObsNorm>,
     /// An LSTM between the observation and both heads, for recurrent models.
     core: Option<LstmCore>,
@@ -276,7 +276,17 @@ impl ActorCritic {
         let root = vs.root();
         // Image observations ([C, H, W] boxes, e.g. stacked Atari frames) go through the
         // convolutional encoder, whose features take the place of the flat observation.
-        let encoder = match image_frame(config, obs_space)? {
+        let frame = image_frame(config, obs_space)?;
+        if config.normalize_obs && frame.is_some() {
+            return Err(ModelError::Config {
+                key: "model.normalize_obs",
+                message: "normalises flat observations; image observations ([C, H, W]) are \
+                          scaled by the convolutional encoder instead (divided by the box's \
+                          high, 255 for frames), so set model.normalize_obs = false"
+                    .into(),
+            });
+        }
+        let encoder = match frame {
             Some(frame) => Some(ConvEncoder::new(
                 &(&root / "encoder"),
                 frame,
@@ -308,7 +318,8 @@ impl ActorCritic {
             .copied()
             .filter(|_| pre_core.is_some())
             .unwrap_or(raw_dim);
-        let core = (lstm > 0).then(|| LstmCore::new(&(&root / "core"), core_in, lstm));
+        let core = (lstm > 0)
+            .then(|| LstmCore::with_cell(&(&root / "core"), core_in, lstm, config.recurrent_cell));
         let obs_norm = config.normalize_obs.then(|| {
             ObsNorm::new(
                 &(&root / "obs_norm"),
@@ -469,7 +480,7 @@ impl Policy for ActorCritic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::config::ModelConfig;
+    use crate::models::config::{ModelConfig, RecurrentCell};
     use tch::Kind;
 
     /// `model.mu_nonlinearity = "tanh"` bounds a Gaussian policy's mean, whatever the input.
@@ -528,6 +539,55 @@ mod tests {
                 .double_value(&[])
                 > 0.0
         );
+    }
+
+    /// `model.normalize_obs` with image observations is refused by its key (the statistics
+    /// would sit at the encoder's width and be fed raw frames); flat observations normalise.
+    #[test]
+    fn normalising_images_is_refused() {
+        let config = ModelConfig {
+            normalize_obs: true,
+            channels: vec![4],
+            kernel_sizes: vec![3],
+            ..ModelConfig::default()
+        };
+        let frames = Space::Box {
+            shape: vec![2, 5, 5],
+            low: vec![0.0; 50],
+            high: vec![1.0; 50],
+        };
+        let actions = Space::Discrete { n: 2 };
+        let error = ActorCritic::new(&config, &frames, &actions, Device::Cpu)
+            .expect_err("normalised images built")
+            .to_string();
+        assert!(error.starts_with("model.normalize_obs: "), "{error}");
+        let flat = ModelConfig {
+            normalize_obs: true,
+            ..ModelConfig::default()
+        };
+        ActorCritic::new(&flat, &spaces().0, &actions, Device::Cpu).unwrap();
+    }
+
+    /// `model.recurrent_cell = "gru"` builds the core with the GRU's three gates (the LSTM's
+    /// four otherwise), and the recurrent step runs it.
+    #[test]
+    fn the_recurrent_cell_shapes_the_core() {
+        let rows = |cell| {
+            let config = ModelConfig {
+                lstm_size: 8,
+                recurrent_cell: cell,
+                ..ModelConfig::default()
+            };
+            let model = ActorCritic::new(&config, &spaces().0, &spaces().1, Device::Cpu).unwrap();
+            let obs = Tensor::zeros([2, 4], (Kind::Float, Device::Cpu));
+            let (step, next) = model.act_recurrent(&obs, &RnnState::zeros(2, 8, Device::Cpu), true);
+            assert_eq!((step.action.size(), next.h.size()), (vec![2], vec![2, 8]));
+            let named = model.named_parameters();
+            let ih = named.iter().find(|(n, _)| n == "core.ih.weight").unwrap();
+            ih.1.size()[0]
+        };
+        assert_eq!(rows(RecurrentCell::Gru), 24);
+        assert_eq!(rows(RecurrentCell::Lstm), 32);
     }
 
     fn spaces() -> (Space, Space) {

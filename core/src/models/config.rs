@@ -5,6 +5,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::error::{check, ConfigError};
 
+/// The cell of a recurrent core (`model.recurrent_cell`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecurrentCell {
+    /// Long short-term memory: hidden and cell state.
+    #[default]
+    Lstm,
+    /// Gated recurrent unit: hidden state only, three gates to the LSTM's four.
+    Gru,
+}
+
 /// Hidden-layer activation (garage's `hidden_nonlinearity`, rlpyt's `nonlinearity`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -60,12 +71,16 @@ pub struct ModelConfig {
     /// rollouts (PPO), or stored with replayed sequences (DQN, as R2D2; see
     /// `algo.replay.sequence_length`). Other algorithms are feed-forward only.
     pub lstm_size: u32,
+    /// The recurrent core's cell: "lstm", or "gru" (PyTorch's `nn.GRU` gates; pytorchrl's
+    /// `recurrent_net` choices), with `lstm_size` units.
+    pub recurrent_cell: RecurrentCell,
     /// Hidden layers between the observation and the LSTM core, each followed by
     /// `activation` (rlpyt's `MujocoLstmModel` `hidden_sizes`; empty: the observation feeds the
     /// core). Needs `lstm_size > 0`; on-policy models (ppo, a2c, impala) only.
     pub pre_lstm_sizes: Vec<i64>,
     /// Normalise observations by running mean and variance (updated by the learner from
-    /// every batch; the statistics travel with the weights and into checkpoints).
+    /// every batch; the statistics travel with the weights and into checkpoints). Flat
+    /// observations only: image observations are refused (the conv encoder scales them).
     pub normalize_obs: bool,
     /// Clip normalised observations to +-this.
     pub obs_clip: f64,
@@ -104,6 +119,7 @@ impl Default for ModelConfig {
             orthogonal_init: true,
             init_log_std: 0.0,
             lstm_size: 0,
+            recurrent_cell: RecurrentCell::default(),
             pre_lstm_sizes: Vec::new(),
             normalize_obs: false,
             obs_clip: 10.0,

@@ -1,10 +1,14 @@
-//! An LSTM core (Hochreiter & Schmidhuber 1997) written as two linear maps, so it can be
-//! shallow-cloned onto other threads and unrolled with per-step state resets at episode ends.
-//! Paths: `<path>.ih` (input to gates) and `<path>.hh` (hidden to gates), gates in the order
-//! input, forget, cell, output (as PyTorch's `nn.LSTM`).
+//! The recurrent core: an LSTM (Hochreiter & Schmidhuber 1997) or a GRU (Cho et al. 2014,
+//! `model.recurrent_cell = "gru"`), written as two linear maps, so it can be shallow-cloned onto
+//! other threads and unrolled with per-step state resets at episode ends. Paths: `<path>.ih`
+//! (input to gates) and `<path>.hh` (hidden to gates), gates in PyTorch's order: input, forget,
+//! cell, output for `nn.LSTM`; reset, update, new for `nn.GRU` (whose state has no cell: `c`
+//! stays zero).
 
 use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
+
+use super::config::RecurrentCell;
 
 /// Recurrent state `(h, c)`, each `[N, H]`.
 #[derive(Debug)]
@@ -50,20 +54,30 @@ impl RnnState {
     }
 }
 
-/// A single-layer LSTM.
+/// A single-layer LSTM or GRU.
 #[derive(Debug)]
 pub struct LstmCore {
     ih: nn::Linear,
     hh: nn::Linear,
     size: i64,
+    cell: RecurrentCell,
 }
 
 impl LstmCore {
     /// An LSTM from `in_dim` inputs to `size` hidden units under `path`.
     pub fn new(path: &nn::Path, in_dim: i64, size: i64) -> LstmCore {
-        let ih = nn::linear(path / "ih", in_dim, 4 * size, Default::default());
-        let hh = nn::linear(path / "hh", size, 4 * size, Default::default());
-        LstmCore { ih, hh, size }
+        LstmCore::with_cell(path, in_dim, size, RecurrentCell::Lstm)
+    }
+
+    /// A `cell` core from `in_dim` inputs to `size` hidden units under `path`.
+    pub fn with_cell(path: &nn::Path, in_dim: i64, size: i64, cell: RecurrentCell) -> LstmCore {
+        let gates = match cell {
+            RecurrentCell::Lstm => 4 * size,
+            RecurrentCell::Gru => 3 * size,
+        };
+        let ih = nn::linear(path / "ih", in_dim, gates, Default::default());
+        let hh = nn::linear(path / "hh", size, gates, Default::default());
+        LstmCore { ih, hh, size, cell }
     }
 
     /// Hidden units H.
@@ -76,8 +90,31 @@ impl LstmCore {
         self.step_projected(&self.ih.forward(x), state)
     }
 
-    /// [`LstmCore::step`] from the input already projected to the gates (`ih(x)`, `[N, 4H]`).
+    /// [`LstmCore::step`] from the input already projected to the gates (`ih(x)`).
     fn step_projected(&self, projected: &Tensor, state: &RnnState) -> RnnState {
+        match self.cell {
+            RecurrentCell::Lstm => self.lstm_step(projected, state),
+            RecurrentCell::Gru => self.gru_step(projected, state),
+        }
+    }
+
+    /// `r = s(x_r + h_r)`, `z = s(x_z + h_z)`, `n = tanh(x_n + r h_n)`, `h' = (1 - z) n + z h`,
+    /// with `x_*` the projected input's and `h_*` the hidden state's share of each gate.
+    fn gru_step(&self, projected: &Tensor, state: &RnnState) -> RnnState {
+        let size = self.size;
+        let hidden = self.hh.forward(&state.h);
+        let rz = (projected.narrow(-1, 0, 2 * size) + hidden.narrow(-1, 0, 2 * size)).sigmoid();
+        let (r, z) = (rz.narrow(-1, 0, size), rz.narrow(-1, size, size));
+        let n =
+            (projected.narrow(-1, 2 * size, size) + r * hidden.narrow(-1, 2 * size, size)).tanh();
+        let h = &n + z * (&state.h - &n);
+        RnnState {
+            h,
+            c: state.c.shallow_clone(),
+        }
+    }
+
+    fn lstm_step(&self, projected: &Tensor, state: &RnnState) -> RnnState {
         let gates = projected + self.hh.forward(&state.h);
         // One sigmoid over all four gates (the cell gate's share is unused): fewer kernels
         // per step, which is what an unroll of small matrices pays for.
@@ -133,6 +170,7 @@ impl LstmCore {
             ih: clone(&self.ih),
             hh: clone(&self.hh),
             size: self.size,
+            cell: self.cell,
         }
     }
 }
@@ -141,6 +179,32 @@ impl LstmCore {
 mod tests {
     use super::*;
     use tch::Device;
+
+    /// A GRU step is libtorch's own `gru_cell` on the same weights (PyTorch's `nn.GRUCell`),
+    /// and leaves the cell state alone.
+    #[test]
+    fn gru_step_is_libtorchs_gru_cell() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let core = LstmCore::with_cell(&(vs.root() / "core"), 3, 5, RecurrentCell::Gru);
+        let x = Tensor::randn([4, 3], (Kind::Float, Device::Cpu));
+        let state = RnnState {
+            h: Tensor::randn([4, 5], (Kind::Float, Device::Cpu)),
+            c: Tensor::zeros([4, 5], (Kind::Float, Device::Cpu)),
+        };
+        let next = core.step(&x, &state);
+        let want = x.gru_cell(
+            &state.h,
+            &core.ih.ws,
+            &core.hh.ws,
+            core.ih.bs.as_ref(),
+            core.hh.bs.as_ref(),
+        );
+        assert!(
+            next.h.allclose(&want, 1e-6, 1e-6, false),
+            "{next:?} vs {want:?}"
+        );
+        assert_eq!(next.c, state.c);
+    }
 
     /// Unrolling equals stepping by hand, and a reset makes the next output independent of
     /// everything before it.

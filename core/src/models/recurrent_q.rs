@@ -52,7 +52,7 @@ impl RecurrentQ {
             None => (None, obs_dim),
         };
         let size = config.lstm_size as i64;
-        let core = LstmCore::new(&(path / "core"), width, size);
+        let core = LstmCore::with_cell(&(path / "core"), width, size, config.recurrent_cell);
         let head = Mlp::new(
             &(path / "head"),
             size,

@@ -56,14 +56,21 @@ impl Flat {
     ///
     /// Panics if there is none (a bug in the caller's model, not input).
     pub fn over(vs: &VarStore, prefix: &str) -> Flat {
+        Flat::over_parts(vs, &[prefix])
+    }
+
+    /// Flattens the trainable variables of `vs` whose path starts with any of `prefixes`.
+    ///
+    /// Panics if there is none (a bug in the caller's model, not input).
+    pub fn over_parts(vs: &VarStore, prefixes: &[&str]) -> Flat {
         let mut named: Vec<(String, Tensor)> = vs
             .variables()
             .into_iter()
-            .filter(|(n, t)| n.starts_with(prefix) && t.requires_grad())
+            .filter(|(n, t)| prefixes.iter().any(|p| n.starts_with(p)) && t.requires_grad())
             .collect();
         assert!(
             !named.is_empty(),
-            "no variable under `{prefix}` to optimise"
+            "no variable under {prefixes:?} to optimise"
         );
         named.sort_by(|a, b| a.0.cmp(&b.0));
         let layout = named
@@ -147,12 +154,19 @@ impl Adam {
     /// two optimisers can train disjoint parts of one network. Its checkpoint state is named
     /// `adam.<prefix>...`; with an empty prefix, every variable and plain `adam....` names.
     pub fn over(vs: &VarStore, eps: f64, prefix: &str) -> Adam {
+        Adam::over_parts(vs, eps, &[prefix])
+    }
+
+    /// [`Adam::over`] the variables under any of `prefixes` (e.g. a policy head and the
+    /// encoder in front of it); its checkpoint state is named after the first.
+    pub fn over_parts(vs: &VarStore, eps: f64, prefixes: &[&str]) -> Adam {
+        let prefix = prefixes.first().copied().unwrap_or("");
         let Flat {
             flat,
             flat_grad,
             layout,
             ..
-        } = Flat::over(vs, prefix);
+        } = Flat::over_parts(vs, prefixes);
         let exp_avg = flat.zeros_like();
         let exp_avg_sq = flat.zeros_like();
         let name = if prefix.is_empty() {
