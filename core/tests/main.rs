@@ -20,6 +20,7 @@ mod pendulum_fixture;
 mod ppo_serial;
 mod recurrent_rollout;
 mod returns_fixture;
+mod sb3_parity;
 
 /// With `autotests = false` a new file in `tests/` that neither this list nor a `[[test]]` of
 /// `Cargo.toml` names would never run: refuse it.
