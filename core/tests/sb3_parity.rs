@@ -6,10 +6,17 @@
 //!
 //! Where SB3 differs on purpose, the test sets SB3's option to match or says so: see each
 //! test's doc and the conventions table in docs/algorithms.md.
+//!
+//! A test binary of its own, its tests one at a time ([`serial`]): the SAC test hands SB3 the
+//! Gaussian noise fleetrl will draw from torch's global generator after a seed, which holds
+//! only while no other thread draws from it.
+
+mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use fleetrl_core::acting::Acting;
 use fleetrl_core::algos::config::AlgoConfig;
@@ -25,7 +32,13 @@ use fleetrl_core::items::transition::TransitionBatch;
 use fleetrl_core::models::{ActorCritic, OffPolicyModel, PolicyKind};
 use tch::{Device, Kind, Tensor};
 
-use crate::common::as_batch;
+use common::as_batch;
+
+/// Held for a whole test: no two tests draw from torch's global generator at once.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Parameters after the update agree to this (float32, summed in different orders).
 const PARAM_TOL: f64 = 1e-5;
@@ -150,6 +163,7 @@ fn flags(v: &[bool], shape: &[i64]) -> Tensor {
 /// in the buffer).
 #[test]
 fn ppo_update_matches_sb3() {
+    let _serial = serial();
     tch::set_num_threads(1);
     tch::manual_seed(0);
     let config = preset("cartpole-ppo");
@@ -268,6 +282,7 @@ fn ppo_update_matches_sb3() {
 /// updates).
 #[test]
 fn dqn_update_matches_sb3() {
+    let _serial = serial();
     tch::set_num_threads(1);
     tch::manual_seed(0);
     let config = preset("cartpole-dqn");
@@ -453,6 +468,7 @@ fn assert_close(what: &str, ours: f64, theirs: f64, tol: f64) {
 /// Pendulum's [-2, 2].
 #[test]
 fn td3_update_matches_sb3() {
+    let _serial = serial();
     tch::set_num_threads(1);
     tch::manual_seed(0);
     let config = preset("pendulum-td3");
@@ -503,6 +519,7 @@ fn td3_update_matches_sb3() {
 /// the same either way. SB3 has one learning rate (the preset's two are equal).
 #[test]
 fn sac_update_matches_sb3() {
+    let _serial = serial();
     tch::set_num_threads(1);
     tch::manual_seed(0);
     let config = preset("pendulum-sac");
