@@ -1,9 +1,10 @@
 //! The integration tests of `fleetrl-core`, one module a file, linked into one test binary:
 //! each binary links libtorch and the crate again, so one binary for these files saves a link
-//! and a compile of the crate's public API per file. Two files stay binaries of their own:
-//! `no_alloc_step.rs` installs a counting global allocator for its whole process, and
+//! and a compile of the crate's public API per file. Three files stay binaries of their own:
+//! `no_alloc_step.rs` installs a counting global allocator for its whole process,
 //! `metaworld_env.rs` loads Meta-World's MuJoCo, which cannot share a process with the
-//! gymnasium MuJoCo that `gym_bridge.rs` loads.
+//! gymnasium MuJoCo that `gym_bridge.rs` loads, and `sb3_parity.rs` needs torch's global
+//! random generator to itself.
 //!
 //! Run one file's tests with its module name as the filter:
 //! `cargo test --release -p fleetrl-core --test integration minatar_fixture::`.

@@ -6,23 +6,14 @@ use fleetrl_core::acting::Acting;
 use fleetrl_core::algos::Ppo;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::VecEnv;
-use fleetrl_core::items::rollout::{RolloutBatch, RolloutBuilder};
+use fleetrl_core::items::rollout::RolloutBuilder;
 use fleetrl_core::models::ActorCritic;
-use fleetrl_proto::{Tensor, TensorMap};
+
+use crate::common::as_batch;
 
 fn preset() -> RunConfig {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/cartpole-ppo.toml");
     RunConfig::load(path, &[]).expect("the cartpole-ppo preset loads")
-}
-
-/// A single rollout as the replay server would hand it over: stacked, K = 1.
-fn as_batch(item: &TensorMap) -> RolloutBatch {
-    let stacked = TensorMap::from_pairs(
-        item.tensors
-            .iter()
-            .map(|(k, v)| (k.clone(), Tensor::stack(&[v]).expect("one tensor stacks"))),
-    );
-    RolloutBatch::from_stacked(&stacked).expect("a rollout is a rollout batch")
 }
 
 #[test]

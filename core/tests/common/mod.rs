@@ -6,7 +6,9 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 use fleetrl_core::envs::{Env, TimeLimit};
+use fleetrl_core::items::rollout::RolloutBatch;
 use fleetrl_proto::space::Action;
+use fleetrl_proto::{Tensor, TensorMap};
 use serde::Deserialize;
 
 /// Observations and rewards agree to this (the fixture holds float32 observations rounded to 9
@@ -116,4 +118,14 @@ pub(crate) fn ends(fixture: &Fixture, limit: usize) -> (bool, bool) {
         .iter()
         .any(|t| t.steps.last().is_some_and(|s| s.truncated) && t.steps.len() == limit);
     (terminated, truncated)
+}
+
+/// A single rollout as the replay server would hand it over: stacked, K = 1.
+pub(crate) fn as_batch(item: &TensorMap) -> RolloutBatch {
+    let stacked = TensorMap::from_pairs(
+        item.tensors
+            .iter()
+            .map(|(k, v)| (k.clone(), Tensor::stack(&[v]).expect("one tensor stacks"))),
+    );
+    RolloutBatch::from_stacked(&stacked).expect("a rollout is a rollout batch")
 }
