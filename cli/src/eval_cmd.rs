@@ -9,6 +9,7 @@ use fleetrl_core::acting::meta::meta_evaluate;
 use fleetrl_core::acting::pearl::pearl_evaluate;
 use fleetrl_core::acting::policy_loader::{load_actor_critic, load_pearl};
 use fleetrl_core::algos::registry::{spec, TaskAgnostic};
+use fleetrl_core::checkpoint;
 use fleetrl_core::config::MamlConfig;
 use fleetrl_core::config::{EnvConfig, RunConfig};
 use fleetrl_core::envs;
@@ -22,7 +23,8 @@ use crate::summary::success_text;
 /// cut at its `eval.max_episode_length` if set) with the policy in checkpoint `path`, on the run's
 /// env or on `env_id` (same wrappers, e.g. `gym:CartPole-v1` to score a native CartPole policy
 /// in gymnasium's own implementation). Blocks (tch and env work): call from a blocking thread.
-/// `seed` defaults to the run's evaluation seed; the seed used is returned with the result.
+/// `seed` defaults to the seed of the run's own evaluation of this checkpoint ([`eval_seed`]);
+/// the seed used is returned with the result.
 /// `sets` change the run's config for this evaluation ([`for_evaluation`]).
 pub(crate) fn evaluate_checkpoint(
     path: &Path,
@@ -34,7 +36,10 @@ pub(crate) fn evaluate_checkpoint(
 ) -> anyhow::Result<(EvalResult, u64)> {
     let (model, config) = load_policy(path)?;
     let config = for_evaluation(&config, sets)?;
-    let seed = seed.unwrap_or_else(|| eval_seed(&config));
+    let seed = match seed {
+        Some(seed) => seed,
+        None => eval_seed(&config, checkpoint::load_meta(path)?.policy_version),
+    };
     // Sampled actions and PEARL's draws of `z` come from torch's generator: seeded as well, an
     // evaluation plays the same episodes whenever and in whichever process it runs (the run's
     // own evaluations, then `fleetrl eval` of the same checkpoint).

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use anyhow::Context;
+use fleetrl_core::acting::eval::EvalResult;
 use fleetrl_core::config::RunConfig;
 use fleetrl_proto::v1::LearnerStatus;
 use serde::Serialize;
@@ -28,6 +29,9 @@ pub(crate) fn success_text(rate: f64, controls: [Option<f64>; 2], digits: usize)
 pub(crate) struct Evaluation {
     pub(crate) env_steps: u64,
     pub(crate) policy_version: i64,
+    /// The env seed of its first episode (episode i plays from `seed + i`): `fleetrl eval`'s
+    /// default for this checkpoint.
+    pub(crate) seed: u64,
     pub(crate) mean_return: f64,
     pub(crate) std_return: f64,
     /// Meta-RL: mean return over the test tasks before adaptation, then after each step.
@@ -45,8 +49,44 @@ pub(crate) struct Evaluation {
     /// of their own: the control to set `success_rate` against.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) success_rate_other_task: Option<f64>,
+    /// An evaluation at or above the target, played again on `eval.confirm_episodes` fresh
+    /// start states: the run is solved only if this also reaches the target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) confirmation: Option<Confirmation>,
     pub(crate) wall_seconds: f64,
     pub(crate) checkpoint: String,
+}
+
+impl Evaluation {
+    /// Whether its confirmation reached `target`.
+    pub(crate) fn solved(&self, target: Option<f64>) -> bool {
+        let confirmed = self.confirmation.as_ref().map(|c| c.mean_return);
+        target.zip(confirmed).is_some_and(|(t, got)| got >= t)
+    }
+}
+
+/// The confirming evaluation of a checkpoint that reached the target.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Confirmation {
+    /// Episodes played (meta-RL: test tasks).
+    pub(crate) episodes: usize,
+    /// The env seed of its first episode, the one after its evaluation's last.
+    pub(crate) seed: u64,
+    pub(crate) mean_return: f64,
+    /// The standard error of `mean_return` (the returns' sample standard deviation over the
+    /// square root of their count).
+    pub(crate) std_error: f64,
+}
+
+impl Confirmation {
+    pub(crate) fn of(result: &EvalResult, seed: u64) -> Confirmation {
+        Confirmation {
+            episodes: result.returns.len(),
+            seed,
+            mean_return: result.mean(),
+            std_error: result.std_error(),
+        }
+    }
 }
 
 /// The run's outcome (DESIGN.md's contract fields first).
@@ -74,7 +114,17 @@ pub(crate) struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) final_success_rate_other_task: Option<f64>,
     pub(crate) eval_episodes: u32,
+    /// Whether the last evaluation reached the target and its confirmation did too.
     pub(crate) solved: bool,
+    /// The last evaluation's confirmation: its mean return, over `confirm_episodes` start
+    /// states no evaluation played before (absent when it was below the target).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) confirm_mean_return: Option<f64>,
+    /// The standard error of `confirm_mean_return`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) confirm_std_error: Option<f64>,
+    /// Episodes of a confirming evaluation (`eval.confirm_episodes`).
+    pub(crate) confirm_episodes: u32,
     pub(crate) checkpoint: String,
     pub(crate) target_return: Option<f64>,
     /// `solved`, `step_budget`, `wall_clock`, `interrupted`, or `failed` (with `error`).
@@ -124,10 +174,10 @@ impl Summary {
             final_success_rate_no_context: last.success_rate_no_context,
             final_success_rate_other_task: last.success_rate_other_task,
             eval_episodes: config.eval.episodes,
-            solved: config
-                .stop
-                .target_return
-                .is_some_and(|t| last.mean_return >= t),
+            solved: last.solved(config.stop.target_return),
+            confirm_mean_return: last.confirmation.as_ref().map(|c| c.mean_return),
+            confirm_std_error: last.confirmation.as_ref().map(|c| c.std_error),
+            confirm_episodes: config.eval.confirm_episodes,
             checkpoint: last.checkpoint.clone(),
             target_return: config.stop.target_return,
             stop_reason: reason.to_string(),

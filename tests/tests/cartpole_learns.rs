@@ -28,8 +28,9 @@ fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
     let final_return = summary["final_eval_return"]
         .as_f64()
         .expect("final_eval_return");
-    // The preset stops once a 20-episode deterministic evaluation reaches 475; every seed we ran
-    // got there within 35k steps, so the 100k budget leaves a wide margin.
+    // The preset stops once a 20-episode deterministic evaluation reaches 475 and 100 fresh
+    // episodes confirm it; every seed we ran got there within 35k steps (seed 1 with the
+    // confirmation: 21,760, 10 s), so the 100k budget leaves a wide margin.
     assert_eq!(summary["solved"], true, "CartPole not solved: {summary:#}");
     assert!(final_return >= 475.0, "{summary:#}");
     assert_eq!(summary["eval_episodes"], 20);
@@ -37,17 +38,48 @@ fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
     assert!(summary["total_env_steps"].as_u64().expect("steps") > 0);
 
     let checkpoint = summary["checkpoint"].as_str().expect("checkpoint path");
-    fleetrl_ok(&["eval", "--checkpoint", checkpoint, "--episodes", "20"]);
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(PathBuf::from(checkpoint).join("eval.json"))?)?;
-    let replayed = report["mean_return"].as_f64().expect("mean_return");
+    let replayed = eval_mean(checkpoint, &["--episodes", "20"]);
     assert!(
         (replayed - final_return).abs() < 1e-6,
         "eval of the same checkpoint and seeds must agree: {replayed} vs {final_return}"
     );
+    // Solved means confirmed: the same checkpoint on 100 start states no evaluation played,
+    // which `fleetrl eval` replays from the confirmation's seed.
+    let evaluations = summary["evaluations"].as_array().expect("evaluations");
+    let confirmation = &evaluations.last().expect("an evaluation")["confirmation"];
+    let confirmed = summary["confirm_mean_return"].as_f64().expect("confirmed");
+    assert!(confirmed >= 475.0, "{summary:#}");
+    assert_eq!(confirmation["mean_return"].as_f64(), Some(confirmed));
+    assert_eq!(confirmation["episodes"], 100);
+    let error = summary["confirm_std_error"]
+        .as_f64()
+        .expect("standard error");
+    assert!(error.is_finite() && error >= 0.0, "{summary:#}");
+    let seed = confirmation["seed"].as_u64().expect("confirmation seed");
+    let first = evaluations.last().expect("an evaluation")["seed"].as_u64();
+    assert_eq!(first.map(|s| s + 20), Some(seed), "{summary:#}");
+    let replayed = eval_mean(
+        checkpoint,
+        &["--episodes", "100", "--seed", &seed.to_string()],
+    );
+    assert!(
+        (replayed - confirmed).abs() < 1e-6,
+        "the confirmation replayed: {replayed} vs {confirmed}"
+    );
     assert_private(&out, PathBuf::from(checkpoint).as_path());
     std::fs::remove_dir_all(&out)?;
     Ok(())
+}
+
+/// `fleetrl eval --checkpoint checkpoint flags...`: the mean return its `eval.json` holds.
+fn eval_mean(checkpoint: &str, flags: &[&str]) -> f64 {
+    let mut args = vec!["eval", "--checkpoint", checkpoint];
+    args.extend_from_slice(flags);
+    fleetrl_ok(&args);
+    let path = PathBuf::from(checkpoint).join("eval.json");
+    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let report: serde_json::Value = serde_json::from_slice(&text).expect("eval.json is JSON");
+    report["mean_return"].as_f64().expect("mean_return")
 }
 
 /// The run's directories are 0700 and its checkpoint, config and logs 0600, whatever the

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use fleetrl_core::acting::eval::{eval_seed, EvalResult};
 use fleetrl_core::config::RunConfig;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus, SaveCheckpointRequest};
@@ -14,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 use super::{Cluster, Outcome};
 use crate::eval_cmd::evaluate_checkpoint;
 use crate::progress::Progress;
-use crate::summary::{success_text, Evaluation, Summary};
+use crate::summary::{success_text, Confirmation, Evaluation, Summary};
 
 /// How long a failed call waits for the role behind it to exit (the learner drains for a few
 /// seconds after a failure before it does).
@@ -126,10 +127,9 @@ impl Running<'_> {
                     Ok(None) => return self.interrupted(evaluations).await,
                     Err(e) => return self.failed(e, evaluations).await,
                 };
-                self.report(&eval);
                 // The run waited for the evaluation; that was not a stall.
                 stall = StallWatch::new(Instant::now());
-                let solved = target.is_some_and(|t| eval.mean_return >= t);
+                let solved = eval.solved(target);
                 evaluations.push(eval);
                 if solved {
                     self.progress.finish("solved");
@@ -200,7 +200,7 @@ impl Running<'_> {
     }
 
     /// Prints an evaluation's result.
-    pub(super) fn report(&self, eval: &Evaluation) {
+    fn report(&self, eval: &Evaluation) {
         let what = match eval.adaptation_returns.as_slice() {
             [before, _, ..] => format!(
                 "adapted return {:.2} (before adapting {before:.2})",
@@ -229,35 +229,118 @@ impl Running<'_> {
     }
 
     /// Checkpoints the learner now and evaluates exactly that checkpoint, still supervising
-    /// the cluster meanwhile (and, while `training`, showing its progress); `None` if a Ctrl-C
-    /// came first.
-    ///
-    /// The evaluation plays on a thread of its own, which an interrupt leaves behind: an env
-    /// stuck in `step` must not hold the run, and the process exits soon after.
+    /// the cluster meanwhile (and, while `training`, showing its progress); if it reaches the
+    /// target, confirms it on `eval.confirm_episodes` start states no evaluation played
+    /// before. `None` if a Ctrl-C came first.
     pub(super) async fn evaluate(&mut self, training: bool) -> anyhow::Result<Option<Evaluation>> {
-        let interrupts = *self.interrupts.borrow() + 1;
         let saved = self
             .learner
             .save_checkpoint(SaveCheckpointRequest {})
             .await?
             .into_inner();
         let env_steps = self.status().await?.env_steps_trained;
+        let eval = &self.config.eval;
+        let seed = eval_seed(self.config, saved.policy_version);
         let path = PathBuf::from(&saved.path);
-        let episodes = self.config.eval.episodes as usize;
+        let Some(result) = self.play(&path, eval.episodes, seed, training).await? else {
+            return Ok(None);
+        };
+        let mut evaluation = Evaluation {
+            env_steps,
+            policy_version: saved.policy_version,
+            seed,
+            mean_return: result.mean(),
+            std_return: result.std(),
+            success_rate: result.success_rate(),
+            success_rate_no_context: result.no_context_success_rate(),
+            success_rate_other_task: result.other_task_success_rate(),
+            adaptation_returns: result.adaptation,
+            confirmation: None,
+            wall_seconds: self.started.elapsed().as_secs_f64(),
+            checkpoint: saved.path,
+        };
+        if training {
+            self.report(&evaluation);
+        }
+        let Some(target) = self.config.stop.target_return else {
+            return Ok(Some(evaluation));
+        };
+        if evaluation.mean_return < target {
+            return Ok(Some(evaluation));
+        }
+        // The episodes after the evaluation's own: no evaluation of this run (each of another
+        // checkpoint, from another hash) or of a neighbouring seed's run played them.
+        let confirm_seed = seed + u64::from(eval.episodes);
+        self.progress.println(&format!(
+            "version {} is at the target {target} ({:.1}): confirming it on {} fresh episodes \
+             (seeds from {confirm_seed})",
+            evaluation.policy_version, evaluation.mean_return, eval.confirm_episodes
+        ));
+        let Some(result) = self
+            .play(&path, eval.confirm_episodes, confirm_seed, training)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let confirmation = Confirmation::of(&result, confirm_seed);
+        self.progress.println(&format!(
+            "{}: mean return {:.2} ± {:.2} (standard error) over {} fresh episodes{}",
+            if confirmation.mean_return >= target {
+                "confirmed"
+            } else {
+                "not confirmed"
+            },
+            confirmation.mean_return,
+            confirmation.std_error,
+            confirmation.episodes,
+            if confirmation.mean_return >= target {
+                String::new()
+            } else {
+                format!(", below the target {target}: training goes on")
+            }
+        ));
+        evaluation.confirmation = Some(confirmation);
+        Ok(Some(evaluation))
+    }
+
+    /// Plays `episodes` episodes from `seed` with the policy in checkpoint `path`, still
+    /// supervising the cluster meanwhile (and, while `training`, showing its progress); `None`
+    /// if a Ctrl-C came first.
+    ///
+    /// The evaluation plays on a thread of its own, which an interrupt leaves behind: an env
+    /// stuck in `step` must not hold the run, and the process exits soon after.
+    async fn play(
+        &mut self,
+        path: &Path,
+        episodes: u32,
+        seed: u64,
+        training: bool,
+    ) -> anyhow::Result<Option<EvalResult>> {
+        let interrupts = *self.interrupts.borrow() + 1;
         let (done, mut result) = oneshot::channel();
+        let checkpoint = path.to_path_buf();
         std::thread::Builder::new()
             .name("evaluation".into())
             .spawn(move || {
-                let _ = done.send(evaluate_checkpoint(&path, episodes, None, None, None, &[]));
+                let played = evaluate_checkpoint(
+                    &checkpoint,
+                    episodes as usize,
+                    Some(seed),
+                    None,
+                    None,
+                    &[],
+                );
+                let _ = done.send(played);
             })
             .context("starting the evaluation's thread")?;
         let begun = Instant::now();
         let mut warned = false;
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
-        let (result, _seed) = loop {
+        loop {
             tokio::select! {
                 result = &mut result => {
-                    break result.context("the evaluation's thread panicked")??;
+                    let (result, _seed) = result.context("the evaluation's thread panicked")??;
+                    return Ok(Some(result));
                 }
                 _ = signalled(&mut self.interrupts, interrupts) => return Ok(None),
                 _ = ticker.tick() => {}
@@ -272,23 +355,11 @@ impl Running<'_> {
                 self.progress.println(&format!(
                     "warning: the evaluation of {} has run for {} s; if its env is stuck in \
                      `step`, Ctrl-C stops the run",
-                    saved.path,
+                    path.display(),
                     begun.elapsed().as_secs()
                 ));
             }
-        };
-        Ok(Some(Evaluation {
-            env_steps,
-            policy_version: saved.policy_version,
-            mean_return: result.mean(),
-            std_return: result.std(),
-            success_rate: result.success_rate(),
-            success_rate_no_context: result.no_context_success_rate(),
-            success_rate_other_task: result.other_task_success_rate(),
-            adaptation_returns: result.adaptation,
-            wall_seconds: self.started.elapsed().as_secs_f64(),
-            checkpoint: saved.path,
-        }))
+        }
     }
 
     /// Evaluates the final policy (unless the run was solved by its last evaluation, or

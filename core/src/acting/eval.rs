@@ -11,10 +11,25 @@ use crate::tasks::Task;
 use fleetrl_proto::space::{Action, Space};
 use fleetrl_runtime::demo::{Demo, DemoSource, Recorder};
 
-/// Env seeds of evaluation start here (offset from the run's seed, so evaluation episodes
-/// never replay the training envs' starts); `fleetrl train` and `fleetrl eval` agree on it.
-pub fn eval_seed(config: &RunConfig) -> u64 {
-    config.seed.wrapping_add(1_000_000)
+/// The first env seed of the evaluation of the checkpoint at `policy_version`: a hash of the
+/// run's seed and the version, in [2^32, 2^48), so that every evaluation a run makes (each of a
+/// newer checkpoint) starts from states none before it played, runs on neighbouring seeds
+/// share none, and none replays a training env's start (seeds `seed + 1000 actor + env`).
+/// Episode `i` plays from `eval_seed + i`; a confirming evaluation plays the seeds after its
+/// evaluation's own, from `eval_seed + eval.episodes`. `fleetrl train` and `fleetrl eval`
+/// agree on it.
+pub fn eval_seed(config: &RunConfig, policy_version: i64) -> u64 {
+    let mixed = splitmix64(splitmix64(config.seed) ^ policy_version as u64);
+    (mixed >> 16).max(1 << 32)
+}
+
+/// SplitMix64's finaliser (Steele et al. 2014): a bijection of `u64` whose outputs of
+/// neighbouring inputs look unrelated.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Returns of the evaluated episodes.
@@ -68,6 +83,18 @@ impl EvalResult {
     /// Mean return.
     pub fn mean(&self) -> f64 {
         self.returns.iter().sum::<f64>() / self.returns.len().max(1) as f64
+    }
+
+    /// Standard error of the mean return: the returns' sample standard deviation over the
+    /// square root of their count (0 for fewer than two).
+    pub fn std_error(&self) -> f64 {
+        let n = self.returns.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.mean();
+        let squares = self.returns.iter().map(|r| (r - m) * (r - m)).sum::<f64>();
+        (squares / (n - 1) as f64 / n as f64).sqrt()
     }
 
     /// Population standard deviation of the returns.
@@ -315,6 +342,26 @@ mod tests {
             assert_eq!(r.no_context_success_rate(), flags.1);
             assert_eq!(r.other_task_success_rate(), flags.1);
         }
+    }
+
+    /// The evaluations of runs on neighbouring seeds (each at 50 policy versions, every one
+    /// with its 20 episodes and a 100-episode confirmation after them) start from 30,000
+    /// distinct seeds, none in the training envs' range.
+    #[test]
+    fn evaluations_of_neighbouring_runs_share_no_start_state() {
+        let mut starts = std::collections::HashSet::new();
+        for seed in 401..=405 {
+            let config = RunConfig {
+                seed,
+                ..RunConfig::default()
+            };
+            for version in 1..=50 {
+                let first = eval_seed(&config, version);
+                assert!((1u64 << 32..1 << 48).contains(&first), "{first}");
+                starts.extend(first..first + 120);
+            }
+        }
+        assert_eq!(starts.len(), 5 * 50 * 120);
     }
 
     fn untrained_cartpole_policy() -> ActorCritic {

@@ -6,10 +6,13 @@
 //! the actor then takes an SGD step on the policy-gradient loss of stage 0,
 //! `phi_1 = theta - inner_lr * grad L(theta; stage 0)`, acts stage 1 with phi_1, and so on for
 //! `K = num_grad_updates` steps. The learner repeats those inner steps on the same data with
-//! gradients through them (second order, as garage does), and takes one outer step on the
+//! gradients through them (second order, as garage does), and takes outer steps on the
 //! last stage's loss under `phi_K(theta)`, averaged over the meta-batch's tasks:
 //! - `maml_vpg`: Adam on `-mean(log pi_phi(a|s) A)`;
-//! - `maml_ppo`: Adam on the clipped surrogate, `ratio = pi_phi(a|s) / pi_behaviour(a|s)`;
+//! - `maml_ppo`: `num_ppo_steps` Adam steps on the clipped surrogate,
+//!   `ratio = pi_phi(a|s) / pi_behaviour(a|s)`, each through inner steps redone from the
+//!   updated theta (ProMP's PPO-MAML; the first step's ratio is 1, so the clip binds from the
+//!   second);
 //! - `maml_trpo`: a natural-gradient step on `-mean(ratio A)` within `KL <= max_kl_step`,
 //!   the Fisher-vector products differentiating through the inner steps too.
 //!
@@ -278,6 +281,9 @@ struct MetaLoss {
     loss: Tensor,
     /// The mean KL(old adapted || new adapted) on the last stages (TRPO's constraint).
     kl: Tensor,
+    /// The share of the last stages' samples whose likelihood ratio lies outside PPO's clip
+    /// range.
+    clip_fraction: f64,
 }
 
 /// MAML's learner state: the meta-policy and, for VPG/PPO, its outer Adam.
@@ -329,7 +335,9 @@ impl Maml {
         let options = self.config.options;
         let mut losses = Vec::with_capacity(tasks.len());
         let mut kls = Vec::with_capacity(tasks.len());
+        let mut clipped = Vec::with_capacity(tasks.len());
         let mut adapted = Vec::with_capacity(tasks.len());
+        let eps = self.config.clip_range();
         for (i, stages) in tasks.iter().enumerate() {
             let (last, adapting) = stages.split_last().expect("at least one stage");
             let phi = adapt(
@@ -344,10 +352,11 @@ impl Maml {
             let log_prob = dist.log_prob(&last.action);
             let ratio = (&log_prob - &last.behaviour_log_prob).exp();
             let adv = &last.advantage;
+            let outside = (&ratio - 1.0).abs().gt(eps).to_kind(Kind::Float);
+            clipped.push(outside.detach().mean(Kind::Float));
             let objective = match self.outer {
                 MetaOptimizer::Vpg => (&log_prob * adv).mean(Kind::Float),
                 MetaOptimizer::Ppo => {
-                    let eps = self.config.clip_range();
                     let clipped = ratio.clamp(1.0 - eps, 1.0 + eps) * adv;
                     (&ratio * adv).minimum(&clipped).mean(Kind::Float)
                 }
@@ -362,6 +371,9 @@ impl Maml {
         let loss = MetaLoss {
             loss: Tensor::stack(&losses, 0).mean(Kind::Float),
             kl: Tensor::stack(&kls, 0).mean(Kind::Float),
+            clip_fraction: Tensor::stack(&clipped, 0)
+                .mean(Kind::Float)
+                .double_value(&[]),
         };
         (loss, adapted)
     }
@@ -370,7 +382,7 @@ impl Maml {
     fn trpo_step(&self, tasks: &[Vec<Stage>]) -> (f64, f64, u32) {
         let c = &self.config;
         let params = self.trained.model.heads().policy_params();
-        let (MetaLoss { loss, kl }, old) = self.meta_loss(tasks, None, true);
+        let (MetaLoss { loss, kl, .. }, old) = self.meta_loss(tasks, None, true);
         let g = -flat_grad(&loss, &params, false);
         let kl_grad = flat_grad(&kl, &params, true);
         let fvp = |v: &Tensor| {
@@ -395,6 +407,32 @@ impl Maml {
         (0.0, 0.0, c.max_backtracks + 1)
     }
 
+    /// MAML-VPG's one Adam step, or MAML-PPO's `num_ppo_steps`, on the meta-batch `tasks`:
+    /// the meta-loss before the first, and for PPO the mean clip fraction over its steps.
+    fn adam_steps(&mut self, tasks: &[Vec<Stage>]) -> Vec<(&'static str, f64)> {
+        let steps = match self.outer {
+            MetaOptimizer::Ppo => self.config.ppo_steps(),
+            _ => 1,
+        };
+        let (mut first_loss, mut clip_fraction) = (0.0, 0.0);
+        for step in 0..steps {
+            let (meta, _) = self.meta_loss(tasks, None, true);
+            let loss = meta.loss;
+            self.optim.zero_grad();
+            loss.backward();
+            self.optim.step(self.config.outer_lr);
+            if step == 0 {
+                first_loss = loss.double_value(&[]);
+            }
+            clip_fraction += meta.clip_fraction / f64::from(steps);
+        }
+        let mut metrics = vec![("meta_loss", first_loss)];
+        if self.outer == MetaOptimizer::Ppo {
+            metrics.push(("clip_fraction", clip_fraction));
+        }
+        metrics
+    }
+
     /// One meta-update on a batch of adaptation items.
     pub fn train(&mut self, batch: &RolloutBatch) -> Metrics {
         let layout = self.layout(batch);
@@ -403,13 +441,7 @@ impl Maml {
         let tasks = split_stages(batch, layout, &self.config, (heads, &theta), self.device);
         let mut metrics = Vec::new();
         match self.outer {
-            MetaOptimizer::Vpg | MetaOptimizer::Ppo => {
-                let (MetaLoss { loss, .. }, _) = self.meta_loss(&tasks, None, true);
-                self.optim.zero_grad();
-                loss.backward();
-                self.optim.step(self.config.outer_lr);
-                metrics.push(("meta_loss", loss.double_value(&[])));
-            }
+            MetaOptimizer::Vpg | MetaOptimizer::Ppo => metrics.extend(self.adam_steps(&tasks)),
             MetaOptimizer::Trpo => {
                 let (kl, improvement, backtracks) = self.trpo_step(&tasks);
                 metrics.push(("kl", kl));
@@ -656,6 +688,91 @@ mod tests {
                 false,
             );
         }
+    }
+
+    /// Two tasks' stages, one to adapt on and one to score, in `model`'s float type, with
+    /// the behaviour log-probabilities of the policy adapted from its theta, as the actor
+    /// acts: at this theta the likelihood ratio is 1.
+    fn meta_batch(model: &ActorCritic, config: &MamlConfig) -> Vec<Vec<Stage>> {
+        let heads = model.heads();
+        let float = |s: Stage| Stage {
+            obs: s.obs.to_kind(Kind::Float),
+            action: s.action.to_kind(Kind::Float),
+            advantage: s.advantage.to_kind(Kind::Float),
+            ..s
+        };
+        let tasks = [
+            (
+                stage(&[1.0, -2.0, 0.5], &[0.7, 0.1, -0.4], &[1.5, -0.5, 0.8]),
+                stage(&[0.3, 1.2, -0.7], &[-0.2, 0.9, 0.4], &[-1.0, 2.0, 1.0]),
+            ),
+            (
+                stage(&[-1.0, 0.4, 2.0], &[-0.6, 0.3, 0.8], &[0.9, 1.1, -0.7]),
+                stage(&[0.8, -0.3, 1.5], &[0.5, -0.9, 0.2], &[1.2, -0.8, 1.6]),
+            ),
+        ];
+        let theta = heads.policy_params();
+        let mut out = Vec::new();
+        for (inner, outer) in tasks {
+            let (inner, mut outer) = (float(inner), float(outer));
+            let adapting = std::slice::from_ref(&inner);
+            let phi = adapt(
+                heads,
+                &theta,
+                adapting,
+                config.inner_lr,
+                &config.options,
+                false,
+            );
+            let log_prob = heads.dist_with(&outer.obs, &phi).log_prob(&outer.action);
+            outer.behaviour_log_prob = log_prob.detach();
+            out.push(vec![inner, outer]);
+        }
+        out
+    }
+
+    /// MAML-PPO's outer steps on one meta-batch, from one theta: with one step its update is
+    /// MAML-VPG's (the ratio is 1, so the clip never binds); with five it differs, the ratio
+    /// leaves the clip range on some samples, and the clipped surrogate ends lower.
+    #[test]
+    fn ppo_steps_differ_from_the_vpg_step_once_the_clip_binds() {
+        let start = flat_params(&linear_policy().heads().policy_params());
+        let run = |outer: MetaOptimizer, steps: Option<u32>| {
+            let config = MamlConfig {
+                outer,
+                outer_lr: 0.02,
+                num_ppo_steps: steps,
+                lr_clip_range: (outer == MetaOptimizer::Ppo).then_some(0.05),
+                ..MamlConfig::default()
+            };
+            config.validate().unwrap();
+            let model = linear_policy();
+            set_params(&model.heads().policy_params(), &start);
+            let tasks = meta_batch(&model, &config);
+            let mut maml = Maml::new(&config, outer, model, 3);
+            let metrics = maml.adam_steps(&tasks);
+            let theta = flat_params(&maml.trained.model.heads().policy_params());
+            let (after, _) = maml.meta_loss(&tasks, None, false);
+            let clip_fraction = metrics.iter().find(|m| m.0 == "clip_fraction").map(|m| m.1);
+            let theta = Vec::<f64>::try_from(theta.to_kind(Kind::Double)).unwrap();
+            (theta, clip_fraction, after.loss.double_value(&[]))
+        };
+        let (vpg, none, _) = run(MetaOptimizer::Vpg, None);
+        let (one, clipped_once, loss_one) = run(MetaOptimizer::Ppo, Some(1));
+        let (five, clipped, loss_five) = run(MetaOptimizer::Ppo, Some(5));
+        assert_eq!(none, None);
+        let gap = |a: &[f64], b: &[f64]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f64::max)
+        };
+        assert!(gap(&vpg, &one) < 1e-6, "{vpg:?} vs {one:?}");
+        assert_eq!(clipped_once, Some(0.0));
+        assert!(gap(&vpg, &five) > 1e-2, "{vpg:?} vs {five:?}");
+        let clipped = clipped.expect("PPO reports its clip fraction");
+        assert!(clipped > 0.0, "the clip never bound: {clipped}");
+        assert!(loss_five < loss_one, "{loss_five} vs {loss_one}");
     }
 
     /// Returns, the episode split and the mean return of a stage; the linear baseline explains

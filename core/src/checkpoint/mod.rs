@@ -300,12 +300,7 @@ pub fn save_and_prune(
 
 /// Reads a checkpoint directory written by [`save`].
 pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
-    let meta_path = path.join("meta.json");
-    let meta_text = std::fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
-    let meta = serde_json::from_str(&meta_text).map_err(|e| CheckpointError::Meta {
-        path: meta_path.clone(),
-        message: e.to_string(),
-    })?;
+    let meta = load_meta(path)?;
     let config_path = path.join("config.toml");
     let config_text = std::fs::read_to_string(&config_path).map_err(io(&config_path))?;
     let config = RunConfig::from_toml(&config_text, &config_path.display().to_string())?;
@@ -319,6 +314,16 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
         config,
         model,
         state,
+    })
+}
+
+/// The counters of the checkpoint directory `path` alone (its `meta.json`).
+pub fn load_meta(path: &Path) -> Result<CheckpointMeta, CheckpointError> {
+    let meta_path = path.join("meta.json");
+    let meta_text = std::fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
+    serde_json::from_str(&meta_text).map_err(|e| CheckpointError::Meta {
+        path: meta_path.clone(),
+        message: e.to_string(),
     })
 }
 

@@ -161,7 +161,8 @@ impl Default for LearnerConfig {
 pub struct StopConfig {
     /// Env steps of training budget.
     pub total_env_steps: u64,
-    /// Stop once an evaluation's mean return reaches this (none: train for the whole budget).
+    /// Stop once an evaluation's mean return reaches this, confirmed on
+    /// `eval.confirm_episodes` fresh episodes (none: train for the whole budget).
     pub target_return: Option<f64>,
     /// Give up after this many seconds of wall time (0: no limit).
     pub max_wall_seconds: f64,
@@ -183,6 +184,11 @@ impl Default for StopConfig {
 pub struct EvalConfig {
     /// Episodes per evaluation.
     pub episodes: u32,
+    /// Episodes of the confirming evaluation: an evaluation at or above `stop.target_return`
+    /// counts as solved only once the same checkpoint also reaches it on this many start
+    /// states no evaluation played before (a run whose evaluation plays held-out tasks plays
+    /// them again from fresh starts, whatever the number). Otherwise training goes on.
+    pub confirm_episodes: u32,
     /// Env steps of training between evaluations.
     pub interval_env_steps: u64,
     /// Evaluate early once the recent training return reaches the target.
@@ -206,6 +212,7 @@ impl Default for EvalConfig {
     fn default() -> Self {
         EvalConfig {
             episodes: 20,
+            confirm_episodes: 100,
             interval_env_steps: 10_000,
             on_target_training_return: true,
             deterministic: true,

@@ -25,6 +25,11 @@ impl RunConfig {
              vpg, trpo, impala), or bc for learning from demos off-policy",
         )?;
         check(self.eval.episodes >= 1, "eval.episodes", "must be >= 1")?;
+        check(
+            self.eval.confirm_episodes >= 1,
+            "eval.confirm_episodes",
+            "must be >= 1",
+        )?;
         self.model.validate(&self.algo)?;
         check(
             self.stop.total_env_steps >= 1,

@@ -14,7 +14,7 @@ pub enum MetaOptimizer {
     /// One Adam step on `-mean(log pi_phi(a|s) A)` (MAML-VPG).
     #[default]
     Vpg,
-    /// One Adam step on the clipped likelihood-ratio surrogate (MAML-PPO).
+    /// `num_ppo_steps` Adam steps on the clipped likelihood-ratio surrogate (MAML-PPO).
     Ppo,
     /// A KL-constrained natural-gradient step (MAML-TRPO).
     Trpo,
@@ -26,7 +26,8 @@ pub enum MetaOptimizer {
 /// an actor collects `actors.envs_per_actor` episodes of `actors.rollout_length` steps with
 /// the meta-policy, adapts by `num_grad_updates` SGD steps of size `inner_lr` on the
 /// policy-gradient loss, and collects as many episodes after each step; the learner repeats
-/// the adaptation differentiably and takes one outer step on the post-adaptation episodes.
+/// the adaptation differentiably and takes outer steps on the post-adaptation episodes (one
+/// for maml_vpg and maml_trpo, `num_ppo_steps` for maml_ppo).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MamlConfig {
@@ -53,6 +54,10 @@ pub struct MamlConfig {
     pub evaluate_every_n_epochs: u32,
     /// maml_ppo: the likelihood ratio's clip range (default 0.5).
     pub lr_clip_range: Option<f64>,
+    /// maml_ppo: Adam steps on each meta-batch (default 5, ProMP's `num_ppo_steps`), each
+    /// redoing the inner steps from the updated meta-policy; the clip binds from the second
+    /// (at the first the ratio is 1, and the step is MAML-VPG's).
+    pub num_ppo_steps: Option<u32>,
     /// maml_trpo: the KL limit of a meta step (default 0.01).
     pub max_kl_step: Option<f64>,
     /// maml_trpo: conjugate-gradient iterations.
@@ -87,6 +92,7 @@ impl Default for MamlConfig {
             meta_evaluator: true,
             evaluate_every_n_epochs: 0,
             lr_clip_range: None,
+            num_ppo_steps: None,
             max_kl_step: None,
             cg_iters: 10,
             cg_damping: 1e-5,
@@ -131,6 +137,11 @@ impl MamlConfig {
         self.lr_clip_range.unwrap_or(0.5)
     }
 
+    /// PPO's Adam steps per meta-batch (5 unless set).
+    pub fn ppo_steps(&self) -> u32 {
+        self.num_ppo_steps.unwrap_or(5)
+    }
+
     /// TRPO's KL limit (0.01 unless set).
     pub fn kl_limit(&self) -> f64 {
         self.max_kl_step.unwrap_or(0.01)
@@ -161,6 +172,12 @@ impl MamlConfig {
             "algo.lr_clip_range",
             "is maml_ppo's key",
         )?;
+        check(
+            self.num_ppo_steps.is_none() || outer == MetaOptimizer::Ppo,
+            "algo.num_ppo_steps",
+            "is maml_ppo's key",
+        )?;
+        check(self.ppo_steps() >= 1, "algo.num_ppo_steps", "must be >= 1")?;
         check(
             self.max_kl_step.is_none() || outer == MetaOptimizer::Trpo,
             "algo.max_kl_step",
