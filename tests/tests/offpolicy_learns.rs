@@ -1,6 +1,7 @@
 //! Off-policy learning end to end through the real binaries (`fleetrl train` starts a replay
-//! server, a learner and actors): DQN and DQN with prioritized replay solve CartPole-v1, SAC,
-//! TD3 and DDPG reach -200 on Pendulum-v1 within 20k env steps, and BC clones the DQN expert to
+//! server, a learner and actors): DQN and DQN with prioritized replay solve CartPole-v1, SAC on
+//! discrete actions learns it, SAC, TD3 and DDPG reach -200 on Pendulum-v1 within 20k env
+//! steps, and BC clones the DQN expert to
 //! 90% of the expert's measured return, from demos that `fleetrl record` wrote and from the
 //! expert played by the actors. A sandbox run checks that gradient updates track inserted
 //! transitions at the configured samples-per-insert ratio. Fixed seeds; assertions on returns
@@ -113,6 +114,22 @@ fn dqn_with_rmsprop_solves_cartpole() {
         &["seed=1", "algo.optimizer=\"rmsprop\""],
     );
     solved(&summary, 475.0);
+    std::fs::remove_dir_all(&out).expect("cleanup");
+}
+
+/// SAC on CartPole's discrete actions (a categorical policy, `cartpole-sac`) reaches 200
+/// within 15k env steps; the preset's 475 is reached by some seeds only (see the preset).
+#[test]
+fn discrete_sac_learns_cartpole() {
+    let out = scratch("sac-discrete");
+    let sets = [
+        "seed=1",
+        "stop.target_return=200",
+        "stop.total_env_steps=15000",
+    ];
+    let summary = train("cartpole-sac", &out, &sets);
+    solved(&summary, 200.0);
+    assert_eq!(summary["algo"], "sac");
     std::fs::remove_dir_all(&out).expect("cleanup");
 }
 

@@ -130,7 +130,7 @@ pub fn bc_loss(model: &OffPolicyModel, obs: &Tensor, action: &Tensor, loss: BcLo
         // The policy's own likelihood where it has one (a softmax over Q values, a squashed
         // Gaussian); a deterministic policy falls through to the unit-variance reading.
         let taken = match model.kind() {
-            PolicyKind::QValues => Some(action.shallow_clone()),
+            PolicyKind::QValues | PolicyKind::Categorical => Some(action.shallow_clone()),
             PolicyKind::SquashedGaussian => Some(model.to_unit_scale(action)),
             PolicyKind::Deterministic => None,
         };

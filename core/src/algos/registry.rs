@@ -183,6 +183,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
                 },
             )
         },
+        // A categorical policy where the actions are discrete (see `build_model`).
         AlgoConfig::Sac(c) => off_policy(
             &c.replay,
             c.publish_interval,
@@ -221,7 +222,8 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
 
 /// The off-policy model `config` trains and acts with (BC: Q-value logits for discrete
 /// actions; for continuous ones a deterministic policy, or a squashed Gaussian with
-/// `algo.policy = "gaussian"`).
+/// `algo.policy = "gaussian"`; SAC: a squashed Gaussian, or a categorical policy for discrete
+/// actions).
 pub fn build_model(
     config: &RunConfig,
     obs_space: &Space,
@@ -229,6 +231,18 @@ pub fn build_model(
     device: Device,
 ) -> Result<OffPolicyModel, ModelError> {
     let (kind, critics) = match (spec(config).shape, action_space, &config.algo) {
+        (Some((_, critics)), Space::Discrete { .. }, AlgoConfig::Sac(c)) => {
+            let caps = &c.caps;
+            if caps.temporal_weight > 0.0 || caps.spatial_weight > 0.0 {
+                return Err(ModelError::Config {
+                    key: "algo.caps",
+                    message: "CAPS smooths continuous actions; this env's are discrete (SAC \
+                              trains a categorical policy there): set the caps weights to 0"
+                        .into(),
+                });
+            }
+            (PolicyKind::Categorical, critics)
+        }
         (Some(shape), _, _) => shape,
         (None, Space::Box { .. }, AlgoConfig::Bc(c)) if c.policy == BcPolicy::Gaussian => {
             (PolicyKind::SquashedGaussian, 1)
@@ -430,5 +444,32 @@ mod tests {
         assert_eq!(kind("CartPole-v1", "deterministic"), PolicyKind::QValues);
         let error = build("CartPole-v1", "gaussian").unwrap_err().to_string();
         assert!(error.starts_with("algo.policy: "), "{error}");
+    }
+
+    /// SAC on discrete actions is the same algorithm with a categorical policy (two critics of
+    /// one Q value per action); CAPS, which smooths continuous actions, is refused by its key.
+    #[test]
+    fn sac_on_discrete_actions_trains_a_categorical_policy() {
+        let build = |extra: &str| {
+            let text = format!("[env]\nid = \"CartPole-v1\"\n[algo]\nname = \"sac\"\n{extra}");
+            let config = RunConfig::from_toml(&text, "t").unwrap();
+            let env = crate::envs::make("CartPole-v1").unwrap();
+            build_model(
+                &config,
+                &env.observation_space(),
+                &env.action_space(),
+                Device::Cpu,
+            )
+        };
+        let model = build("").unwrap();
+        assert_eq!(model.kind(), PolicyKind::Categorical);
+        assert_eq!(
+            (model.num_critics(), model.discrete_actions()),
+            (2, Some(2))
+        );
+        let error = build("[algo.caps]\ntemporal_weight = 0.1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("algo.caps: "), "{error}");
     }
 }

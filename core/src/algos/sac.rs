@@ -7,6 +7,14 @@
 //! `mean(alpha log pi(a~|s) - min_k Q_k(s, a~))` with `a~ ~ pi(s)` reparameterised, plus
 //! `lambda_T ||mu(s) - mu(s')||^2 + lambda_S ||mu(s) - mu(s + N(0, sigma))||^2` (CAPS);
 //! temperature loss `-mean(log alpha (log pi(a~|s) + H_target))`; Polyak targets.
+//!
+//! Discrete actions (Christodoulou 2019, "Soft Actor-Critic for Discrete Action Settings",
+//! arXiv:1910.07207): the policy is categorical and each critic outputs one Q value per
+//! action, so the expectations over actions are exact sums instead of samples:
+//! `y = R_n + gamma_n sum_a pi(a|s') (min_k Q_target_k(s', a) - alpha log pi(a|s'))`, policy
+//! loss `mean_s sum_a pi(a|s) (alpha log pi(a|s) - min_k Q_k(s, a))`, temperature loss with
+//! `sum_a pi(a|s) log pi(a|s)` in place of `log pi(a~|s)`, and a default target entropy of
+//! `target_entropy_scale * ln |A|` (the paper's 0.98 of the uniform policy's entropy).
 
 use crate::algos::config::AlgoSection;
 use crate::algos::offpolicy::check_actor_critic;
@@ -24,7 +32,7 @@ use super::{Algorithm, Trained, Update};
 use crate::checkpoint::state::TargetNet;
 use crate::config::error::{check, ConfigError};
 use crate::items::transition::TransitionBatch;
-use crate::models::OffPolicyModel;
+use crate::models::{OffPolicyModel, PolicyKind};
 use crate::optim::{Adam, GraphError, UpdateGraph};
 
 /// SAC (Haarnoja et al. 2018) with automatic temperature (the v2 paper) or a fixed one.
@@ -41,8 +49,12 @@ pub struct SacConfig {
     pub auto_alpha: bool,
     /// Temperature at the start (and forever without `auto_alpha`).
     pub initial_alpha: f64,
-    /// Target entropy (none: minus the action dimension).
+    /// Target entropy in nats (none: minus the action dimension for continuous actions,
+    /// `target_entropy_scale * ln(number of actions)` for discrete ones).
     pub target_entropy: Option<f64>,
+    /// Discrete actions without `target_entropy`: the target entropy as a fraction of the
+    /// uniform policy's, `ln(number of actions)` (Christodoulou 2019: 0.98).
+    pub target_entropy_scale: f64,
     /// Number of Q networks; the target takes their minimum (2: clipped double Q).
     pub num_critics: u32,
     /// Target network updates.
@@ -53,7 +65,7 @@ pub struct SacConfig {
     pub caps: CapsOptions,
     /// The replay table.
     pub replay: ReplayOptions,
-    /// Actor-side exploration (SAC samples its policy; `noise` is ignored).
+    /// Actor-side exploration (SAC samples its policy: no noise and no epsilon by default).
     pub explore: Exploration,
 }
 
@@ -66,6 +78,7 @@ impl Default for SacConfig {
             auto_alpha: true,
             initial_alpha: 1.0,
             target_entropy: None,
+            target_entropy_scale: 0.98,
             num_critics: 2,
             target: TargetUpdate {
                 tau: 0.005,
@@ -80,6 +93,8 @@ impl Default for SacConfig {
             },
             explore: Exploration {
                 noise: NoiseKind::None,
+                epsilon_start: 0.0,
+                epsilon_end: 0.0,
                 ..Exploration::default()
             },
         }
@@ -104,6 +119,11 @@ impl SacConfig {
             "algo.initial_alpha",
             "must be > 0",
         )?;
+        check(
+            self.target_entropy_scale > 0.0 && self.target_entropy_scale <= 1.0,
+            "algo.target_entropy_scale",
+            "must be in (0, 1] (a fraction of the uniform policy's entropy)",
+        )?;
         self.target.validate()?;
         self.replay.validate()?;
         self.explore.validate()
@@ -119,6 +139,28 @@ pub fn soft_target(
     alpha: &Tensor,
 ) -> Tensor {
     reward + discount * (min_q - log_prob * alpha)
+}
+
+/// The soft value of discrete actions, `sum_a probs * (min_q - alpha * log_probs)`, `[B]`
+/// (from `[B, n]` inputs): the exact expectation over the categorical policy.
+pub fn expected_soft_value(
+    probs: &Tensor,
+    log_probs: &Tensor,
+    min_q: &Tensor,
+    alpha: &Tensor,
+) -> Tensor {
+    (probs * (min_q - log_probs * alpha)).sum_dim_intlist(-1, false, Kind::Float)
+}
+
+/// The discrete policy loss `mean_s sum_a probs * (alpha * log_probs - min_q)` (`min_q`
+/// detached by the caller): minus the mean soft value.
+pub fn categorical_policy_loss(
+    probs: &Tensor,
+    log_probs: &Tensor,
+    min_q: &Tensor,
+    alpha: &Tensor,
+) -> Tensor {
+    -expected_soft_value(probs, log_probs, min_q, alpha).mean(Kind::Float)
 }
 
 /// The temperature loss `-mean(log_alpha * (log_prob + target_entropy))` (log-probs detached).
@@ -185,9 +227,12 @@ impl Sac {
         let alpha_optim = config
             .auto_alpha
             .then(|| Adam::over(&alpha_vs, 1e-8, "log_alpha"));
-        let dim = model.action_scale().size()[0] as f64;
+        let default_entropy = match model.discrete_actions() {
+            Some(n) => config.target_entropy_scale * (n as f64).ln(),
+            None => -(model.action_scale().size()[0] as f64),
+        };
         Sac {
-            target_entropy: config.target_entropy.unwrap_or(-dim),
+            target_entropy: config.target_entropy.unwrap_or(default_entropy),
             config: config.clone(),
             trained: Trained::new(model, "updates"),
             target: TargetNet(target),
@@ -213,14 +258,10 @@ impl Sac {
     /// first critic's TD errors, unread.
     fn descend(&mut self, batch: &TransitionBatch, with_target: bool) -> Vec<Tensor> {
         let alpha = self.alpha();
-        let y = tch::no_grad(|| {
-            let (unit, log_prob) = self.trained.model.sample_action(&batch.next_obs);
-            let next_action = self.target.to_env_scale(&unit);
-            let (min_q, _) = self
-                .target
-                .qs(&batch.next_obs, &next_action)
-                .min_dim(0, false);
-            soft_target(&batch.reward, &batch.discount, &min_q, &log_prob, &alpha)
+        let discrete = self.trained.model.kind() == PolicyKind::Categorical;
+        let y = tch::no_grad(|| match discrete {
+            true => self.discrete_target(batch, &alpha),
+            false => self.continuous_target(batch, &alpha),
         });
         let qs = self.trained.model.qs(&batch.obs, &batch.action);
         let q_loss = critic_loss(&qs, &y, &batch.weights) * 0.5;
@@ -228,18 +269,10 @@ impl Sac {
         q_loss.backward();
         self.qf_optim.step(self.config.qf_lr);
 
-        let (unit, log_prob) = self.trained.model.sample_action(&batch.obs);
-        let action = self.trained.model.to_env_scale(&unit);
-        let (min_q, _) = (self.trained.model)
-            .qs_for_policy(&batch.obs, &action)
-            .min_dim(0, false);
-        let caps = caps_loss(
-            &self.trained.model,
-            &batch.obs,
-            &batch.next_obs,
-            &self.config.caps,
-        );
-        let policy_loss = (&log_prob * &alpha - min_q).mean(Kind::Float) + &caps;
+        let (policy_loss, log_prob, caps) = match discrete {
+            true => self.discrete_policy_loss(batch, &alpha),
+            false => self.continuous_policy_loss(batch, &alpha),
+        };
         self.pi_optim.zero_grad();
         policy_loss.backward();
         self.pi_optim.step(self.config.policy_lr);
@@ -267,6 +300,58 @@ impl Sac {
             0,
         );
         vec![metrics, (qs.get(0) - &y).detach()]
+    }
+
+    /// The soft TD target from an action sampled at `next_obs`, `[B]`.
+    fn continuous_target(&self, batch: &TransitionBatch, alpha: &Tensor) -> Tensor {
+        let (unit, log_prob) = self.trained.model.sample_action(&batch.next_obs);
+        let next_action = self.target.to_env_scale(&unit);
+        let (min_q, _) = self
+            .target
+            .qs(&batch.next_obs, &next_action)
+            .min_dim(0, false);
+        soft_target(&batch.reward, &batch.discount, &min_q, &log_prob, alpha)
+    }
+
+    /// The soft TD target with the exact expectation over the next state's actions, `[B]`.
+    fn discrete_target(&self, batch: &TransitionBatch, alpha: &Tensor) -> Tensor {
+        let (probs, log_probs) = self.trained.model.categorical(&batch.next_obs);
+        let (min_q, _) = self.target.qs_all(&batch.next_obs).min_dim(0, false);
+        let value = expected_soft_value(&probs, &log_probs, &min_q, alpha);
+        &batch.reward + &batch.discount * value
+    }
+
+    /// The policy loss on a reparameterised sample (plus CAPS), the sample's log-likelihood
+    /// `[B]` (for the temperature) and the CAPS term.
+    fn continuous_policy_loss(
+        &self,
+        batch: &TransitionBatch,
+        alpha: &Tensor,
+    ) -> (Tensor, Tensor, Tensor) {
+        let model = &self.trained.model;
+        let (unit, log_prob) = model.sample_action(&batch.obs);
+        let action = model.to_env_scale(&unit);
+        let (min_q, _) = model.qs_for_policy(&batch.obs, &action).min_dim(0, false);
+        let caps = caps_loss(model, &batch.obs, &batch.next_obs, &self.config.caps);
+        let policy_loss = (&log_prob * alpha - min_q).mean(Kind::Float) + &caps;
+        (policy_loss, log_prob, caps)
+    }
+
+    /// The categorical policy loss against the detached critics, the expected log-probability
+    /// `sum_a pi log pi` `[B]` (minus the entropy, for the temperature) and a zero CAPS term
+    /// (refused for discrete actions where the model is built).
+    fn discrete_policy_loss(
+        &self,
+        batch: &TransitionBatch,
+        alpha: &Tensor,
+    ) -> (Tensor, Tensor, Tensor) {
+        let model = &self.trained.model;
+        let (probs, log_probs) = model.categorical(&batch.obs);
+        let (min_q, _) = tch::no_grad(|| model.qs_all(&batch.obs).min_dim(0, false));
+        let policy_loss = categorical_policy_loss(&probs, &log_probs, &min_q, alpha);
+        let expected_log_prob = (&probs * &log_probs).sum_dim_intlist(-1, false, Kind::Float);
+        let caps = Tensor::zeros([], (Kind::Float, batch.obs.device()));
+        (policy_loss, expected_log_prob, caps)
     }
 
     /// One update on a batch of transitions (replayed from a CUDA graph when one is on).
@@ -331,7 +416,6 @@ mod tests {
     #[test]
     fn caps_terms_are_weighted_mean_squared_action_differences() {
         use crate::config::ModelConfig;
-        use crate::models::PolicyKind;
         use fleetrl_proto::space::Space;
         let b = |n: usize| Space::Box {
             shape: vec![n as i64],
@@ -377,5 +461,131 @@ mod tests {
         let loss = alpha_loss(&log_alpha, &Tensor::from_slice(&[1.0f32, 1.0]), 0.0);
         loss.backward();
         assert!(log_alpha.grad().double_value(&[]) < 0.0);
+    }
+
+    /// The discrete expectations on a hand-computed batch of one row: probabilities 1/4, 3/4,
+    /// minimum Q values 1 and 2, temperature 1/2.
+    #[test]
+    fn discrete_soft_value_and_policy_loss_are_exact_expectations() {
+        let probs = Tensor::from_slice(&[0.25f32, 0.75]).view([1, 2]);
+        let log_probs = probs.log();
+        let min_q = Tensor::from_slice(&[1.0f32, 2.0]).view([1, 2]);
+        let alpha = Tensor::from(0.5f32);
+        let want = 0.25 * (1.0 - 0.5 * 0.25f64.ln()) + 0.75 * (2.0 - 0.5 * 0.75f64.ln());
+        let value = expected_soft_value(&probs, &log_probs, &min_q, &alpha).double_value(&[0]);
+        assert!((value - want).abs() < 1e-6, "{value} vs {want}");
+        let loss = categorical_policy_loss(&probs, &log_probs, &min_q, &alpha).double_value(&[]);
+        assert!((loss + want).abs() < 1e-6, "{loss} vs {}", -want);
+    }
+
+    /// One discrete SAC update against the same numbers computed row by row in f64 from the
+    /// networks: the critic loss from the soft target (target critics = the online ones before
+    /// the first update), the policy loss from the policy before its step and the critics after
+    /// theirs, the entropy, and the default target entropy `0.98 ln 3`.
+    #[test]
+    fn discrete_update_matches_a_row_by_row_computation() {
+        use crate::config::ModelConfig;
+        use crate::models::Policy;
+        use fleetrl_proto::space::Space;
+        tch::manual_seed(3);
+        let obs_space = Space::Box {
+            shape: vec![2],
+            low: vec![-1.0; 2],
+            high: vec![1.0; 2],
+        };
+        let config = ModelConfig {
+            hidden_sizes: vec![8],
+            ..ModelConfig::default()
+        };
+        let build = || {
+            let actions = Space::Discrete { n: 3 };
+            let kind = PolicyKind::Categorical;
+            OffPolicyModel::new(&config, kind, 2, &obs_space, &actions, tch::Device::Cpu).unwrap()
+        };
+        let (model, before) = (build(), build());
+        let mut before = before;
+        before.copy_from(&model, 1.0);
+        let sac_config = SacConfig {
+            initial_alpha: 0.3,
+            ..SacConfig::default()
+        };
+        let mut sac = Sac::new(&sac_config, model, build());
+        assert!((sac.target_entropy - 0.98 * 3f64.ln()).abs() < 1e-12);
+        let cpu = (Kind::Float, tch::Device::Cpu);
+        let batch = TransitionBatch {
+            obs: Tensor::randn([4, 2], cpu),
+            action: Tensor::from_slice(&[0i64, 2, 1, 2]),
+            reward: Tensor::from_slice(&[1.0f32, -0.5, 0.0, 2.0]),
+            discount: Tensor::from_slice(&[0.99f32, 0.0, 0.5, 0.99]),
+            next_obs: Tensor::randn([4, 2], cpu),
+            weights: Tensor::from_slice(&[1.0f32, 0.5, 2.0, 1.0]),
+        };
+        let update = sac.train(&batch).unwrap();
+
+        let rows = |t: Tensor| -> Vec<Vec<f64>> {
+            let t = t.to_kind(Kind::Double);
+            (0..t.size()[0])
+                .map(|i| Vec::<f64>::try_from(t.get(i)).unwrap())
+                .collect()
+        };
+        let vec = |t: &Tensor| Vec::<f64>::try_from(t.to_kind(Kind::Double)).unwrap();
+        let (alpha, n) = (0.3f64, 3);
+        let (reward, discount, weights) = (
+            vec(&batch.reward),
+            vec(&batch.discount),
+            vec(&batch.weights),
+        );
+        let action = Vec::<i64>::try_from(&batch.action).unwrap();
+        let probs_next = rows(before.categorical(&batch.next_obs).0);
+        let (q0_next, q1_next) = (
+            rows(before.q_all(0, &batch.next_obs)),
+            rows(before.q_all(1, &batch.next_obs)),
+        );
+        let (q0, q1) = (
+            rows(before.q_all(0, &batch.obs)),
+            rows(before.q_all(1, &batch.obs)),
+        );
+        let mut q_loss = 0.0;
+        for b in 0..4 {
+            let value: f64 = (0..n)
+                .map(|a| {
+                    let p = probs_next[b][a];
+                    p * (q0_next[b][a].min(q1_next[b][a]) - alpha * p.ln())
+                })
+                .sum();
+            let y = reward[b] + discount[b] * value;
+            let a = action[b] as usize;
+            q_loss += weights[b] * ((q0[b][a] - y).powi(2) + (q1[b][a] - y).powi(2)) / 4.0;
+        }
+        q_loss *= 0.5;
+        let got = update.metrics.get("q_loss").unwrap();
+        assert!(
+            (got - q_loss).abs() < 1e-5 * q_loss.max(1.0),
+            "{got} vs {q_loss}"
+        );
+
+        let probs = rows(before.categorical(&batch.obs).0);
+        let model = &sac.trained.model;
+        let (q0, q1) = (
+            rows(model.q_all(0, &batch.obs)),
+            rows(model.q_all(1, &batch.obs)),
+        );
+        let (mut policy_loss, mut entropy) = (0.0, 0.0);
+        for b in 0..4 {
+            for a in 0..n {
+                let p = probs[b][a];
+                policy_loss += p * (alpha * p.ln() - q0[b][a].min(q1[b][a])) / 4.0;
+                entropy -= p * p.ln() / 4.0;
+            }
+        }
+        let got = update.metrics.get("policy_loss").unwrap();
+        assert!((got - policy_loss).abs() < 1e-5, "{got} vs {policy_loss}");
+        let got = update.metrics.get("entropy").unwrap();
+        assert!((got - entropy).abs() < 1e-5, "{got} vs {entropy}");
+        // A categorical policy's action is an index, scored by the first critic.
+        let step = model.act(&batch.obs, false);
+        assert_eq!(step.action.kind(), Kind::Int64);
+        let greedy = model.act(&batch.obs, true).action;
+        assert!(greedy.equal(&model.categorical(&batch.obs).0.argmax(1, false)));
     }
 }

@@ -9,6 +9,9 @@
 //!   the action box; critics score (features, action).
 //! - `SquashedGaussian` (SAC): `pi` outputs a mean and a log-std; actions are `tanh` of a
 //!   Gaussian sample, with the log-likelihood corrected for the squashing.
+//! - `Categorical` (SAC on discrete actions, Christodoulou 2019, arXiv:1910.07207): `pi`
+//!   outputs one logit per action; each critic `qf<i>` maps observation features to one Q
+//!   value per action (no action input).
 //!
 //! Paths: `pi.*`, `q.*`, `qf<i>.*`, each with its own `obs.*`/`act.*`/`common.*` layers.
 //! With `model.lstm_size > 0` a `QValues` model is recurrent instead (R2D2): `q` is then a
@@ -39,6 +42,8 @@ pub enum PolicyKind {
     Deterministic,
     /// A `tanh`-squashed Gaussian.
     SquashedGaussian,
+    /// A categorical over discrete actions, with critics that score every action at once.
+    Categorical,
 }
 
 /// One network: a convolutional encoder for image observations, observation features,
@@ -145,6 +150,8 @@ pub struct OffPolicyModel {
     /// Half-width and centre of the action box, `[A]` (continuous kinds).
     scale: Tensor,
     bias: Tensor,
+    /// The number of discrete actions (`QValues`, `Categorical`).
+    discrete_actions: Option<i64>,
 }
 
 impl OffPolicyModel {
@@ -212,6 +219,18 @@ impl OffPolicyModel {
                     Tensor::zeros([1], (Kind::Float, device)),
                 )
             }
+            (PolicyKind::Categorical, Space::Discrete { n }) => {
+                let pi = Net::new(&(&root / "pi"), config, &input, 0, *n)?;
+                let critics = (0..num_critics.max(1))
+                    .map(|i| Net::new(&(&root / format!("qf{i}")), config, &input, 0, *n))
+                    .collect::<Result<_, _>>()?;
+                (
+                    Some(pi),
+                    critics,
+                    Tensor::ones([1], (Kind::Float, device)),
+                    Tensor::zeros([1], (Kind::Float, device)),
+                )
+            }
             (
                 PolicyKind::Deterministic | PolicyKind::SquashedGaussian,
                 Space::Box { low, high, .. },
@@ -252,6 +271,10 @@ impl OffPolicyModel {
             recurrent,
             scale,
             bias,
+            discrete_actions: match action_space {
+                Space::Discrete { n } => Some(*n),
+                Space::Box { .. } => None,
+            },
         })
     }
 
@@ -283,6 +306,11 @@ impl OffPolicyModel {
         self.critics.len()
     }
 
+    /// The number of discrete actions; `None` for a continuous action box.
+    pub fn discrete_actions(&self) -> Option<i64> {
+        self.discrete_actions
+    }
+
     /// Q values of every discrete action, `[N, n]` (`QValues` only; a recurrent model starts
     /// from a zero state).
     pub fn q_values(&self, obs: &Tensor) -> Tensor {
@@ -295,11 +323,42 @@ impl OffPolicyModel {
         }
     }
 
-    /// Q estimate of critic `i` for env-scale actions `[N, A]`, `[N]`.
+    /// Q estimate of critic `i` for env-scale actions `[N, A]` (`Categorical`: action
+    /// indices `[N]`), `[N]`.
     pub fn q(&self, i: usize, obs: &Tensor, action: &Tensor) -> Tensor {
+        if self.kind == PolicyKind::Categorical {
+            return (self.q_all(i, obs))
+                .gather(1, &action.unsqueeze(1), false)
+                .squeeze_dim(1);
+        }
         self.critics[i]
             .forward(obs, Some(&self.to_unit_scale(action)))
             .squeeze_dim(1)
+    }
+
+    /// Critic `i`'s Q value of every discrete action, `[N, n]` (`Categorical`).
+    pub fn q_all(&self, i: usize, obs: &Tensor) -> Tensor {
+        debug_assert_eq!(self.kind, PolicyKind::Categorical);
+        self.critics[i].forward(obs, None)
+    }
+
+    /// Every critic's Q value of every discrete action, stacked `[K, N, n]` (`Categorical`).
+    pub fn qs_all(&self, obs: &Tensor) -> Tensor {
+        let all: Vec<Tensor> = (0..self.critics.len())
+            .map(|i| self.q_all(i, obs))
+            .collect();
+        Tensor::stack(&all, 0)
+    }
+
+    /// The categorical policy's probabilities and log-probabilities, `[N, n]` each
+    /// (`Categorical`).
+    pub fn categorical(&self, obs: &Tensor) -> (Tensor, Tensor) {
+        debug_assert_eq!(self.kind, PolicyKind::Categorical);
+        let log_probs = self
+            .policy_net()
+            .forward(obs, None)
+            .log_softmax(-1, Kind::Float);
+        (log_probs.exp(), log_probs)
     }
 
     /// Every critic's estimate, stacked `[K, N]`.
@@ -339,8 +398,13 @@ impl OffPolicyModel {
         out
     }
 
-    /// The deterministic action in [-1, 1] `[N, A]` (the Gaussian's squashed mean).
+    /// The deterministic action in [-1, 1] `[N, A]` (the Gaussian's squashed mean; continuous
+    /// kinds).
     pub fn mean_action(&self, obs: &Tensor) -> Tensor {
+        debug_assert!(
+            self.discrete_actions.is_none(),
+            "a continuous policy's action"
+        );
         let out = self.policy_net().forward(obs, None);
         match self.kind {
             PolicyKind::SquashedGaussian => out.chunk(2, 1)[0].tanh(),
@@ -384,11 +448,15 @@ impl OffPolicyModel {
     /// softmax over Q values (the policy BC trains). `SquashedGaussian`: values in [-1, 1]
     /// `[N, A]` (the box mapped to [-1, 1]; values at the bounds are moved 1e-6 inside, where
     /// the squash is invertible), with the entropy of the Gaussian before the squash (the
-    /// squashed one has no closed form). A deterministic policy has no likelihood: `None`.
+    /// squashed one has no closed form). `Categorical`: indices `[N]` under the policy's own
+    /// softmax. A deterministic policy has no likelihood: `None`.
     pub fn evaluate_actions(&self, obs: &Tensor, actions: &Tensor) -> Option<(Tensor, Tensor)> {
         match self.kind {
-            PolicyKind::QValues => {
-                let log_probs = self.q_values(obs).log_softmax(-1, Kind::Float);
+            PolicyKind::QValues | PolicyKind::Categorical => {
+                let log_probs = match self.kind {
+                    PolicyKind::QValues => self.q_values(obs).log_softmax(-1, Kind::Float),
+                    _ => self.categorical(obs).1,
+                };
                 let entropy =
                     -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float);
                 let chosen = log_probs
@@ -427,7 +495,7 @@ impl OffPolicyModel {
     fn policy_net(&self) -> &Net {
         self.pi
             .as_ref()
-            .expect("continuous policy kinds always build `pi`")
+            .expect("every policy kind but `QValues` builds `pi`")
     }
 
     /// Every parameter as a proto tensor, by path.
@@ -468,6 +536,25 @@ impl OffPolicyModel {
     }
 }
 
+impl OffPolicyModel {
+    /// A categorical policy's step: its mode (deterministic) or a sample, the action's
+    /// log-probability, and its first critic's Q value.
+    fn act_categorical(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
+        let (probs, log_probs) = self.categorical(obs);
+        let action = if deterministic {
+            probs.argmax(1, false)
+        } else {
+            probs.multinomial(1, true).squeeze_dim(1)
+        };
+        let chosen = action.unsqueeze(1);
+        PolicyStep {
+            log_prob: log_probs.gather(1, &chosen, false).squeeze_dim(1),
+            value: self.q(0, obs, &action),
+            action,
+        }
+    }
+}
+
 /// The greedy action and its Q value.
 fn greedy(q: &Tensor) -> PolicyStep {
     let (value, action) = q.max_dim(1, false);
@@ -495,6 +582,7 @@ impl Policy for OffPolicyModel {
         let _guard = tch::no_grad_guard();
         match self.kind {
             PolicyKind::QValues => greedy(&self.q_values(obs)),
+            PolicyKind::Categorical => self.act_categorical(obs, deterministic),
             PolicyKind::Deterministic | PolicyKind::SquashedGaussian => {
                 let (unit, log_prob) = if deterministic || self.kind == PolicyKind::Deterministic {
                     let a = self.mean_action(obs);
