@@ -268,29 +268,16 @@ fn intrinsic_rewards_solve_sparse_mountain_car_where_plain_ppo_does_not() -> any
     Ok(())
 }
 
-/// CartPole with the velocities hidden (CartPoleNoVel-v1) is a POMDP: PPO with an LSTM policy
-/// (state carried across rollouts, reset at episode ends, trained over whole sequences)
-/// solves it. Seed 1 needed 42k steps (about 40 s; the LSTM update is the bottleneck); the
-/// budget is 300k.
-#[test]
-fn lstm_ppo_solves_cartpole_without_velocities() -> anyhow::Result<()> {
-    let summary = train(
-        "novel-lstm",
-        "cartpolenovel-ppo-lstm",
-        &["seed=1", "stop.total_env_steps=300000"],
-    )?;
-    assert_eq!(summary["env"], "CartPoleNoVel-v1");
-    assert_solved(&summary, "ppo");
-    Ok(())
-}
-
 /// A GRU core (`model.recurrent_cell = "gru"`, the `cartpolenovel-ppo-gru` preset) under
 /// rlpyt's `mid_batch_reset = false`, as its recurrent agents run: an env whose episode ends
 /// waits for the next rollout, and PPO masks the steps it sat out. On CartPoleNoVel-v1, where a
 /// feed-forward PPO stays at 40-46 (below), it solved with seed 0 at 41.2k env steps (52 s on a
 /// shared machine; with mid-batch resets seed 0 at 20.7k in 29 s, seed 1 at 31.0k in 42 s).
-/// The LSTM preset, which solved this variant at 46.6k and 31.2k (37 s and 28 s), keeps the
-/// test above; the budget is 300k.
+/// The LSTM preset solved this variant at 46.6k and 31.2k (37 s and 28 s). Its own scenario
+/// (seed 1 with mid-batch resets) went when the confirming evaluation made it the suite's
+/// longest (324 s of a loaded run): PPO's LSTM keeps the pendulum and MinAtar scenarios, the
+/// LSTM IMPALA one and R2D2 this env, and `bench/seeds.sh` runs the preset on five seeds. The
+/// budget is 300k.
 #[test]
 fn gru_ppo_solves_cartpole_without_velocities_without_mid_batch_resets() -> anyhow::Result<()> {
     let summary = train(

@@ -46,6 +46,30 @@ pub(super) struct Running<'a> {
     pub(super) started: Instant,
 }
 
+/// When an early evaluation (the training return at the target, `eval.on_target_training_return`)
+/// may come: only after the run has trained for as long as the last evaluation took. A policy
+/// whose training return hovers at the target would otherwise be evaluated (and, when its 20
+/// episodes pass, confirmed on 100 more) on every tick, and those evaluations took the CPU its
+/// training needed: on 2 cores, evaluating back to back left about half of it to the actors and
+/// the learner. Paced so, evaluations take at most half the wall time; the scheduled ones
+/// (`eval.interval_env_steps`) are never held.
+#[derive(Debug, Default)]
+struct EvalPacing {
+    /// The last evaluation's end and how long it took.
+    last: Option<(Instant, Duration)>,
+}
+
+impl EvalPacing {
+    fn ready(&self, now: Instant) -> bool {
+        self.last
+            .is_none_or(|(ended, took)| now.saturating_duration_since(ended) >= took)
+    }
+
+    fn evaluated(&mut self, begun: Instant, ended: Instant) {
+        self.last = Some((ended, ended.saturating_duration_since(begun)));
+    }
+}
+
 /// Counts the Ctrl-Cs (SIGINT) and SIGTERMs (what `kill`, `timeout` and job schedulers send)
 /// the launcher receives. The first ends training (the run then evaluates its latest
 /// checkpoint and writes the summary); a second skips what is left of that evaluation. Either
@@ -87,6 +111,7 @@ impl Running<'_> {
         let mut next_eval = config.eval_interval_env_steps();
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
         let mut stall = StallWatch::new(Instant::now());
+        let mut pacing = EvalPacing::default();
         loop {
             tokio::select! {
                 _ = signalled(&mut self.interrupts, 1) => return self.interrupted(evaluations).await,
@@ -120,13 +145,16 @@ impl Running<'_> {
                 && target.is_some_and(|t| status.recent_return >= t);
             let evaluated_at = evaluations.last().map_or(0, |e: &Evaluation| e.env_steps);
             let fresh = steps > evaluated_at;
-            if fresh && status.updates > 0 && (steps >= next_eval || on_target) {
+            let due = steps >= next_eval || (on_target && pacing.ready(Instant::now()));
+            if fresh && status.updates > 0 && due {
                 next_eval = steps + config.eval_interval_env_steps();
+                let begun = Instant::now();
                 let eval = match self.evaluate(true).await {
                     Ok(Some(eval)) => eval,
                     Ok(None) => return self.interrupted(evaluations).await,
                     Err(e) => return self.failed(e, evaluations).await,
                 };
+                pacing.evaluated(begun, Instant::now());
                 // The run waited for the evaluation; that was not a stall.
                 stall = StallWatch::new(Instant::now());
                 let solved = eval.solved(target);
@@ -494,6 +522,18 @@ mod tests {
 
     /// Warned once when nothing moves for the whole period, not before; any counter that
     /// moves starts the period again, and a later stall is warned again.
+    #[test]
+    fn an_early_evaluation_waits_as_long_as_the_last_one_took() {
+        let start = Instant::now();
+        let mut pacing = EvalPacing::default();
+        assert!(pacing.ready(start), "the first evaluation is never held");
+        let ended = start + Duration::from_secs(6);
+        pacing.evaluated(start, ended);
+        assert!(!pacing.ready(ended));
+        assert!(!pacing.ready(ended + Duration::from_millis(5_999)));
+        assert!(pacing.ready(ended + Duration::from_secs(6)));
+    }
+
     #[test]
     fn a_stall_is_warned_once_and_movement_resets_it() {
         let t0 = Instant::now();

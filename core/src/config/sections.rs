@@ -191,7 +191,8 @@ pub struct EvalConfig {
     pub confirm_episodes: u32,
     /// Env steps of training between evaluations.
     pub interval_env_steps: u64,
-    /// Evaluate early once the recent training return reaches the target.
+    /// Evaluate early once the recent training return reaches the target (each early
+    /// evaluation after the run has trained for as long as the last evaluation took).
     pub on_target_training_return: bool,
     /// Act with the policy's mode (argmax, or the Gaussian mean); false samples actions from
     /// a stochastic policy (PPO, A2C, VPG, TRPO, IMPALA, MAML, SAC, PEARL, Gaussian BC), as
