@@ -107,6 +107,8 @@ pub struct Group {
     weight: AtomicU64,
     /// The first failure; once set, every collective returns it at once.
     failed: Mutex<Option<CollectiveError>>,
+    /// Nanoseconds spent in collectives since [`Group::take_busy_seconds`] last read them.
+    busy_nanos: AtomicU64,
     group: ffi::Handle,
     store: ffi::Handle,
     timeout: Duration,
@@ -151,6 +153,7 @@ impl Group {
             world_size: spec.world_size,
             weight: AtomicU64::new((1.0 / f64::from(spec.world_size)).to_bits()),
             failed: Mutex::new(None),
+            busy_nanos: AtomicU64::new(0),
             group,
             store,
             timeout: spec.timeout,
@@ -165,6 +168,12 @@ impl Group {
     /// Processes in the group.
     pub fn world_size(&self) -> u32 {
         self.world_size
+    }
+
+    /// Seconds spent in collectives (waiting for the other ranks included) since the last
+    /// call: what the learner's progress log reports per update.
+    pub fn take_busy_seconds(&self) -> f64 {
+        self.busy_nanos.swap(0, Ordering::Relaxed) as f64 * 1e-9
     }
 
     /// The first failed collective, if any: the group is unusable from then on.
@@ -232,7 +241,10 @@ impl Group {
         } else {
             tensor.to_device(self.staging_device(tensor)).contiguous()
         };
+        let started = std::time::Instant::now();
         let result = run(&self.group, &staged);
+        let nanos = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.busy_nanos.fetch_add(nanos, Ordering::Relaxed);
         if result.is_ok() && !direct {
             tensor.shallow_clone().copy_(&staged);
         }

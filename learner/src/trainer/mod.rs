@@ -450,6 +450,8 @@ impl Trainer {
         }
         let t = std::mem::take(&mut self.timing);
         let per_update = |secs: f64| 1e3 * secs / t.updates.max(1) as f64;
+        // Time in the collectives with the other ranks (waiting for them included).
+        let collective = self.group.as_ref().map_or(0.0, |g| g.take_busy_seconds());
         tracing::info!(
             version,
             env_steps,
@@ -457,6 +459,7 @@ impl Trainer {
             recent_return = recent,
             update_ms = per_update(t.updating),
             wait_ms = per_update(t.waiting),
+            collective_ms = per_update(collective),
             metrics = ?metrics.0,
             "progress"
         );
