@@ -1,8 +1,11 @@
 //! Core's timing examples (`offpolicy_timing`, `update_timing`) take a `cuda` device, so they
 //! keep libtorch's CUDA library linked (see build-support/link_cuda.rs); its library and tests
 //! get only the libpython search path every package that links core gets. Where libtorch has
-//! CUDA, the library gets the CUDA graph shim too (build-support/cuda_graph.rs).
+//! CUDA, the library gets the CUDA graph shim too (build-support/cuda_graph.rs), and the c10d
+//! collectives shim always (build-support/c10d.rs).
 
+#[path = "../build-support/c10d.rs"]
+mod c10d;
 #[path = "../build-support/cuda_graph.rs"]
 mod cuda_graph;
 #[path = "../build-support/link_cuda.rs"]
@@ -14,4 +17,5 @@ fn main() {
     python_rpath::main();
     link_cuda::main(&["examples"]);
     cuda_graph::main();
+    c10d::main();
 }

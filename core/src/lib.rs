@@ -11,6 +11,7 @@
 //! - [`optim`]: optimisers whose state is plain tensors (checkpointed), and CUDA graph replay.
 //! - [`broadcast`]: the weight stream from the learner to its subscribers, in chunks.
 //! - [`replay_client`]: inserts and samples across one or many replay servers (shards).
+//! - [`collective`]: learners across processes on libtorch's c10d (gloo, NCCL).
 //! - [`cpu`]: CPU settings for the threads and process that train.
 //! - [`suggest`]: "did you mean" for mistyped presets, env ids and algorithm names.
 //!
@@ -21,6 +22,7 @@ pub mod acting;
 pub mod algos;
 pub mod broadcast;
 pub mod checkpoint;
+pub mod collective;
 pub mod config;
 pub mod cpu;
 pub mod envs;

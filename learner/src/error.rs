@@ -35,6 +35,12 @@ pub(crate) enum LearnerError {
     /// The chunked weight stream failed.
     #[error(transparent)]
     Broadcast(#[from] BroadcastError),
+    /// Asked of a learner rank other than 0, which neither checkpoints nor bootstraps actors.
+    #[error(
+        "learner rank {0} does not lead its group (learner.world_size > 1): rank 0 writes the \
+         checkpoints and serves actors their run spec and weights; ask rank 0"
+    )]
+    NotLeader(u32),
 }
 
 impl From<LearnerError> for Status {
@@ -44,6 +50,7 @@ impl From<LearnerError> for Status {
             LearnerError::BadReport { .. }
             | LearnerError::ImplausibleReport(_)
             | LearnerError::BadParameter(_) => Status::invalid_argument(message),
+            LearnerError::NotLeader(_) => Status::failed_precondition(message),
             LearnerError::TrainerStopped | LearnerError::Broadcast(BroadcastError::Stalled(_)) => {
                 Status::unavailable(message)
             }

@@ -31,6 +31,7 @@ pub(crate) async fn start(
         stats,
         device,
         action_space,
+        group,
     } = restored;
     let initial = trainer::weights_message(algo.as_ref(), stats.policy_version)?;
     let (weights_tx, weights_rx) = tokio::sync::watch::channel(Arc::new(initial));
@@ -91,6 +92,7 @@ pub(crate) async fn start(
         filling: trainer::Filling::default(),
         stopped: None,
         fallback: Default::default(),
+        group,
     };
     let trainer = std::thread::Builder::new()
         .name("trainer".into())
@@ -101,6 +103,7 @@ pub(crate) async fn start(
     let (closing, closing_rx) = tokio::sync::watch::channel(false);
     let service = service::Learner {
         spec: setup::run_spec(config),
+        rank: config.learner.rank,
         stats,
         weights: weights_rx,
         work: work_tx.clone(),

@@ -29,6 +29,8 @@ use crate::trainer::Work;
 /// The service's handles onto the trainer and its published state.
 pub(crate) struct Learner {
     pub(crate) spec: RunSpec,
+    /// This learner's rank (`learner.rank`): only rank 0 bootstraps actors.
+    pub(crate) rank: u32,
     pub(crate) stats: Arc<Mutex<Stats>>,
     pub(crate) weights: watch::Receiver<Arc<Weights>>,
     pub(crate) work: mpsc::Sender<Work>,
@@ -70,6 +72,9 @@ impl LearnerService for Learner {
         &self,
         _: Request<GetRunSpecRequest>,
     ) -> Result<Response<RunSpec>, Status> {
+        if self.rank != 0 {
+            return Err(LearnerError::NotLeader(self.rank).into());
+        }
         Ok(Response::new(self.spec.clone()))
     }
 

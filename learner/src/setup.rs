@@ -3,11 +3,13 @@
 //! algorithm.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use fleetrl_core::algos::{registry, Algorithm};
 use fleetrl_core::checkpoint;
+use fleetrl_core::collective::Group;
 use fleetrl_core::config::{check_available, RunConfig};
 use fleetrl_core::envs;
 use fleetrl_core::items::tables;
@@ -26,6 +28,8 @@ pub(crate) struct Restored {
     pub(crate) device: tch::Device,
     /// The env's action space, which every item the trainer takes is checked against.
     pub(crate) action_space: Space,
+    /// The other learner processes (`learner.world_size > 1`), joined and in rank 0's state.
+    pub(crate) group: Option<Arc<Group>>,
 }
 
 /// A fresh learner for `config.algo`, or one restored from `resume`: a checkpoint directory,
@@ -33,6 +37,62 @@ pub(crate) struct Restored {
 /// `checkpoint_dir`, which must exist) or `auto` (the newest if any, else fresh: what a
 /// container that restarts in place wants).
 pub(crate) fn build_algorithm(
+    config: &RunConfig,
+    resume: Option<&str>,
+    checkpoint_dir: &Path,
+) -> anyhow::Result<Restored> {
+    let mut restored = restore(config, resume, checkpoint_dir)?;
+    let Some(spec) = config.learner.group_spec(restored.device)? else {
+        return Ok(restored);
+    };
+    // The algorithms train across ranks (core's exactness tests), but this binary's on-policy
+    // batches are what the actors send per version, which the ranks would have to split
+    // evenly; until they do, a rank short of its share would stall the others' all-reduce.
+    if registry::spec(config).family == registry::Family::OnPolicy {
+        bail!(
+            "learner.world_size = {}: algo.name = \"{}\" is on-policy, and this learner does \
+             not yet split the actors' per-version rollouts between its ranks; run it with \
+             learner.world_size = 1 (learner.devices for several devices), or train an \
+             off-policy algorithm (dqn, sac, td3, ddpg, bc) across learner processes",
+            spec.world_size,
+            config.algo.name()
+        );
+    }
+    tracing::info!(rank = spec.rank, world_size = spec.world_size, rendezvous = %spec.rendezvous, backend = ?spec.backend, "joining the other learner processes");
+    let group = Arc::new(Group::join(&spec, &config.to_toml())?);
+    fleetrl_core::algos::join_ranks(restored.algo.as_mut(), &group)?;
+    if let Some(stats) = leader_stats(&group, &restored.stats)? {
+        restored.stats = stats;
+    }
+    tracing::info!(
+        rank = spec.rank,
+        "joined: every rank holds rank 0's weights and state"
+    );
+    restored.group = Some(group);
+    Ok(restored)
+}
+
+/// Rank 0's counters (version, updates, env steps trained), which every other rank goes on
+/// from; `None` on rank 0 itself.
+fn leader_stats(group: &Group, mine: &Stats) -> anyhow::Result<Option<Stats>> {
+    let counters = tch::Tensor::from_slice(&[
+        mine.policy_version as f64,
+        mine.updates as f64,
+        mine.env_steps_trained as f64,
+    ]);
+    group.broadcast(&[counters.shallow_clone()])?;
+    let read = |i: i64| counters.double_value(&[i]);
+    let meta = checkpoint::CheckpointMeta {
+        policy_version: read(0) as i64,
+        updates: read(1) as u64,
+        env_steps: read(2) as u64,
+        ..Default::default()
+    };
+    Ok((group.rank() != 0).then(|| Stats::new(Some(&meta))))
+}
+
+/// The algorithm, fresh or from `resume` (see [`build_algorithm`]).
+fn restore(
     config: &RunConfig,
     resume: Option<&str>,
     checkpoint_dir: &Path,
@@ -53,6 +113,7 @@ pub(crate) fn build_algorithm(
             stats: Stats::new(None),
             device: devices[0],
             action_space: action_space.clone(),
+            group: None,
         })
     };
     // `auto` and `latest` take the newest checkpoint that loads (see `load_newest`).
@@ -92,6 +153,7 @@ pub(crate) fn build_algorithm(
         stats,
         device: devices[0],
         action_space,
+        group: None,
     })
 }
 

@@ -110,10 +110,12 @@ fn refused_learner(preset: &str, sets: &[&str]) -> anyhow::Result<String> {
 }
 
 #[test]
-fn several_learner_processes_are_refused_as_not_yet_supported() -> anyhow::Result<()> {
-    let stderr = refused_learner("cartpole-ppo", &["learner.world_size=2", "learner.rank=1"])?;
+fn an_algorithm_that_cannot_train_across_learner_processes_is_refused_by_name() -> anyhow::Result<()>
+{
+    let stderr = refused_learner("cartpole-trpo", &["learner.world_size=2", "learner.rank=1"])?;
     assert!(
-        stderr.contains("learner.world_size") && stderr.contains("not yet supported"),
+        stderr.contains("learner.world_size")
+            && stderr.contains("\"trpo\" trains in one learner process only"),
         "{stderr}"
     );
     Ok(())

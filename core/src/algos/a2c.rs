@@ -231,6 +231,22 @@ impl A2c {
 impl Algorithm for A2c {
     super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [optim, intrinsic]);
 
+    fn join_group(
+        &mut self,
+        group: &std::sync::Arc<crate::collective::Group>,
+    ) -> Result<(), crate::collective::CollectiveError> {
+        if self.intrinsic.is_some() {
+            // Its observation statistics follow each rank's own batches.
+            return Err(crate::collective::CollectiveError::Unavailable(
+                "algo.intrinsic trains in one learner process only (its observation \
+                 statistics would differ between ranks)"
+                    .into(),
+            ));
+        }
+        self.optim.join(group);
+        Ok(())
+    }
+
     fn reconfigure(
         &mut self,
         algo: &super::config::AlgoConfig,

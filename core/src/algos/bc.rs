@@ -200,6 +200,14 @@ impl Bc {
 
 impl Algorithm for Bc {
     super::algorithm_parts!(trains_on: Transitions(transitions), state: [optim]);
+
+    fn join_group(
+        &mut self,
+        group: &std::sync::Arc<crate::collective::Group>,
+    ) -> Result<(), crate::collective::CollectiveError> {
+        self.optim.join(group);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

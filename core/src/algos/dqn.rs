@@ -289,6 +289,14 @@ impl Algorithm for Dqn {
     }
 
     super::algorithm_parts!(state: [optim, target]);
+
+    fn join_group(
+        &mut self,
+        group: &std::sync::Arc<crate::collective::Group>,
+    ) -> Result<(), crate::collective::CollectiveError> {
+        self.optim.join(group);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -240,6 +240,14 @@ impl Impala {
 impl Algorithm for Impala {
     super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [optim]);
 
+    fn join_group(
+        &mut self,
+        group: &std::sync::Arc<crate::collective::Group>,
+    ) -> Result<(), crate::collective::CollectiveError> {
+        self.optim.join(group);
+        Ok(())
+    }
+
     fn reconfigure(
         &mut self,
         algo: &super::config::AlgoConfig,

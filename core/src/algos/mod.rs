@@ -149,6 +149,20 @@ impl Batch {
         })
     }
 
+    /// The rows its loss averages over (steps counted, padding left out; sequences and rounds
+    /// by their batch dimension): a learner rank's weight in the group's gradient sum
+    /// ([`crate::collective::Group::weigh_rows`]).
+    pub fn rows(&self) -> usize {
+        match self {
+            Batch::Rollouts(b) => b.valid.as_ref().map_or(b.t * b.b, |valid| {
+                valid.iter().map(|&v| f64::from(v)).sum::<f64>().round() as usize
+            }),
+            Batch::Transitions(b) => b.obs.size()[0] as usize,
+            Batch::Sequences(b) => b.obs.size().get(1).copied().unwrap_or(0) as usize,
+            Batch::Rounds(b) => b.obs.size()[0] as usize,
+        }
+    }
+
     /// What this batch holds.
     pub fn kind(&self) -> TrainsOn {
         match self {
@@ -445,6 +459,30 @@ macro_rules! algorithm_parts {
 }
 pub(crate) use algorithm_parts;
 
+/// Makes `algo` one of `group`'s ranks: rank 0's parameters and state (optimiser moments,
+/// target networks, counters: on resume, its checkpoint's) overwrite every other rank's, then
+/// every optimiser step sums its gradients over the group ([`Algorithm::join_group`]).
+pub fn join_ranks(
+    algo: &mut dyn Algorithm,
+    group: &std::sync::Arc<crate::collective::Group>,
+) -> Result<(), crate::collective::CollectiveError> {
+    let params: Vec<Tensor> = (algo.trained().model().named_parameters().into_iter())
+        .map(|(_, t)| t)
+        .collect();
+    group.broadcast(&params)?;
+    let state: Vec<(String, Tensor)> = (algo.state().into_iter())
+        .map(|(name, t)| (name, t.copy()))
+        .collect();
+    let tensors: Vec<Tensor> = state.iter().map(|(_, t)| t.shallow_clone()).collect();
+    group.broadcast(&tensors)?;
+    algo.load_state(&state).map_err(|e| {
+        crate::collective::CollectiveError::Unavailable(format!(
+            "rank 0's optimiser state does not load here: {e}"
+        ))
+    })?;
+    algo.join_group(group)
+}
+
 /// A learner-side algorithm, on- or off-policy: batches in, named metrics (and new
 /// priorities where it has TD errors) out.
 ///
@@ -467,6 +505,17 @@ pub trait Algorithm: Send {
     /// (`learner.cuda_graph`). By default an algorithm runs every update as written.
     fn use_cuda_graph(&mut self, _enabled: bool) -> Result<(), crate::optim::GraphError> {
         Ok(())
+    }
+    /// Trains with the other learner processes of `group` (`learner.world_size > 1`): every
+    /// optimiser step sums its gradients over the group ([`crate::optim::Adam::join`]). By
+    /// default an algorithm cannot; config validation refuses those by name first.
+    fn join_group(
+        &mut self,
+        _group: &std::sync::Arc<crate::collective::Group>,
+    ) -> Result<(), crate::collective::CollectiveError> {
+        Err(crate::collective::CollectiveError::Unavailable(
+            "this algorithm trains in one learner process only".into(),
+        ))
     }
     /// Takes `algo` (this run's config with [`crate::config::LIVE_ALGO_KEYS`] changed, as
     /// `fleetrl set` asks) for the next updates, or says why it cannot. By default an

@@ -352,7 +352,8 @@ pub fn build(
             ))
         }
     };
-    algo.use_cuda_graph(config.learner.cuda_graph)
+    // A graph cannot hold the collectives of several learner processes.
+    algo.use_cuda_graph(config.learner.cuda_graph && config.learner.world_size == 1)
         .map_err(|e| ModelError::Config {
             key: "learner.cuda_graph",
             message: e.to_string(),

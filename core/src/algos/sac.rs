@@ -394,6 +394,18 @@ impl Algorithm for Sac {
     }
 
     super::algorithm_parts!(trains_on: Transitions(transitions), state: [pi_optim, qf_optim, alpha_optim, target, alpha_vs]);
+
+    fn join_group(
+        &mut self,
+        group: &std::sync::Arc<crate::collective::Group>,
+    ) -> Result<(), crate::collective::CollectiveError> {
+        self.pi_optim.join(group);
+        self.qf_optim.join(group);
+        if let Some(o) = self.alpha_optim.as_mut() {
+            o.join(group);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -287,6 +287,15 @@ impl Algorithm for Td3 {
     }
 
     super::algorithm_parts!(trains_on: Transitions(transitions), state: [pi_optim, qf_optim, target]);
+
+    fn join_group(
+        &mut self,
+        group: &std::sync::Arc<crate::collective::Group>,
+    ) -> Result<(), crate::collective::CollectiveError> {
+        self.pi_optim.join(group);
+        self.qf_optim.join(group);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

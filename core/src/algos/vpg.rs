@@ -225,6 +225,15 @@ impl Vpg {
 
 impl Algorithm for Vpg {
     super::algorithm_parts!(trains_on: Rollouts(rollouts), state: [policy_optim, vf_optim]);
+
+    fn join_group(
+        &mut self,
+        group: &std::sync::Arc<crate::collective::Group>,
+    ) -> Result<(), crate::collective::CollectiveError> {
+        self.policy_optim.join(group);
+        self.vf_optim.join(group);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

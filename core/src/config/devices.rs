@@ -41,6 +41,27 @@ pub enum BroadcastDtype {
 /// Only algorithms that can split an update across devices accept more than one.
 const MULTI_DEVICE_ALGOS: [&str; 1] = ["ppo"];
 
+/// Algorithms whose every update is optimiser steps on the flat optimiser (and targets that
+/// follow the parameters), so summing the gradients over learner processes keeps the ranks
+/// identical. TRPO's natural-gradient step, MAML's adaptation and PEARL's context encoder do
+/// not fit that shape.
+const MULTI_PROCESS_ALGOS: [&str; 9] = [
+    "ppo", "a2c", "impala", "vpg", "dqn", "sac", "td3", "ddpg", "bc",
+];
+
+/// `learner.collective_backend`: the c10d process group of several learner processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectiveBackend {
+    /// NCCL when the learner's first device is a CUDA device, else gloo.
+    #[default]
+    Auto,
+    /// gloo, on CPU tensors (a CUDA learner's gradients are staged through host memory).
+    Gloo,
+    /// NCCL, on CUDA devices only.
+    Nccl,
+}
+
 /// A device name that is none of `cpu`, `cuda`, `cuda:N`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("must be cpu, cuda or cuda:N, got `{0}`")]
@@ -165,17 +186,70 @@ impl LearnerConfig {
             ));
         }
         if self.world_size > 1 {
+            self.check_group(algo)?;
+        }
+        Ok(())
+    }
+
+    /// What several learner processes need: an algorithm that can, a `host:port`
+    /// rendezvous, a positive timeout.
+    fn check_group(&self, algo: &str) -> Result<(), ConfigError> {
+        if !MULTI_PROCESS_ALGOS.contains(&algo) {
             return Err(invalid(
                 "learner.world_size",
                 format!(
-                    "{} learner processes: training across learner processes (NCCL all-reduce) \
-                     is not yet supported; see docs/multi-node-learner.md. Use learner.devices \
-                     for several devices in one process",
-                    self.world_size
+                    "algo.name = \"{algo}\" trains in one learner process only; use \
+                     learner.world_size = 1 or one of: {}",
+                    MULTI_PROCESS_ALGOS.join(", ")
                 ),
             ));
         }
+        let port = self
+            .rendezvous
+            .rsplit_once(':')
+            .and_then(|(host, port)| (!host.is_empty()).then_some(port)?.parse::<u16>().ok());
+        if port.is_none() {
+            return Err(invalid(
+                "learner.rendezvous",
+                format!("must be host:port (rank 0's), got `{}`", self.rendezvous),
+            ));
+        }
+        if !(self.collective_timeout_s > 0.0 && self.collective_timeout_s.is_finite()) {
+            return Err(invalid(
+                "learner.collective_timeout_s",
+                "must be a positive number of seconds".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// How this process joins the other learner processes, or `None` with `world_size` 1.
+    /// `device` is the learner's first device (NCCL needs it to be a CUDA device).
+    pub fn group_spec(
+        &self,
+        device: Device,
+    ) -> Result<Option<crate::collective::GroupSpec>, ConfigError> {
+        use crate::collective::{Backend, GroupSpec};
+        if self.world_size <= 1 {
+            return Ok(None);
+        }
+        let backend = match (self.collective_backend, device.is_cuda()) {
+            (CollectiveBackend::Gloo, _) | (CollectiveBackend::Auto, false) => Backend::Gloo,
+            (CollectiveBackend::Nccl, true) | (CollectiveBackend::Auto, true) => Backend::Nccl,
+            (CollectiveBackend::Nccl, false) => {
+                return Err(invalid(
+                    "learner.collective_backend",
+                    "nccl runs on CUDA devices; this learner's is the CPU (use gloo)".into(),
+                ))
+            }
+        };
+        Ok(Some(GroupSpec {
+            rendezvous: self.rendezvous.clone(),
+            rank: self.rank,
+            world_size: self.world_size,
+            backend,
+            timeout: std::time::Duration::from_secs_f64(self.collective_timeout_s),
+        }))
     }
 }
 
@@ -224,8 +298,14 @@ mod tests {
         assert!(conflict.contains("conflicts"), "{conflict}");
         let algo = message(&["algo.name=a2c", r#"learner.devices=["cpu", "cpu"]"#]);
         assert!(algo.contains("\"a2c\""), "{algo}");
-        let world = message(&["learner.world_size=2"]);
-        assert!(world.contains("not yet supported"), "{world}");
+        assert!(load(&["learner.world_size=2", "learner.rank=1"]).is_ok());
+        let trpo = message(&["algo.name=trpo", "learner.world_size=2"]);
+        assert!(
+            trpo.contains("\"trpo\" trains in one learner process"),
+            "{trpo}"
+        );
+        let addr = message(&["learner.world_size=2", "learner.rendezvous=leader"]);
+        assert!(addr.contains("learner.rendezvous"), "{addr}");
         assert!(message(&["learner.rank=1"]).contains("learner.rank"));
     }
 }

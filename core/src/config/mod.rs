@@ -22,7 +22,8 @@ pub use crate::models::config::{Activation, ModelConfig};
 pub use crate::tasks::TasksConfig;
 
 pub use devices::{
-    check_available, parse_device, BroadcastDtype, DeviceList, UnavailableDevice, UnknownDevice,
+    check_available, parse_device, BroadcastDtype, CollectiveBackend, DeviceList,
+    UnavailableDevice, UnknownDevice,
 };
 pub(crate) use error::check;
 pub use error::{ConfigError, CONFIG_VERSION};

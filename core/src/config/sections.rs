@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{BroadcastDtype, DeviceList, EnvConfig};
+use super::{BroadcastDtype, CollectiveBackend, DeviceList, EnvConfig};
 
 /// The actor fleet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,8 +97,20 @@ pub struct LearnerConfig {
     pub devices: DeviceList,
     /// This learner's index among `world_size` learner processes (rlpyt's `rank`).
     pub rank: u32,
-    /// Learner processes training one policy together (rlpyt's `world_size`); only 1 yet.
+    /// Learner processes training one policy together (rlpyt's `world_size`): each samples
+    /// its own batches, their gradients are summed through libtorch's c10d before one
+    /// identical step on every rank; rank 0 publishes weights and writes checkpoints. See
+    /// docs/multi-node-learner.md.
     pub world_size: u32,
+    /// `host:port` of rank 0's rendezvous store (rank 0 listens on its port), with
+    /// `world_size > 1`.
+    pub rendezvous: String,
+    /// The collectives' process group: "gloo" (CPU tensors), "nccl" (CUDA devices), or
+    /// "auto" (nccl on a CUDA device, else gloo).
+    pub collective_backend: CollectiveBackend,
+    /// Seconds the rendezvous, and then any one collective, may take before the run stops
+    /// naming the rank that did not answer. More than 0.
+    pub collective_timeout_s: f64,
     /// Element type of the weights streamed to actors: "f32", or "f16" (half the bytes).
     pub broadcast_dtype: BroadcastDtype,
     /// Seconds a weight subscriber may leave the next message untaken (its HTTP/2 window
@@ -129,7 +141,7 @@ pub struct LearnerConfig {
     /// On a CUDA device, capture each off-policy update (dqn, sac, td3, ddpg; R2D2's
     /// sequence updates excepted) once as a CUDA graph and replay it, rather than launching
     /// its few hundred small kernels one by one. No effect on the CPU or for other
-    /// algorithms.
+    /// algorithms, nor with `world_size > 1`.
     pub cuda_graph: bool,
 }
 
@@ -141,6 +153,9 @@ impl Default for LearnerConfig {
             devices: DeviceList::default(),
             rank: 0,
             world_size: 1,
+            rendezvous: "127.0.0.1:29500".into(),
+            collective_backend: CollectiveBackend::default(),
+            collective_timeout_s: 60.0,
             broadcast_dtype: BroadcastDtype::default(),
             subscriber_timeout_s: 60.0,
             update_threads: 2,

@@ -16,6 +16,12 @@ impl RunConfig {
         self.actors.validate()?;
         self.learner.validate()?;
         self.learner.check_devices(self.algo.name())?;
+        check(
+            self.learner.world_size == 1 || !self.model.normalize_obs,
+            "model.normalize_obs",
+            "the observation statistics follow each learner's own batches, so with \
+             learner.world_size > 1 the ranks' models would drift apart; turn it off",
+        )?;
         check(self.replay.max_size >= 1, "replay.max_size", "must be >= 1")?;
         self.ppod.validate()?;
         check(

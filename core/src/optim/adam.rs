@@ -7,7 +7,10 @@
 //! gradients is then one op and an update a dozen, whatever the number of layers. That matters
 //! for the small networks RL uses, where per-op dispatch, not arithmetic, is the cost.
 
+use std::sync::Arc;
+
 use crate::checkpoint::state::{counter, find, StateError, StatePart};
+use crate::collective::Group;
 use tch::{nn::VarStore, Kind, Tensor};
 
 const BETA1: f64 = 0.9;
@@ -142,6 +145,8 @@ pub struct Adam {
     layout: Vec<(String, i64)>,
     /// Per-element learning-rate factors (`None`: 1 everywhere).
     lr_scale: Option<Tensor>,
+    /// Learner processes whose gradients every step sums ([`Adam::join`]).
+    group: Option<Arc<Group>>,
 }
 
 impl Adam {
@@ -188,6 +193,23 @@ impl Adam {
             rule_coeff: 0.0,
             layout,
             lr_scale: None,
+            group: None,
+        }
+    }
+
+    /// Sums the gradients over `group` before every step (weighted by each rank's share of
+    /// the rows, see [`Group::reduce_gradients`]), after any in-process replicas have reduced
+    /// onto this optimiser's buffer: every rank then takes the same step. A failed
+    /// collective is latched in the group ([`Group::failure`]), which the caller checks.
+    pub fn join(&mut self, group: &Arc<Group>) {
+        self.group = Some(group.clone());
+    }
+
+    /// The group's sum of the gradients, when in one.
+    fn reduce_over_group(&self) {
+        if let Some(group) = &self.group {
+            // A failure is latched in the group and ends the run there.
+            let _ = group.reduce_gradients(&self.flat_grad);
         }
     }
 
@@ -256,6 +278,7 @@ impl Adam {
     /// `min(1, max / (norm + 1e-6))`), so nothing waits for the norm here: on a GPU a host read
     /// stalls the stream until every queued kernel has run. Read it where it is reported.
     pub fn clipped_step(&mut self, lr: f64, max_grad_norm: f64) -> Tensor {
+        self.reduce_over_group();
         let norm = {
             let _guard = tch::no_grad_guard();
             let norm = self.flat_grad.norm();
@@ -265,13 +288,19 @@ impl Adam {
             }
             norm
         };
-        self.step(lr);
+        self.apply(lr);
         norm
     }
 
     /// Takes one step with learning rate `lr`, without clipping; it reads nothing back from the
     /// device.
     pub fn step(&mut self, lr: f64) {
+        self.reduce_over_group();
+        self.apply(lr);
+    }
+
+    /// The step's update rule on the (reduced) gradients.
+    fn apply(&mut self, lr: f64) {
         let _guard = tch::no_grad_guard();
         if self.weight_decay > 0.0 {
             let _ = self.flat_grad.g_add_(&(&self.flat * self.weight_decay));

@@ -89,6 +89,9 @@ pub(crate) struct Trainer {
     pub(crate) stopped: Option<TrainerStop>,
     /// The last finite weights and state, to undo an update that makes them non-finite.
     pub(crate) fallback: Fallback,
+    /// The other learner processes (`learner.world_size > 1`); only rank 0 publishes and
+    /// checkpoints.
+    pub(crate) group: Option<Arc<fleetrl_core::collective::Group>>,
 }
 
 /// Why the trainer stopped training before its work queue closed.
@@ -107,6 +110,17 @@ pub(crate) enum TrainerStop {
         cause: String,
         /// What the user can resume from.
         newest: String,
+    },
+    /// A collective with the other learner processes failed: one died or stopped answering.
+    #[error(
+        "update {update}: {source}; every rank stops (restart them all: they resume from rank \
+         0's newest checkpoint with --resume auto)"
+    )]
+    Collective {
+        /// The update's number.
+        update: u64,
+        /// Which collective, and which rank stopped answering.
+        source: fleetrl_core::collective::CollectiveError,
     },
     /// The update's CUDA graph could not be captured or replayed.
     #[error("update {update}: {source}")]
@@ -300,7 +314,19 @@ impl Trainer {
     /// `publish_interval` updates.
     fn update(&mut self, batch: &Batch, keys: Option<(usize, Vec<u64>, f64)>) -> Option<Metrics> {
         let span = tracing::info_span!("update", step = self.algo.trained().updates() + 1);
-        let update = match span.in_scope(|| algos::train_on(self.algo.as_mut(), batch)) {
+        if let Some(group) = &self.group {
+            let weighed = group.weigh_rows(batch.rows());
+            if let Err(source) = weighed.and_then(|_| group.failure().map_or(Ok(()), Err)) {
+                self.stop_collective(source);
+                return None;
+            }
+        }
+        let trained = span.in_scope(|| algos::train_on(self.algo.as_mut(), batch));
+        if let Some(source) = self.group.as_ref().and_then(|g| g.failure()) {
+            self.stop_collective(source);
+            return None;
+        }
+        let update = match trained {
             Ok(update) => update,
             Err(source @ BatchError::Graph(_)) => {
                 let update = self.algo.trained().updates() + 1;
@@ -333,10 +359,23 @@ impl Trainer {
             }
             stats.policy_version
         };
-        if publish {
+        if publish && self.leads() {
             self.publish(version);
         }
         Some(update.metrics)
+    }
+
+    /// Rank 0, or the only learner: it publishes weights and writes checkpoints.
+    fn leads(&self) -> bool {
+        self.group.as_ref().is_none_or(|g| g.rank() == 0)
+    }
+
+    /// A collective failed: no rank can go on alone.
+    fn stop_collective(&mut self, source: fleetrl_core::collective::CollectiveError) {
+        let update = self.algo.trained().updates() + 1;
+        let stop = TrainerStop::Collective { update, source };
+        tracing::error!(cause = %stop, "training stops");
+        self.stopped = Some(stop);
     }
 
     /// Metrics, events, logs and the periodic (or budget-end) checkpoint after an update.
@@ -347,7 +386,7 @@ impl Trainer {
         self.record(version, env_steps, metrics);
         let interval = self.config.learner.checkpoint_interval;
         let budget_done = self.on_policy() && env_steps >= self.config.stop.total_env_steps;
-        if (interval > 0 && updates.is_multiple_of(interval)) || budget_done {
+        if ((interval > 0 && updates.is_multiple_of(interval)) || budget_done) && self.leads() {
             match self.checkpoint() {
                 Ok((path, _)) if budget_done => {
                     tracing::info!(env_steps, checkpoint = %path.display(), "step budget reached; training stops")
@@ -411,6 +450,8 @@ impl Trainer {
         }
         let t = std::mem::take(&mut self.timing);
         let per_update = |secs: f64| 1e3 * secs / t.updates.max(1) as f64;
+        // Time in the collectives with the other ranks (waiting for them included).
+        let collective = self.group.as_ref().map_or(0.0, |g| g.take_busy_seconds());
         tracing::info!(
             version,
             env_steps,
@@ -418,6 +459,7 @@ impl Trainer {
             recent_return = recent,
             update_ms = per_update(t.updating),
             wait_ms = per_update(t.waiting),
+            collective_ms = per_update(collective),
             metrics = ?metrics.0,
             "progress"
         );
@@ -460,6 +502,9 @@ impl Trainer {
         };
         if self.stopped.is_some() {
             return Err(LearnerError::TrainerStopped);
+        }
+        if let Some(group) = self.group.as_ref().filter(|g| g.rank() != 0) {
+            return Err(LearnerError::NotLeader(group.rank()));
         }
         let trained = self.algo.trained();
         let named = trained.model().named_parameters();

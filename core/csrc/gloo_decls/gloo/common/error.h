@@ -1,0 +1,3 @@
+// See rendezvous/store.h: the names libtorch's ProcessGroupGloo.hpp takes from gloo.
+#pragma once
+#include "../rendezvous/store.h"
