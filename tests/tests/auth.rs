@@ -191,6 +191,15 @@ fn no_server_listens_beyond_loopback_without_a_token() -> anyhow::Result<()> {
             "fleet-learner",
             vec!["--listen", "0.0.0.0:0", "--replay", "127.0.0.1:9"],
         ),
+        (
+            "fleet-serve",
+            vec![
+                "--listen",
+                "0.0.0.0:0",
+                "--checkpoint",
+                "no-such-checkpoint",
+            ],
+        ),
     ] {
         let run = std::process::Command::new(bin.join(binary))
             .current_dir(fleetrl_tests::compose::repo_root())
