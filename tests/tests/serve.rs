@@ -5,17 +5,25 @@
 //!   with the checkpoint's version; requests sent together share forward passes;
 //! - it refuses observations of the wrong shape, dtype or size, an empty or oversized batch,
 //!   and NaN, with INVALID_ARGUMENT naming the problem, and keeps serving;
-//! - following a live learner, it serves the learner's newer versions as they are published.
+//! - following a live learner, it serves the learner's newer versions as they are published;
+//! - a Gaussian policy's actions come back as `[N, action shape]`, the policy's mean clipped
+//!   to the action space's bounds as `fleetrl eval` plays them.
 //!
 //! Token refusal and garbage on every RPC, this one's included, are `auth.rs`'s.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use fleetrl_core::acting::policy_loader::load_policy;
+use fleetrl_core::acting::clipped;
+use fleetrl_core::acting::policy_loader::{build_policy, load_policy};
+use fleetrl_core::checkpoint::{self, CheckpointMeta};
+use fleetrl_core::config::RunConfig;
+use fleetrl_core::envs;
+use fleetrl_proto::space::{Action, Space};
 use fleetrl_proto::v1::policy_service_client::PolicyServiceClient;
 use fleetrl_proto::v1::{ActRequest, DescribeRequest, SaveCheckpointRequest};
 use fleetrl_proto::Tensor;
+use fleetrl_runtime::launch::Role;
 use fleetrl_runtime::net::Channel;
 use fleetrl_tests::Sandbox;
 use rand::{Rng, SeedableRng};
@@ -157,4 +165,83 @@ async fn follows_the_learner(sandbox: &Sandbox) -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A fresh Gaussian PPO policy on PointMass with its weights scaled up, saved as a checkpoint,
+/// served: its means lie far past the action bounds, and the answer is that
+/// mean clipped, row for row, with the checkpoint's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gaussian_policy_is_served_clipped_to_its_action_space() -> anyhow::Result<()> {
+    let dir = fleetrl_tests::scratch("fleetrl-serve-gaussian");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let config = RunConfig::load(
+        &root.join("configs/pointmass-ppo.toml").to_string_lossy(),
+        &[],
+    )?;
+    let env = envs::make_configured(&config.env)?;
+    let (obs_space, action_space) = (env.observation_space(), env.action_space());
+    let mut policy = build_policy(&config, &obs_space, &action_space)?;
+    // Weights 1000 times their initial size: means far past the bounds.
+    let large: Vec<(String, tch::Tensor)> = policy
+        .named_parameters()
+        .into_iter()
+        .map(|(name, t)| (name, t * 1000.0))
+        .collect();
+    policy.load_named(&large)?;
+    let meta = CheckpointMeta {
+        policy_version: 5,
+        env_id: config.env.id.clone(),
+        ..CheckpointMeta::default()
+    };
+    let saved = checkpoint::save(&dir, &policy.named_parameters(), &[], &meta, &config)?;
+    let log = dir.join("serve.log");
+    let args = [
+        "--listen".to_string(),
+        "127.0.0.1:0".to_string(),
+        "--checkpoint".to_string(),
+        saved.display().to_string(),
+    ];
+    let mut role = Role::start("serve-gaussian", "fleet-serve", &args, &log).await?;
+    let addr = role.listening_addr(GENEROUS, &log).await?;
+
+    let dim = obs_space.flat_dim();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
+    let rows = 32;
+    let obs: Vec<f32> = (0..rows * dim)
+        .map(|_| rng.random_range(-50.0f32..50.0))
+        .collect();
+    let answer = client(addr)
+        .await?
+        .act(act_request(&[rows as i64, dim as i64], &obs))
+        .await?
+        .into_inner();
+    assert_eq!(answer.policy_version, 5);
+    let actions = answer.actions.expect("actions");
+    let Space::Box { shape, low, high } = &action_space else {
+        panic!("PointMass has a box action space");
+    };
+    assert_eq!(actions.shape, [&[rows as i64][..], shape].concat());
+    let served: Vec<f32> = actions.to_vec()?;
+    let batch = tch::Tensor::from_slice(&obs).view([rows as i64, dim as i64]);
+    let means = Vec::<f32>::try_from(&policy.act(&batch, true).action.reshape([-1]))?;
+    let expected: Vec<f32> = clipped(&action_space, &means, rows)
+        .into_iter()
+        .flat_map(|a| match a {
+            Action::Continuous(v) => v,
+            Action::Discrete(_) => unreachable!("a box space"),
+        })
+        .collect();
+    for (s, e) in served.iter().zip(&expected) {
+        assert!(
+            (s - e).abs() <= 1e-6,
+            "served {served:?}, expected {expected:?}"
+        );
+    }
+    let bounds = low.iter().chain(high).copied().collect::<Vec<f32>>();
+    assert!(
+        served.iter().any(|v| bounds.contains(v)),
+        "no action reached a bound, so clipping went untested: {served:?}"
+    );
+    role.kill().await;
+    Ok(())
 }
