@@ -130,6 +130,7 @@ async fn served(args: &Args, clients: usize, dim: usize) -> anyhow::Result<()> {
                 let obs = Tensor::from_slice(&[1, dim as i64], &observation(i, dim));
                 let request = ActRequest {
                     observations: Some(obs),
+                    state: None,
                 };
                 let sent = Instant::now();
                 client.act(request).await?;

@@ -14,7 +14,7 @@ use fleetrl_core::acting::policy_loader::{build_policy, ActingPolicy};
 use fleetrl_core::broadcast::Received;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::rollout::Actions;
-use fleetrl_core::models::ModelError;
+use fleetrl_core::models::{ModelError, PolicyStep, RnnState};
 use fleetrl_proto::space::{Action, Space};
 use tokio::sync::{oneshot, watch};
 
@@ -22,10 +22,12 @@ use crate::error::ServeError;
 use crate::limits::Limits;
 use crate::metrics::ServeMetrics;
 
-/// One Act request, validated: `rows` observations of `obs_dim` values each, row-major.
+/// One Act request, validated: `rows` observations of `obs_dim` values each, row-major, and
+/// for a recurrent policy their states (`2H` values a row: h, then c; `None`: zeros).
 pub(crate) struct Job {
     pub(crate) obs: Vec<f32>,
     pub(crate) rows: usize,
+    pub(crate) state: Option<Vec<f32>>,
     pub(crate) queued: Instant,
     pub(crate) reply: oneshot::Sender<Result<Answer, ServeError>>,
 }
@@ -38,6 +40,8 @@ pub(crate) struct Answer {
     pub(crate) version: i64,
     /// Rows in the forward pass that computed them.
     pub(crate) batch_rows: usize,
+    /// A recurrent policy's next state, `2H` values a row.
+    pub(crate) state: Option<Vec<f32>>,
 }
 
 /// Where the served weights come from.
@@ -94,23 +98,19 @@ pub(crate) enum InferenceError {
     /// The policy could not be built, or the weights do not fit it.
     #[error("the served policy: {0}")]
     Model(#[from] ModelError),
-    /// The policy is recurrent.
-    #[error(
-        "the policy is recurrent (a state of {0} values): fleet-serve serves feed-forward \
-         policies only (a recurrent one needs each caller's state between calls)"
-    )]
-    Recurrent(i64),
     /// A forward pass gave actions that could not be read back.
     #[error("reading the policy's actions: {0}")]
     Tch(#[from] tch::TchError),
 }
 
+/// What the inference thread ends with: an error, or `Ok` once every sender of the queue is
+/// gone (the sender is dropped if it panics).
+pub(crate) type Ended = oneshot::Receiver<Result<(), InferenceError>>;
+
 /// Starts the inference thread, which builds the policy (tch models are not `Send`), and waits
-/// until it has; the queue to it, and what the thread ends with (an error, or `Ok` once every
-/// sender of the queue is gone; the sender is dropped if it panics).
-pub(crate) async fn spawn(
-    inference: Inference,
-) -> anyhow::Result<(Queue, oneshot::Receiver<Result<(), InferenceError>>)> {
+/// until it has; the queue to it, the width H of the policy's recurrent state (0:
+/// feed-forward), and how the thread ends.
+pub(crate) async fn spawn(inference: Inference) -> anyhow::Result<(Queue, i64, Ended)> {
     let (jobs_tx, jobs) = mpsc::channel();
     let queued_rows = Arc::new(AtomicUsize::new(0));
     let queue = Queue {
@@ -119,7 +119,7 @@ pub(crate) async fn spawn(
         max_queued_rows: inference.limits.max_queued_rows,
         metrics: inference.metrics.clone(),
     };
-    let (ready, built) = oneshot::channel::<Result<(), String>>();
+    let (ready, built) = oneshot::channel::<Result<i64, String>>();
     let (done, ended) = oneshot::channel();
     std::thread::Builder::new()
         .name("inference".into())
@@ -131,11 +131,11 @@ pub(crate) async fn spawn(
                     return;
                 }
             };
-            let _ = ready.send(Ok(()));
+            let _ = ready.send(Ok(batcher.state_size));
             let _ = done.send(batcher.run());
         })?;
     match built.await {
-        Ok(Ok(())) => Ok((queue, ended)),
+        Ok(Ok(state_size)) => Ok((queue, state_size, ended)),
         Ok(Err(error)) => Err(anyhow::anyhow!(error)),
         Err(_) => anyhow::bail!("the inference thread ended before building the policy"),
     }
@@ -150,6 +150,8 @@ struct Batcher {
     /// A request that did not fit the last batch: the first of the next.
     held: Option<Job>,
     obs_dim: i64,
+    /// Width H of the recurrent state; 0 for a feed-forward policy.
+    state_size: i64,
     action_space: Space,
     limits: Limits,
     metrics: Arc<ServeMetrics>,
@@ -170,9 +172,6 @@ impl Batcher {
             metrics,
         } = inference;
         let mut policy = build_policy(&config, &obs_space, &action_space)?;
-        if policy.state_size() > 0 {
-            return Err(InferenceError::Recurrent(policy.state_size()));
-        }
         let (version, following) = match weights {
             Weights::Checkpoint { tensors, version } => {
                 policy.load_named(&tensors)?;
@@ -181,6 +180,7 @@ impl Batcher {
             Weights::Following(rx) => (-1, Some(rx)),
         };
         metrics.policy_version.set(version as f64);
+        let state_size = policy.state_size();
         Ok(Batcher {
             policy,
             version,
@@ -189,6 +189,7 @@ impl Batcher {
             queued_rows,
             held: None,
             obs_dim: obs_space.flat_dim() as i64,
+            state_size,
             action_space,
             limits,
             metrics,
@@ -271,16 +272,27 @@ impl Batcher {
             flat.extend_from_slice(&job.obs);
         }
         let obs = tch::Tensor::from_slice(&flat).view([rows as i64, self.obs_dim]);
-        let step = self.policy.act(&obs, self.limits.deterministic);
+        let (step, next) = match self.state_size {
+            0 => (self.policy.act(&obs, self.limits.deterministic), None),
+            _ => {
+                let (step, next) = self.act_recurrent(&obs, &batch)?;
+                (step, Some(next))
+            }
+        };
         let actions = Actions::from_tensor(&step.action)?;
+        let width = 2 * self.state_size as usize;
         self.metrics.batches.inc();
         self.metrics.batch_rows.set(rows as f64);
         let mut start = 0;
         for job in batch {
+            let state = next
+                .as_ref()
+                .map(|n| n[start * width..(start + job.rows) * width].to_vec());
             let answer = Answer {
                 actions: self.rows_of(&actions, start, job.rows),
                 version: self.version,
                 batch_rows: rows,
+                state,
             };
             start += job.rows;
             self.metrics.requests.inc();
@@ -289,6 +301,33 @@ impl Batcher {
             let _ = job.reply.send(Ok(answer));
         }
         Ok(())
+    }
+
+    /// One recurrent step over `batch`'s observations `obs` from each row's state (zeros where
+    /// a request sent none); the step and the next states, `2H` values a row.
+    fn act_recurrent(
+        &self,
+        obs: &tch::Tensor,
+        batch: &[Job],
+    ) -> Result<(PolicyStep, Vec<f32>), tch::TchError> {
+        let h = self.state_size;
+        let mut flat = Vec::new();
+        for job in batch {
+            match &job.state {
+                Some(state) => flat.extend_from_slice(state),
+                None => flat.resize(flat.len() + job.rows * 2 * h as usize, 0.0),
+            }
+        }
+        let states = tch::Tensor::from_slice(&flat).view([-1, 2 * h]);
+        let state = RnnState {
+            h: states.narrow(1, 0, h).contiguous(),
+            c: states.narrow(1, h, h).contiguous(),
+        };
+        let (step, next) = self
+            .policy
+            .act_recurrent(obs, &state, self.limits.deterministic);
+        let next = tch::Tensor::cat(&[next.h, next.c], 1).reshape([-1]);
+        Ok((step, Vec::<f32>::try_from(&next)?))
     }
 
     /// Rows `start..start + n` of `actions`, continuous ones clipped to the action space as

@@ -32,6 +32,9 @@ pub(crate) enum ServeError {
         /// The server's limit.
         limit: usize,
     },
+    /// A state sent to a feed-forward policy, or one that does not fit a recurrent policy.
+    #[error("state: {0}")]
+    State(String),
     /// A value is NaN or infinite.
     #[error("observation row {row} holds NaN or infinity")]
     NonFinite {
@@ -62,6 +65,7 @@ impl From<ServeError> for Status {
             | ServeError::Dtype(_)
             | ServeError::Shape { .. }
             | ServeError::Rows { .. }
+            | ServeError::State(_)
             | ServeError::NonFinite { .. } => Code::InvalidArgument,
             ServeError::Busy { .. } => Code::ResourceExhausted,
             ServeError::NoWeights | ServeError::Stopped => Code::Unavailable,

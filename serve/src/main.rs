@@ -92,7 +92,7 @@ async fn run() -> anyhow::Result<()> {
         limits: limits.clone(),
         metrics: metrics.clone(),
     };
-    let (queue, inference) = batcher::spawn(inference).await?;
+    let (queue, state_size, inference) = batcher::spawn(inference).await?;
     let service = service::Policy {
         obs_space: opened.obs_space.clone(),
         action_space: opened.action_space.clone(),
@@ -100,6 +100,7 @@ async fn run() -> anyhow::Result<()> {
         algo: opened.config.algo.name().to_string(),
         max_request_rows: limits.max_request_rows,
         deterministic: limits.deterministic,
+        state_size,
         metrics: metrics.clone(),
         queue,
     };

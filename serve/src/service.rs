@@ -28,6 +28,8 @@ pub(crate) struct Policy {
     pub(crate) algo: String,
     pub(crate) max_request_rows: usize,
     pub(crate) deterministic: bool,
+    /// Width H of the policy's recurrent state (0: feed-forward).
+    pub(crate) state_size: i64,
     pub(crate) metrics: Arc<ServeMetrics>,
 }
 
@@ -70,6 +72,34 @@ impl Policy {
         Ok((values, rows))
     }
 
+    /// The request's states for `rows` rows, if it sent any, or why they do not fit.
+    fn states(&self, request: &ActRequest, rows: usize) -> Result<Option<Vec<f32>>, ServeError> {
+        let Some(state) = &request.state else {
+            return Ok(None);
+        };
+        let h = self.state_size;
+        if h == 0 {
+            let text = "this policy is feed-forward; send no state".to_string();
+            return Err(ServeError::State(text));
+        }
+        if state.validate()? != Dtype::F32 || state.shape != [rows as i64, 2 * h] {
+            return Err(ServeError::State(format!(
+                "{:?} {:?}; this policy takes F32 [{rows}, {}] (h, then c, per row)",
+                state.checked_dtype()?,
+                state.shape,
+                2 * h
+            )));
+        }
+        let values = state.to_vec::<f32>()?;
+        if let Some(at) = values.iter().position(|v| !v.is_finite()) {
+            let row = at / (2 * h) as usize;
+            return Err(ServeError::State(format!(
+                "row {row} holds NaN or infinity"
+            )));
+        }
+        Ok(Some(values))
+    }
+
     fn shape(&self, obs: &Tensor) -> ServeError {
         let want = match &self.obs_space {
             Space::Box { shape, .. } => {
@@ -86,13 +116,15 @@ impl Policy {
     }
 
     async fn act(&self, request: &ActRequest) -> Result<ActResponse, ServeError> {
-        let (obs, rows) = self.observations(request).inspect_err(|_| {
-            self.metrics.refused_invalid.inc();
-        })?;
+        let (obs, rows, state) = self
+            .observations(request)
+            .and_then(|(obs, rows)| Ok((obs, rows, self.states(request, rows)?)))
+            .inspect_err(|_| self.metrics.refused_invalid.inc())?;
         let (reply, answer) = oneshot::channel();
         let job = Job {
             obs,
             rows,
+            state,
             queued: Instant::now(),
             reply,
         };
@@ -112,10 +144,15 @@ impl Policy {
                 Tensor::from_slice(&shape, &values)
             }
         };
+        let width = 2 * self.state_size;
+        let state = answer
+            .state
+            .map(|s| Tensor::from_slice(&[rows as i64, width], &s));
         Ok(ActResponse {
             actions: Some(actions),
             policy_version: answer.version,
             batch_rows: answer.batch_rows as u32,
+            state,
         })
     }
 }
@@ -139,6 +176,7 @@ impl PolicyService for Policy {
             policy_version: self.metrics.policy_version.get() as i64,
             max_request_rows: self.max_request_rows as u32,
             deterministic: self.deterministic,
+            state_size: self.state_size,
         }))
     }
 }

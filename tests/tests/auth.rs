@@ -164,6 +164,7 @@ async fn well_formed_calls_work(
     let act = fleetrl_proto::v1::policy_service_client::PolicyServiceClient::new(channel)
         .act(fleetrl_proto::v1::ActRequest {
             observations: Some(observations),
+            state: None,
         })
         .await?
         .into_inner();

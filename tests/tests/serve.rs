@@ -4,7 +4,7 @@
 //!   checkpoint loaded by [`load_policy`]) takes for the same observations, row for row, and
 //!   with the checkpoint's version; requests sent together share forward passes;
 //! - it refuses observations of the wrong shape, dtype or size, an empty or oversized batch,
-//!   and NaN, with INVALID_ARGUMENT naming the problem, and keeps serving;
+//!   NaN, and a recurrent state sent to a feed-forward policy, with INVALID_ARGUMENT naming the problem, and keeps serving;
 //! - following a live learner, it serves the learner's newer versions as they are published;
 //! - a Gaussian policy's actions come back as `[N, action shape]`, the policy's mean clipped
 //!   to the action space's bounds as `fleetrl eval` plays them.
@@ -15,10 +15,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use fleetrl_core::acting::clipped;
-use fleetrl_core::acting::policy_loader::{build_policy, load_policy};
+use fleetrl_core::acting::policy_loader::{build_policy, load_policy, ActingPolicy};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
+use fleetrl_core::models::RnnState;
 use fleetrl_proto::space::{Action, Space};
 use fleetrl_proto::v1::policy_service_client::PolicyServiceClient;
 use fleetrl_proto::v1::{ActRequest, DescribeRequest, SaveCheckpointRequest};
@@ -50,6 +51,7 @@ fn observations(rng: &mut rand::rngs::SmallRng, rows: usize) -> Vec<f32> {
 fn act_request(shape: &[i64], values: &[f32]) -> ActRequest {
     ActRequest {
         observations: Some(Tensor::from_slice(shape, values)),
+        state: None,
     }
 }
 
@@ -122,11 +124,25 @@ async fn refuses_bad_requests(policy: &mut PolicyServiceClient<Channel>) -> anyh
         ("1 to 64", act_request(&[65, 4], &[0.0; 65 * 4])),
         ("1 to 64", act_request(&[0, 4], &[])),
         ("NaN", act_request(&[1, 4], &nan)),
-        ("no observations", ActRequest { observations: None }),
+        (
+            "no observations",
+            ActRequest {
+                observations: None,
+                state: None,
+            },
+        ),
+        (
+            "feed-forward",
+            ActRequest {
+                state: Some(Tensor::from_slice(&[1, 2], &[0.0f32; 2])),
+                ..act_request(&[1, 4], &[0.0; 4])
+            },
+        ),
         (
             "send F32",
             ActRequest {
                 observations: Some(Tensor::from_slice(&[1, 4], &[0i64; 4])),
+                state: None,
             },
         ),
     ];
@@ -172,38 +188,13 @@ async fn follows_the_learner(sandbox: &Sandbox) -> anyhow::Result<()> {
 /// mean clipped, row for row, with the checkpoint's version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gaussian_policy_is_served_clipped_to_its_action_space() -> anyhow::Result<()> {
-    let dir = fleetrl_tests::scratch("fleetrl-serve-gaussian");
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let config = RunConfig::load(
-        &root.join("configs/pointmass-ppo.toml").to_string_lossy(),
-        &[],
-    )?;
-    let env = envs::make_configured(&config.env)?;
-    let (obs_space, action_space) = (env.observation_space(), env.action_space());
-    let mut policy = build_policy(&config, &obs_space, &action_space)?;
-    // Weights 1000 times their initial size: means far past the bounds.
-    let large: Vec<(String, tch::Tensor)> = policy
-        .named_parameters()
-        .into_iter()
-        .map(|(name, t)| (name, t * 1000.0))
-        .collect();
-    policy.load_named(&large)?;
-    let meta = CheckpointMeta {
-        policy_version: 5,
-        env_id: config.env.id.clone(),
-        ..CheckpointMeta::default()
-    };
-    let saved = checkpoint::save(&dir, &policy.named_parameters(), &[], &meta, &config)?;
-    let log = dir.join("serve.log");
-    let args = [
-        "--listen".to_string(),
-        "127.0.0.1:0".to_string(),
-        "--checkpoint".to_string(),
-        saved.display().to_string(),
-    ];
-    let mut role = Role::start("serve-gaussian", "fleet-serve", &args, &log).await?;
-    let addr = role.listening_addr(GENEROUS, &log).await?;
-
+    let fresh = Fresh::serve("pointmass-ppo", 1000.0).await?;
+    let (addr, policy, obs_space, action_space) = (
+        fresh.addr,
+        &fresh.policy,
+        &fresh.obs_space,
+        &fresh.action_space,
+    );
     let dim = obs_space.flat_dim();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
     let rows = 32;
@@ -217,14 +208,14 @@ async fn a_gaussian_policy_is_served_clipped_to_its_action_space() -> anyhow::Re
         .into_inner();
     assert_eq!(answer.policy_version, 5);
     let actions = answer.actions.expect("actions");
-    let Space::Box { shape, low, high } = &action_space else {
+    let Space::Box { shape, low, high } = action_space else {
         panic!("PointMass has a box action space");
     };
     assert_eq!(actions.shape, [&[rows as i64][..], shape].concat());
     let served: Vec<f32> = actions.to_vec()?;
     let batch = tch::Tensor::from_slice(&obs).view([rows as i64, dim as i64]);
     let means = Vec::<f32>::try_from(&policy.act(&batch, true).action.reshape([-1]))?;
-    let expected: Vec<f32> = clipped(&action_space, &means, rows)
+    let expected: Vec<f32> = clipped(action_space, &means, rows)
         .into_iter()
         .flat_map(|a| match a {
             Action::Continuous(v) => v,
@@ -242,6 +233,99 @@ async fn a_gaussian_policy_is_served_clipped_to_its_action_space() -> anyhow::Re
         served.iter().any(|v| bounds.contains(v)),
         "no action reached a bound, so clipping went untested: {served:?}"
     );
-    role.kill().await;
+    Ok(())
+}
+
+/// A fresh policy of a preset, its weights scaled by `scale`, saved as a checkpoint (version
+/// 5) and served by a `fleet-serve` process (killed on drop).
+struct Fresh {
+    addr: std::net::SocketAddr,
+    policy: Box<dyn ActingPolicy>,
+    obs_space: Space,
+    action_space: Space,
+    _role: Role,
+}
+
+impl Fresh {
+    async fn serve(preset: &str, scale: f64) -> anyhow::Result<Fresh> {
+        let dir = fleetrl_tests::scratch(&format!("fleetrl-serve-{preset}"));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let path = root.join(format!("configs/{preset}.toml"));
+        let config = RunConfig::load(&path.to_string_lossy(), &[])?;
+        let env = envs::make_configured(&config.env)?;
+        let (obs_space, action_space) = (env.observation_space(), env.action_space());
+        let mut policy = build_policy(&config, &obs_space, &action_space)?;
+        let scaled: Vec<(String, tch::Tensor)> = policy
+            .named_parameters()
+            .into_iter()
+            .map(|(name, t)| (name, t * scale))
+            .collect();
+        policy.load_named(&scaled)?;
+        let meta = CheckpointMeta {
+            policy_version: 5,
+            env_id: config.env.id.clone(),
+            ..CheckpointMeta::default()
+        };
+        let saved = checkpoint::save(&dir, &policy.named_parameters(), &[], &meta, &config)?;
+        let log = dir.join("serve.log");
+        let args = [
+            "--listen".to_string(),
+            "127.0.0.1:0".to_string(),
+            "--checkpoint".to_string(),
+            saved.display().to_string(),
+        ];
+        let mut role = Role::start(&format!("serve-{preset}"), "fleet-serve", &args, &log).await?;
+        let addr = role.listening_addr(GENEROUS, &log).await?;
+        Ok(Fresh {
+            addr,
+            policy,
+            obs_space,
+            action_space,
+            _role: role,
+        })
+    }
+}
+
+/// An LSTM policy (CartPole without velocities) served step by step: the caller sends no
+/// state at the first step and each answer's state with the next observations; the actions
+/// and states are the ones the same policy gives in-process from zeros, for 3 rows x 6 steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recurrent_policy_is_served_with_its_state_carried_by_the_caller() -> anyhow::Result<()> {
+    let fresh = Fresh::serve("cartpolenovel-ppo-lstm", 1.0).await?;
+    let mut client = client(fresh.addr).await?;
+    let described = client.describe(DescribeRequest {}).await?.into_inner();
+    let h = fresh.policy.state_size();
+    assert!(h > 0 && described.state_size == h, "{described:?}");
+    let (rows, dim) = (3usize, fresh.obs_space.flat_dim());
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+    let mut local = RnnState::zeros(rows as i64, h, tch::Device::Cpu);
+    let mut state: Option<Tensor> = None;
+    for step in 0..6 {
+        let obs: Vec<f32> = (0..rows * dim)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let request = ActRequest {
+            state: state.take(),
+            ..act_request(&[rows as i64, dim as i64], &obs)
+        };
+        let answer = client.act(request).await?.into_inner();
+        let batch = tch::Tensor::from_slice(&obs).view([rows as i64, dim as i64]);
+        let (act, next) = fresh.policy.act_recurrent(&batch, &local, true);
+        let served: Vec<i64> = answer.actions.expect("actions").to_vec()?;
+        assert_eq!(served, Vec::<i64>::try_from(&act.action)?, "step {step}");
+        let next_state = answer.state.expect("a recurrent answer carries the state");
+        assert_eq!(next_state.shape, vec![rows as i64, 2 * h]);
+        let values: Vec<f32> = next_state.to_vec()?;
+        let expected = tch::Tensor::cat(&[&next.h, &next.c], 1).reshape([-1]);
+        let expected = Vec::<f32>::try_from(&expected)?;
+        let worst = values
+            .iter()
+            .zip(&expected)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst <= 1e-6, "step {step}: states differ by {worst}");
+        local = next;
+        state = Some(next_state);
+    }
     Ok(())
 }
