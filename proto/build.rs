@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/fleetrl/v1/replay.proto",
         "proto/fleetrl/v1/learner.proto",
         "proto/fleetrl/v1/demos.proto",
+        "proto/fleetrl/v1/serve.proto",
     ];
     let descriptors = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("fleetrl.bin");
     tonic_prost_build::configure()

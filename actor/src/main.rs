@@ -5,7 +5,6 @@
 
 mod collect;
 mod demo_replay;
-mod health;
 mod identity;
 mod inserter;
 mod learner_link;
@@ -18,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use fleetrl_core::broadcast;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::replay_client;
 use fleetrl_proto::v1::GetRunSpecRequest;
@@ -83,7 +83,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     fleetrl_runtime::net::load_security()?;
     let (registry, metrics) = metrics::build();
     telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
-    let (health, health_server) = health::bind(&args.health_listen)
+    let (health, health_server) = net::health::bind(&args.health_listen)
         .await
         .with_context(|| format!("serving health on {}", args.health_listen))?;
     let mut parts = Supervisor::default();
@@ -101,14 +101,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(actor_id = args.actor_id, run_id = %spec.run_id, env = %config.env.id, "joined run");
 
     let (weights_tx, weights_rx) = watch::channel(None);
-    let follow = learner_link::follow_weights(
-        learner.clone(),
-        args.actor_id,
-        spec.run_id.clone(),
-        weights_tx,
-        metrics.clone(),
-        health.clone(),
+    let follower = broadcast::Follower {
+        run_id: spec.run_id.clone(),
+        actor_id: Some(args.actor_id),
         patience,
+    };
+    let received = metrics.weights_received.clone();
+    let follow = broadcast::follow_weights(
+        learner.clone(),
+        follower,
+        weights_tx,
+        received,
+        health.clone(),
     );
     parts.spawn(Part::Weights, follow);
     let progress = Arc::new(Mutex::new(collect::Progress::default()));

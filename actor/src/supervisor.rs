@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::{Id, JoinSet};
 use tonic_health::server::HealthReporter;
 
-use crate::health;
+use fleetrl_runtime::net::health;
 
 /// The actor's long-running parts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

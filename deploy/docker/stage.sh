@@ -6,13 +6,13 @@
 # build stage (registry path), so both images hold the same tree.
 #
 # usage: stage.sh --bin-dir DIR --libtorch DIR --out DIR [--gpu] [--system-libs] [--bins "B..."]
-#   --bins         stage only these binaries (default: all four); `fleet-replay-server` alone
+#   --bins         stage only these binaries (default: all five); `fleet-replay-server` alone
 #                  needs neither libtorch nor libpython, so its tree has none
 #   --gpu          keep the learner's libtorch_cuda link and ship its CUDA closure (GBs)
 #   --system-libs  also copy glibc, libstdc++ and the loader (for a FROM scratch image)
 set -euo pipefail
 
-bin_dir="" libtorch="" out="" gpu=0 system_libs=0 bins=(fleet-actor fleet-learner fleet-replay-server fleetrl)
+bin_dir="" libtorch="" out="" gpu=0 system_libs=0 bins=(fleet-actor fleet-learner fleet-replay-server fleet-serve fleetrl)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin-dir) bin_dir="$2"; shift 2 ;;

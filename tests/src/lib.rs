@@ -153,6 +153,22 @@ impl Sandbox {
         Ok(())
     }
 
+    /// Starts a policy server (`fleet-serve`) on a free loopback port with `args` (its source:
+    /// `--checkpoint PATH` or `--follow ADDR`, and any limits), logging to
+    /// `serve-<name>.log`; the process (killed on drop) and its address.
+    pub async fn start_serve(
+        &self,
+        name: &str,
+        args: &[String],
+    ) -> anyhow::Result<(Role, SocketAddr)> {
+        let log = self.dir.join(format!("serve-{name}.log"));
+        let mut all = vec!["--listen".to_string(), "127.0.0.1:0".to_string()];
+        all.extend_from_slice(args);
+        let mut role = Role::start(&format!("serve-{name}"), "fleet-serve", &all, &log).await?;
+        let addr = role.listening_addr(PATIENCE, &log).await?;
+        Ok((role, addr))
+    }
+
     /// Where each actor serves `grpc.health.v1.Health`, by id.
     pub fn actor_health_addrs(&self) -> Vec<(u32, SocketAddr)> {
         self.actors.iter().map(|a| (a.id, a.health_addr)).collect()

@@ -32,6 +32,7 @@ const SERVED_BY: &[(&str, Server)] = &[
     ("fleetrl.v1.LearnerService", Server::Learner),
     ("fleetrl.v1.ReplayService", Server::Replay),
     ("fleetrl.v1.DemoService", Server::Replay),
+    ("fleetrl.v1.PolicyService", Server::Serve),
 ];
 
 /// A binary that serves fleetrl services.
@@ -41,6 +42,8 @@ pub enum Server {
     Learner,
     /// `fleet-replay-server`.
     Replay,
+    /// `fleet-serve`.
+    Serve,
 }
 
 /// One RPC as the descriptors declare it.

@@ -2,7 +2,8 @@
 //! ([`fleetrl_tests::rpc`]), refuses a caller without the run's token, or with a wrong one, with
 //! UNAUTHENTICATED, before any handler runs; with the token, garbage (random bytes, a truncated
 //! request, the empty message, gRPC frames whose prefix lies) gets a gRPC status, never a broken
-//! connection or a hang, and afterwards both servers still report SERVING and answer well-formed
+//! connection or a hang, and afterwards every server (the learner, the replay server and a
+//! policy server following the learner) still reports SERVING and answers well-formed
 //! calls; `grpc.health.v1.Health` stays open for probes; the run itself (roles started with the
 //! token in their environment) trains; and a server asked to listen beyond loopback without a
 //! token, with a short one, or with a token file others can read refuses to start.
@@ -23,7 +24,7 @@ const GENEROUS: Duration = Duration::from_secs(180);
 
 /// The RPCs docs/security.md counts; more is fine (a new one is found by itself), fewer means
 /// the descriptors lost some.
-const DOCUMENTED_RPCS: usize = 18;
+const DOCUMENTED_RPCS: usize = 20;
 
 /// A plain channel that sends no token unless a call adds one.
 async fn raw(addr: std::net::SocketAddr) -> Channel {
@@ -34,10 +35,11 @@ async fn raw(addr: std::net::SocketAddr) -> Channel {
         .unwrap()
 }
 
-/// The sandbox's two servers, as plain channels.
+/// The sandbox's servers and a policy server following its learner, as plain channels.
 struct Servers {
     learner: Channel,
     replay: Channel,
+    serve: Channel,
 }
 
 impl Servers {
@@ -45,6 +47,7 @@ impl Servers {
         match method.server {
             Server::Learner => &self.learner,
             Server::Replay => &self.replay,
+            Server::Serve => &self.serve,
         }
     }
 }
@@ -62,9 +65,12 @@ async fn every_rpc_needs_the_runs_token_and_survives_garbage() -> anyhow::Result
     sandbox
         .wait_for("updates with the token", GENEROUS, |s| s.updates >= 2)
         .await?;
+    let follow = ["--follow".to_string(), sandbox.learner_addr.to_string()];
+    let (_serve, serve_addr) = sandbox.start_serve("auth", &follow).await?;
     let servers = Servers {
         learner: raw(sandbox.learner_addr).await,
         replay: raw(sandbox.replay_addr).await,
+        serve: raw(serve_addr).await,
     };
     let methods = rpc::methods();
     assert!(
@@ -79,10 +85,10 @@ async fn every_rpc_needs_the_runs_token_and_survives_garbage() -> anyhow::Result
         }
     }
     refusals_are_counted(&sandbox, &methods).await?;
-    well_formed_calls_work(&sandbox).await?;
+    well_formed_calls_work(&sandbox, serve_addr).await?;
     for method in &methods {
         survives_garbage(&servers, method, token.expose()).await;
-        well_formed_calls_work(&sandbox).await?;
+        well_formed_calls_work(&sandbox, serve_addr).await?;
     }
     let before = sandbox.status().await?.updates;
     sandbox
@@ -134,10 +140,13 @@ async fn survives_garbage(servers: &Servers, method: &Method, token: &str) {
     }
 }
 
-/// Health (which needs no token) reports SERVING on both servers, and each service answers a
+/// Health (which needs no token) reports SERVING on every server, and each service answers a
 /// well-formed call with the run's token.
-async fn well_formed_calls_work(sandbox: &Sandbox) -> anyhow::Result<()> {
-    for addr in [sandbox.learner_addr, sandbox.replay_addr] {
+async fn well_formed_calls_work(
+    sandbox: &Sandbox,
+    serve_addr: std::net::SocketAddr,
+) -> anyhow::Result<()> {
+    for addr in [sandbox.learner_addr, sandbox.replay_addr, serve_addr] {
         let mut health = tonic_health::pb::health_client::HealthClient::new(raw(addr).await);
         let request = tonic_health::pb::HealthCheckRequest::default();
         let status = health.check(request).await?.into_inner().status;
@@ -150,6 +159,16 @@ async fn well_formed_calls_work(sandbox: &Sandbox) -> anyhow::Result<()> {
         .await?
         .into_inner();
     anyhow::ensure!(spec.config_toml.contains("CartPole-v1"), "{spec:?}");
+    let channel = fleetrl_runtime::net::connect(&serve_addr.to_string(), GENEROUS).await?;
+    let observations = fleetrl_proto::Tensor::from_slice(&[1, 4], &[0.0f32; 4]);
+    let act = fleetrl_proto::v1::policy_service_client::PolicyServiceClient::new(channel)
+        .act(fleetrl_proto::v1::ActRequest {
+            observations: Some(observations),
+            state: None,
+        })
+        .await?
+        .into_inner();
+    anyhow::ensure!(act.policy_version >= 0, "{act:?}");
     let info = sandbox.replay().await?.info(InfoRequest {}).await?;
     anyhow::ensure!(!info.into_inner().tables.is_empty(), "no tables");
     let channel = fleetrl_runtime::net::connect(&sandbox.replay_addr.to_string(), GENEROUS).await?;
@@ -172,6 +191,15 @@ fn no_server_listens_beyond_loopback_without_a_token() -> anyhow::Result<()> {
         (
             "fleet-learner",
             vec!["--listen", "0.0.0.0:0", "--replay", "127.0.0.1:9"],
+        ),
+        (
+            "fleet-serve",
+            vec![
+                "--listen",
+                "0.0.0.0:0",
+                "--checkpoint",
+                "no-such-checkpoint",
+            ],
         ),
     ] {
         let run = std::process::Command::new(bin.join(binary))

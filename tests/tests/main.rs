@@ -40,6 +40,7 @@ mod replay_persistence;
 mod replay_restart;
 mod replay_shards;
 mod resume;
+mod serve;
 mod shutdown;
 mod stalled_subscribers;
 mod tls;

@@ -31,33 +31,45 @@ pub enum LoadPolicyError {
     },
 }
 
+/// A policy whose weights can be replaced: what `fleetrl eval` plays and the policy server
+/// (`fleet-serve`) serves, from a checkpoint or from the learner's weight stream.
+pub trait ActingPolicy: Policy + Model {}
+
+impl<T: Policy + Model> ActingPolicy for T {}
+
+/// The acting policy `config` trains on spaces `obs` and `action`, on the CPU, with its
+/// initial weights: an actor-critic for the on-policy algorithms, an [`OffPolicyModel`] for
+/// the off-policy ones (DQN, SAC, TD3, DDPG, BC), PEARL's model unadapted (z at the prior's
+/// mean; PEARL's meta-test is [`load_pearl`]'s).
+///
+/// [`OffPolicyModel`]: crate::models::OffPolicyModel
+pub fn build_policy(
+    config: &RunConfig,
+    obs: &Space,
+    action: &Space,
+) -> Result<Box<dyn ActingPolicy>, ModelError> {
+    let cpu = tch::Device::Cpu;
+    Ok(if let Some(pearl) = config.algo.as_pearl() {
+        Box::new(PearlModel::new(&config.model, pearl, obs, action, cpu)?)
+    } else if config.algo.is_off_policy() {
+        Box::new(build_model(config, obs, action, cpu)?)
+    } else {
+        Box::new(ActorCritic::new(&config.model, obs, action, cpu)?)
+    })
+}
+
 /// The policy saved in checkpoint `path`, on the CPU, and the run config it was trained with.
 pub fn load_policy(path: &Path) -> Result<(Box<dyn Policy>, RunConfig), LoadPolicyError> {
     let ckpt = checkpoint::load(path)?;
-    let config = ckpt.config;
-    let env = envs::make_configured(&config.env)?;
-    let (obs, action) = (env.observation_space(), env.action_space());
+    let env = envs::make_configured(&ckpt.config.env)?;
     let fit = |cause| LoadPolicyError::Model {
         path: path.display().to_string(),
         cause,
     };
-    let policy: Box<dyn Policy> = if let Some(pearl) = config.algo.as_pearl() {
-        // Unadapted (z at the prior's mean); PEARL's meta-test is [`load_pearl`]'s.
-        let mut model =
-            PearlModel::new(&config.model, pearl, &obs, &action, tch::Device::Cpu).map_err(fit)?;
-        model.load_named(&ckpt.model).map_err(fit)?;
-        Box::new(model)
-    } else if config.algo.is_off_policy() {
-        let mut model = build_model(&config, &obs, &action, tch::Device::Cpu).map_err(fit)?;
-        model.load_named(&ckpt.model).map_err(fit)?;
-        Box::new(model)
-    } else {
-        let mut model =
-            ActorCritic::new(&config.model, &obs, &action, tch::Device::Cpu).map_err(fit)?;
-        model.load_named(&ckpt.model).map_err(fit)?;
-        Box::new(model)
-    };
-    Ok((policy, config))
+    let (obs, action) = (env.observation_space(), env.action_space());
+    let mut policy = build_policy(&ckpt.config, &obs, &action).map_err(fit)?;
+    policy.load_named(&ckpt.model).map_err(fit)?;
+    Ok((policy, ckpt.config))
 }
 
 /// The model `build` makes for checkpoint `path`'s config and env spaces, on the CPU, with the

@@ -6,16 +6,18 @@
 //! into a run of `Weights` messages with [`chunked`]; [`subscription`] is the whole stream one
 //! subscriber gets (only the newest version whenever it is ready for the next: a slow
 //! subscriber skips versions instead of queueing them, and one that reads nothing for a while
-//! is dropped). The actor side ([`receive`]) feeds
+//! is dropped). The actor side ([`receive`], [`follow_weights`]) feeds
 //! what arrives into a [`Receiver`], which writes every chunk into f32 tensors it reuses from
 //! version to version (f16 widened as it arrives) and hands back a whole [`Received`] version:
 //! no reassembly buffer, no decode pass, no fresh model-sized allocation per version.
 
+mod follow;
 mod narrow;
 mod receive;
 mod send;
 pub mod wire;
 
+pub use follow::{follow_weights, Follower, LearnerLost};
 pub use narrow::{convert, convert_with, HalfPool};
 pub use receive::{Received, Receiver};
 pub use send::{

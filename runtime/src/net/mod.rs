@@ -7,6 +7,7 @@ use tonic::transport::Endpoint;
 
 pub mod auth;
 pub mod conn;
+pub mod health;
 pub mod refusals;
 pub mod tls;
 

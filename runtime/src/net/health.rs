@@ -1,16 +1,17 @@
-//! `grpc.health.v1.Health` for the actor, for Kubernetes probes: NOT_SERVING until the first
-//! weights arrive and while the learner's weight stream is lost, SERVING while acting with
-//! current weights, NOT_SERVING for good once a task of the actor has failed.
+//! `grpc.health.v1.Health` on a port of its own or beside a role's services, for Kubernetes
+//! probes. The actor and the policy server report NOT_SERVING until the first weights arrive
+//! and while the learner's weight stream is lost, SERVING while they act with current
+//! weights, NOT_SERVING for good once one of their tasks has failed.
 
 use std::future::Future;
 
-use fleetrl_runtime::{net, telemetry};
-use tonic_health::server::HealthReporter;
+use crate::{net, telemetry};
+pub use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 /// Binds `listen` and announces the address; the reporter (NOT_SERVING for now) and the
 /// server, to be run by the supervisor (it ends only on an error).
-pub(crate) async fn bind(
+pub async fn bind(
     listen: &str,
 ) -> std::io::Result<(
     HealthReporter,
@@ -28,7 +29,7 @@ pub(crate) async fn bind(
 }
 
 /// Reports SERVING when `serving`, NOT_SERVING otherwise.
-pub(crate) async fn set(reporter: &HealthReporter, serving: bool) {
+pub async fn set(reporter: &HealthReporter, serving: bool) {
     let status = match serving {
         true => ServingStatus::Serving,
         false => ServingStatus::NotServing,
