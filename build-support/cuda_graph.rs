@@ -31,6 +31,7 @@ fn cuda_include(libtorch: &Path) -> Option<PathBuf> {
 pub(crate) fn main() {
     println!("cargo:rustc-check-cfg=cfg(fleetrl_cuda_graph)");
     println!("cargo:rerun-if-changed=csrc/cuda_graph.cpp");
+    println!("cargo:rerun-if-changed=csrc/guarded.h");
     println!("cargo:rerun-if-changed=../build-support/cuda_graph.rs");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     if std::env::var("FLEETRL_LINK_CUDA").is_ok_and(|v| v == "0") {

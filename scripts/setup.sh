@@ -11,6 +11,8 @@ GYMNASIUM_VERSION="1.4.0"
 CUDA_CRT_VERSION="13.0.88"
 ENVPOOL_VERSION="1.2.5"
 SB3_VERSION="2.9.2"
+ONNX_VERSION="1.23.2"
+ONNXRUNTIME_VERSION="1.31.1"
 venv="$root/.venv"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -77,6 +79,15 @@ if ! "$venv/bin/python" -c 'import importlib.metadata as m; assert m.version("st
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "stable-baselines3==$SB3_VERSION"
 else
   log "stable-baselines3 $SB3_VERSION already installed"
+fi
+# `fleetrl export --format onnx` runs PyTorch's ONNX exporter, which needs onnx; the export
+# tests run the file with onnxruntime. Wheels, both installed cleanly beside torch 2.11.0.
+if ! "$venv/bin/python" -c 'import importlib.metadata as m; assert m.version("onnx") == "'"$ONNX_VERSION"'"; assert m.version("onnxruntime") == "'"$ONNXRUNTIME_VERSION"'"' >/dev/null 2>&1; then
+  log "installing onnx==$ONNX_VERSION and onnxruntime==$ONNXRUNTIME_VERSION into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
+    "onnx==$ONNX_VERSION" "onnxruntime==$ONNXRUNTIME_VERSION"
+else
+  log "onnx $ONNX_VERSION and onnxruntime $ONNXRUNTIME_VERSION already installed"
 fi
 # Meta-World (`MetaWorld/` ids): metaworld 3.1.1 pins mujoco 3.3.0 and fails on the mujoco 4.0
 # that gymnasium's MuJoCo envs use above, so it goes with its own mujoco (and scipy, which it

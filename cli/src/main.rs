@@ -2,6 +2,7 @@
 //! `fleetrl eval` scores a checkpoint.
 
 mod eval_cmd;
+mod export_cmd;
 mod health_cmd;
 mod keyboard;
 mod plot_cmd;
@@ -76,6 +77,24 @@ enum Command {
         /// `algo.n_posterior_eps` and `algo.exploration_pool=0` (explore from the prior).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
+    },
+    /// Export a checkpoint's policy as a standalone TorchScript or ONNX file (observation
+    /// normalisation folded in) that needs neither fleetrl nor its config (docs/torchscript.md).
+    Export {
+        /// Checkpoint directory (…/checkpoints/ckpt-NNNNNNNN), or a run directory (or its
+        /// checkpoints/) for the newest one.
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// The file format.
+        #[arg(long, value_enum)]
+        format: export_cmd::Format,
+        /// The file to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Return the action distribution's parameters (log-probabilities, or mean and
+        /// log-std) instead of the deterministic action.
+        #[arg(long)]
+        distribution: bool,
     },
     /// Record demonstrations: play a checkpoint's policy (or a scripted controller, or the
     /// keyboard) and write each episode as a demo file (format: fleetrl-demo, see the README).
@@ -235,6 +254,12 @@ async fn run() -> anyhow::Result<()> {
             }
             // Its weights and optimiser state are the learner's to load, not held here.
             drop(resumed);
+            if let Some(path) = &run.model.torchscript {
+                // Every role and every later `fleetrl eval` of its checkpoints reads the file.
+                let path = std::fs::canonicalize(path)
+                    .with_context(|| format!("model.torchscript = {}", path.display()))?;
+                run.model.torchscript = Some(path);
+            }
             if let Some(path) = init_from {
                 let path = std::fs::canonicalize(&path)
                     .with_context(|| format!("--init-from {}", path.display()))?;
@@ -273,6 +298,18 @@ async fn run() -> anyhow::Result<()> {
             let checkpoint = resolve_checkpoint(&checkpoint)?;
             tokio::task::spawn_blocking(move || {
                 eval_cmd::run(&checkpoint, episodes, seed, env.as_deref(), task, &sets)
+            })
+            .await?
+        }
+        Command::Export {
+            checkpoint,
+            format,
+            out,
+            distribution,
+        } => {
+            let checkpoint = resolve_checkpoint(&checkpoint)?;
+            tokio::task::spawn_blocking(move || {
+                export_cmd::run(&checkpoint, format, &out, distribution)
             })
             .await?
         }

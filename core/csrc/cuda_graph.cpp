@@ -9,8 +9,8 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <cstring>
-#include <exception>
+#include "guarded.h"
+
 
 namespace {
 
@@ -20,17 +20,7 @@ struct SideStream {
   c10::cuda::CUDAStream saved;
 };
 
-// Runs `f`, turning a C++ exception into a malloc'd message in `*err` and 1 (else 0).
-template <class F>
-int guarded(char** err, F f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    *err = strdup(e.what());
-    return 1;
-  }
-}
+using fleetrl::guarded;
 
 }  // namespace
 

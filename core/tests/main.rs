@@ -21,6 +21,7 @@ mod pendulum_fixture;
 mod ppo_serial;
 mod recurrent_rollout;
 mod returns_fixture;
+mod torchscript_model;
 
 /// With `autotests = false` a new file in `tests/` that neither this list nor a `[[test]]` of
 /// `Cargo.toml` names would never run: refuse it.

@@ -20,6 +20,7 @@ mod chaos;
 mod docs;
 mod env_presets;
 mod eval_twin;
+mod export;
 mod health;
 mod hostile_clients;
 mod hostile_demos;

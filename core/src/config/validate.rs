@@ -366,6 +366,7 @@ impl ModelConfig {
              TD3/DDPG's deterministic policy ends in tanh",
         )?;
         self.validate_conv()?;
+        self.validate_torchscript(algo.name())?;
         if !self.shared_trunk {
             return Ok(());
         }

@@ -8,6 +8,7 @@ use tch::{Device, Tensor};
 
 use super::config::{Activation, ModelConfig};
 use super::conv::{image_frame, value_scale};
+use super::script::{PolicyOut, ScriptNet};
 use super::{
     weights, ConvEncoder, ConvSpec, Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState,
 };
@@ -52,12 +53,35 @@ pub struct Heads {
     /// Hidden layers shared by both heads (`model.shared_trunk`), with their activation;
     /// `None` gives the policy and value separate hidden layers.
     trunk: Option<(Mlp, Activation)>,
-    pi: Mlp,
-    vf: Mlp,
-    /// A Gaussian policy's learned, state-independent log-std `[A]`; `None` for categorical.
+    /// The policy and value networks.
+    nets: Nets,
+    /// A Gaussian policy's learned, state-independent log-std `[A]`; `None` for categorical
+    /// and for a TorchScript module that returns its own.
     log_std: Option<Tensor>,
     /// A Gaussian policy's nonlinearity on its mean (`model.mu_nonlinearity`).
     mu_nonlinearity: Option<Activation>,
+}
+
+/// The policy and value networks: fleetrl's own MLPs, or the user's TorchScript module that
+/// computes both in one forward pass.
+#[derive(Debug)]
+enum Nets {
+    /// Separate policy (`pi`) and value (`vf`) heads.
+    Mlps { pi: Mlp, vf: Mlp },
+    /// `model.torchscript`: `forward(obs) -> (policy, value)` (see [`ScriptNet`]).
+    Script(ScriptNet),
+}
+
+impl Nets {
+    fn shallow_clone(&self) -> Nets {
+        match self {
+            Nets::Mlps { pi, vf } => Nets::Mlps {
+                pi: pi.shallow_clone(),
+                vf: vf.shallow_clone(),
+            },
+            Nets::Script(script) => Nets::Script(script.clone()),
+        }
+    }
 }
 
 /// How a `[T x B]` block of rows unrolls through a recurrent core: rows are time-major
@@ -125,11 +149,34 @@ impl Heads {
     }
 
     fn evaluate_features(&self, features: &Tensor, actions: &Tensor) -> Evaluation {
-        let dist = self.dist_of(features);
+        let (dist, value) = self.outputs(features);
         Evaluation {
             log_prob: dist.log_prob(actions),
             entropy: dist.entropy(),
-            value: self.vf.forward(features).squeeze_dim(1),
+            value,
+        }
+    }
+
+    /// The action distributions and values the heads give for `features`.
+    fn outputs(&self, features: &Tensor) -> (Dist, Tensor) {
+        match &self.nets {
+            Nets::Mlps { pi, vf } => (
+                self.dist_from(pi.forward(features), self.log_std.as_ref()),
+                vf.forward(features).squeeze_dim(1),
+            ),
+            Nets::Script(script) => {
+                let out = script.forward(features);
+                let log_std = out.log_std.as_ref().or(self.log_std.as_ref());
+                (self.dist_from(out.policy, log_std), out.value)
+            }
+        }
+    }
+
+    /// V for `features`, `[N]`.
+    fn value_of(&self, features: &Tensor) -> Tensor {
+        match &self.nets {
+            Nets::Mlps { vf, .. } => vf.forward(features).squeeze_dim(1),
+            Nets::Script(script) => script.forward(features).value,
         }
     }
 
@@ -165,9 +212,7 @@ impl Heads {
     pub fn step(&self, obs: &Tensor, state: &RnnState) -> (Dist, Tensor, RnnState) {
         let core = self.core.as_ref().expect("step needs a recurrent model");
         let next = core.step(&self.core_input(obs), state);
-        let features = self.shared(&next.h);
-        let dist = self.dist_of(&features);
-        let value = self.vf.forward(&features).squeeze_dim(1);
+        let (dist, value) = self.outputs(&self.shared(&next.h));
         (dist, value, next)
     }
 
@@ -177,7 +222,16 @@ impl Heads {
     }
 
     fn dist_of(&self, features: &Tensor) -> Dist {
-        self.dist_from(self.pi.forward(features), self.log_std.as_ref())
+        match &self.nets {
+            Nets::Mlps { pi, .. } => self.dist_from(pi.forward(features), self.log_std.as_ref()),
+            Nets::Script(_) => self.outputs(features).0,
+        }
+    }
+
+    /// The action distributions and values at `obs` `[N, D]` (one pass of a TorchScript
+    /// module), with gradients.
+    pub fn dist_and_value(&self, obs: &Tensor) -> (Dist, Tensor) {
+        self.outputs(&self.features(obs))
     }
 
     /// The distribution the policy network's output `out` stands for.
@@ -195,9 +249,10 @@ impl Heads {
     }
 
     /// Whether the policy is a plain MLP on the raw observation (no encoder, normalisation,
-    /// recurrent core or shared trunk): what [`Heads::dist_with`] can run.
+    /// recurrent core, shared trunk or TorchScript module): what [`Heads::dist_with`] can run.
     pub fn is_plain_policy(&self) -> bool {
-        self.encoder.is_none()
+        matches!(self.nets, Nets::Mlps { .. })
+            && self.encoder.is_none()
             && self.obs_norm.is_none()
             && self.core.is_none()
             && self.trunk.is_none()
@@ -206,7 +261,10 @@ impl Heads {
     /// The policy's parameters in [`Heads::dist_with`]'s order: the MLP's layers, then the
     /// Gaussian log-std if there is one. Handles on the model's own tensors.
     pub fn policy_params(&self) -> Vec<Tensor> {
-        let mut params = self.pi.params();
+        let mut params = match &self.nets {
+            Nets::Mlps { pi, .. } => pi.params(),
+            Nets::Script(_) => Vec::new(),
+        };
         params.extend(self.log_std.as_ref().map(Tensor::shallow_clone));
         params
     }
@@ -222,12 +280,15 @@ impl Heads {
             }
             None => (params, None),
         };
-        self.dist_from(self.pi.forward_with(obs, mlp), log_std)
+        let Nets::Mlps { pi, .. } = &self.nets else {
+            panic!("dist_with needs a plain policy (see Heads::is_plain_policy)");
+        };
+        self.dist_from(pi.forward_with(obs, mlp), log_std)
     }
 
     /// V(obs), `[N]`, with gradients.
     pub fn value(&self, obs: &Tensor) -> Tensor {
-        self.vf.forward(&self.features(obs)).squeeze_dim(1)
+        self.value_of(&self.features(obs))
     }
 
     /// Another handle on the same parameters: no copy, and gradients from either handle
@@ -245,12 +306,28 @@ impl Heads {
                 .trunk
                 .as_ref()
                 .map(|(mlp, activation)| (mlp.shallow_clone(), *activation)),
-            pi: self.pi.shallow_clone(),
-            vf: self.vf.shallow_clone(),
+            nets: self.nets.shallow_clone(),
             log_std: self.log_std.as_ref().map(Tensor::shallow_clone),
             mu_nonlinearity: self.mu_nonlinearity,
         }
     }
+}
+
+/// The running normalisation of `dim`-wide observations, when `model.normalize_obs`.
+fn obs_norm(config: &ModelConfig, root: &nn::Path, dim: i64) -> Option<ObsNorm> {
+    config.normalize_obs.then(|| {
+        ObsNorm::new(
+            &(root / "obs_norm"),
+            dim,
+            config.obs_clip,
+            config.norm_obs_var_clip,
+        )
+    })
+}
+
+/// A Gaussian policy's learned, state-independent log-std `pi.log_std` `[n]`.
+fn log_std(config: &ModelConfig, root: &nn::Path, n: i64) -> Tensor {
+    (root / "pi").var("log_std", &[n], nn::Init::Const(config.init_log_std))
 }
 
 /// The network and the variable store that owns its parameters.
@@ -272,6 +349,9 @@ impl ActorCritic {
             Space::Discrete { n } => (*n, false),
             Space::Box { .. } => (action_space.flat_dim() as i64, true),
         };
+        if let Some(path) = &config.torchscript {
+            return ActorCritic::scripted(config, path, obs_space, n_actions, gaussian, device);
+        }
         let vs = nn::VarStore::new(device);
         let root = vs.root();
         // Image observations ([C, H, W] boxes, e.g. stacked Atari frames) go through the
@@ -320,14 +400,7 @@ impl ActorCritic {
             .unwrap_or(raw_dim);
         let core = (lstm > 0)
             .then(|| LstmCore::with_cell(&(&root / "core"), core_in, lstm, config.recurrent_cell));
-        let obs_norm = config.normalize_obs.then(|| {
-            ObsNorm::new(
-                &(&root / "obs_norm"),
-                raw_dim,
-                config.obs_clip,
-                config.norm_obs_var_clip,
-            )
-        });
+        let obs_norm = obs_norm(config, &root, raw_dim);
         let obs_dim = if lstm > 0 { lstm } else { raw_dim };
         let (trunk, head_in, hidden) = match config.hidden_sizes.split_last() {
             Some((&last, inner)) if config.shared_trunk => {
@@ -360,13 +433,7 @@ impl ActorCritic {
             config.activation,
             ortho.then_some(1.0),
         );
-        let log_std = gaussian.then(|| {
-            (&root / "pi").var(
-                "log_std",
-                &[n_actions],
-                nn::Init::Const(config.init_log_std),
-            )
-        });
+        let log_std = gaussian.then(|| log_std(config, &root, n_actions));
         Ok(ActorCritic {
             vs,
             heads: Heads {
@@ -375,12 +442,46 @@ impl ActorCritic {
                 core,
                 pre_core: pre_core.map(|mlp| (mlp, config.activation)),
                 trunk,
-                pi,
-                vf,
+                nets: Nets::Mlps { pi, vf },
                 log_std,
                 mu_nonlinearity: config.mu_nonlinearity,
             },
         })
+    }
+
+    /// The TorchScript family (`model.torchscript`): the module at `path` on the (optionally
+    /// normalised) flat observation, with fleetrl's `pi.log_std` for a Gaussian policy unless
+    /// the module returns its own.
+    fn scripted(
+        config: &ModelConfig,
+        path: &std::path::Path,
+        obs_space: &Space,
+        n_actions: i64,
+        gaussian: bool,
+        device: Device,
+    ) -> Result<ActorCritic, ModelError> {
+        let vs = nn::VarStore::new(device);
+        let root = vs.root();
+        let obs_dim = obs_space.flat_dim() as i64;
+        let policy = match gaussian {
+            true => PolicyOut::Mean(n_actions),
+            false => PolicyOut::Logits(n_actions),
+        };
+        let script = ScriptNet::load(path, &(&root / "script"), obs_dim, policy)?;
+        let obs_norm = obs_norm(config, &root, obs_dim);
+        let log_std =
+            (gaussian && !script.own_log_std()).then(|| log_std(config, &root, n_actions));
+        let heads = Heads {
+            encoder: None,
+            obs_norm,
+            core: None,
+            pre_core: None,
+            trunk: None,
+            nets: Nets::Script(script),
+            log_std,
+            mu_nonlinearity: config.mu_nonlinearity,
+        };
+        Ok(ActorCritic { vs, heads })
     }
 
     /// Merges the observations `[N, D]` of a training batch into the running normalisation
@@ -394,6 +495,20 @@ impl ActorCritic {
     /// The variable store (for optimisers and checkpoints).
     pub fn var_store(&self) -> &nn::VarStore {
         &self.vs
+    }
+
+    /// Stops every parameter from requiring gradients (a policy to export or only to run).
+    pub fn freeze(&mut self) {
+        self.vs.freeze();
+    }
+
+    /// The user's TorchScript module (`model.torchscript`), sharing this model's parameters;
+    /// `None` for fleetrl's own networks.
+    pub fn script_module(&self) -> Option<&tch::CModule> {
+        match &self.heads.nets {
+            Nets::Script(script) => Some(script.module()),
+            Nets::Mlps { .. } => None,
+        }
     }
 
     /// Scores `actions` `[N]` taken at `obs` `[N, D]`, with gradients.
@@ -430,11 +545,11 @@ impl ActorCritic {
 impl Policy for ActorCritic {
     fn act(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
         let _guard = tch::no_grad_guard();
-        let dist = self.heads.dist(obs);
+        let (dist, value) = self.heads.dist_and_value(obs);
         let action = dist.pick(deterministic);
         PolicyStep {
             log_prob: dist.log_prob(&action),
-            value: self.heads.value(obs),
+            value,
             action,
         }
     }

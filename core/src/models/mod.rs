@@ -7,12 +7,14 @@ mod atari;
 pub mod config;
 mod conv;
 mod dist;
+pub mod export;
 mod lstm;
 mod mlp;
 mod obs_norm;
 mod offpolicy;
 mod pearl;
 pub(crate) mod recurrent_q;
+mod script;
 pub mod weights;
 
 pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep, Sequence};

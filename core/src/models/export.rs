@@ -1,0 +1,162 @@
+//! A trained actor-critic as a standalone TorchScript module (`fleetrl export`): libtorch's
+//! tracer records the policy's forward pass (observation normalisation, encoder, layers,
+//! the action or the distribution's parameters) with the trained weights as constants, so the
+//! file needs neither fleetrl nor its config: `torch.jit.load(file)(obs)` in Python, or any
+//! libtorch.
+//!
+//! Inputs and outputs, with `obs` f32 `[N, D]` (flattened observations):
+//! - feed-forward, action: `forward(obs) -> action` (i64 `[N]`, or f32 `[N, A]` unclipped);
+//! - feed-forward, distribution: `forward(obs) -> log_probs [N, n]` (normalised logits), or
+//!   `-> (mean [N, A], log_std [N, A])`;
+//! - recurrent (`model.lstm_size`): `forward(obs, h [N, H], c [N, H])` returns the same
+//!   followed by the next `(h, c)` (a GRU ignores and returns `c` as given).
+
+use std::path::Path;
+
+use tch::Tensor;
+
+use super::{ActorCritic, Dist, ModelError, RnnState};
+
+/// What the exported module returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportOutput {
+    /// The deterministic action (the distribution's mode), as `fleetrl eval` plays.
+    Action,
+    /// The distribution's parameters: log-probabilities, or mean and log-std.
+    Distribution,
+}
+
+/// The tensors `output` asks of `dist`.
+fn outputs(dist: &Dist, output: ExportOutput) -> Vec<Tensor> {
+    match (output, dist) {
+        (ExportOutput::Action, _) => vec![dist.mode()],
+        (ExportOutput::Distribution, Dist::Categorical { log_probs }) => {
+            vec![log_probs.shallow_clone()]
+        }
+        (ExportOutput::Distribution, Dist::Gaussian { mean, log_std }) => {
+            vec![mean.shallow_clone(), log_std.expand_as(mean)]
+        }
+    }
+}
+
+/// Traces `model`'s policy on `example` observations `[N, D]` (a few real ones: the trace
+/// follows the path they take) and saves it to `path` as a TorchScript module. The model's
+/// parameters must not require gradients (the tracer refuses to freeze those as constants):
+/// see [`ActorCritic::freeze`].
+pub fn trace_policy(
+    model: &ActorCritic,
+    example: &Tensor,
+    output: ExportOutput,
+    path: &Path,
+) -> Result<(), ModelError> {
+    let _guard = tch::no_grad_guard();
+    let heads = model.heads();
+    let size = heads.state_size();
+    let mut inputs = vec![example.shallow_clone()];
+    if size > 0 {
+        let zero = RnnState::zeros(example.size()[0], size, example.device());
+        inputs.extend([zero.h, zero.c]);
+    }
+    let trace = shim::Trace::begin(&inputs)?;
+    let outputs = match inputs.as_slice() {
+        [obs] => outputs(&heads.dist(obs), output),
+        [obs, h, c] => {
+            let state = RnnState {
+                h: h.shallow_clone(),
+                c: c.shallow_clone(),
+            };
+            let (dist, _, next) = heads.step(obs, &state);
+            let mut out = outputs(&dist, output);
+            out.extend([next.h, next.c]);
+            out
+        }
+        _ => unreachable!("one or three inputs, built above"),
+    };
+    trace.end(&outputs, path)
+}
+
+/// The C++ side (core/csrc/trace.cpp).
+mod shim {
+    use std::ffi::{c_char, c_int, c_void, CStr, CString};
+    use std::path::Path;
+
+    use tch::Tensor;
+
+    use crate::models::ModelError;
+
+    extern "C" {
+        fn fleetrl_trace_free_error(err: *mut c_char);
+        fn fleetrl_trace_begin(
+            name: *const c_char,
+            inputs: *const *const c_void,
+            n: c_int,
+            err: *mut *mut c_char,
+        ) -> *mut c_void;
+        fn fleetrl_trace_end(
+            module: *mut c_void,
+            outputs: *const *const c_void,
+            n: c_int,
+            path: *const c_char,
+            err: *mut *mut c_char,
+        ) -> c_int;
+    }
+
+    /// A trace running on this thread: every tensor op is recorded until [`Trace::end`].
+    pub(super) struct Trace(*mut c_void);
+
+    /// The message of a failed call, freed.
+    fn take_error(err: *mut c_char) -> ModelError {
+        // SAFETY: a non-null `err` is the strdup'd message the shim wrote; freed once here.
+        let message = unsafe { CStr::from_ptr(err) }
+            .to_string_lossy()
+            .into_owned();
+        unsafe { fleetrl_trace_free_error(err) };
+        ModelError::Tch(tch::TchError::Torch(message))
+    }
+
+    fn pointers(tensors: &[Tensor]) -> Vec<*const c_void> {
+        tensors
+            .iter()
+            .map(|t| t.as_ptr() as *const c_void)
+            .collect()
+    }
+
+    impl Trace {
+        /// Starts tracing with `inputs` as the method's arguments.
+        pub(super) fn begin(inputs: &[Tensor]) -> Result<Trace, ModelError> {
+            let name = CString::new("FleetrlPolicy").expect("no NUL");
+            let ptrs = pointers(inputs);
+            let mut err = std::ptr::null_mut();
+            // SAFETY: the pointers are live tch tensors (torch::Tensor*) for the call.
+            let module = unsafe {
+                fleetrl_trace_begin(name.as_ptr(), ptrs.as_ptr(), ptrs.len() as c_int, &mut err)
+            };
+            if module.is_null() {
+                return Err(take_error(err));
+            }
+            Ok(Trace(module))
+        }
+
+        /// Ends the trace with `outputs` as forward's return value and saves it to `path`.
+        pub(super) fn end(self, outputs: &[Tensor], path: &Path) -> Result<(), ModelError> {
+            let path = CString::new(path.as_os_str().as_encoded_bytes())
+                .map_err(|e| ModelError::Tch(tch::TchError::Kind(e.to_string())))?;
+            let ptrs = pointers(outputs);
+            let mut err = std::ptr::null_mut();
+            // SAFETY: the module came from fleetrl_trace_begin and is freed by this call.
+            let failed = unsafe {
+                fleetrl_trace_end(
+                    self.0,
+                    ptrs.as_ptr(),
+                    ptrs.len() as c_int,
+                    path.as_ptr(),
+                    &mut err,
+                )
+            };
+            match failed {
+                0 => Ok(()),
+                _ => Err(take_error(err)),
+            }
+        }
+    }
+}
