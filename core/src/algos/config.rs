@@ -39,6 +39,34 @@ pub trait AlgoSection {
     }
 }
 
+/// `rest` with each nested table (`[algo.explore]`, `[algo.replay]`, ...) filled in from the
+/// section's own defaults for that table, not from the table type's: a SAC config that writes
+/// `[algo.explore] random_steps = 1000` keeps SAC's exploration (no epsilon, no added noise)
+/// and `[algo.replay] min_size = 500` SAC's batch of 256, where serde alone would take
+/// epsilon-greedy's 1.0 -> 0.05 and a batch of 32 for every key not written. Keys the
+/// section does not know stay, so they are still refused by name.
+fn over_nested_defaults<S: Serialize>(rest: toml::Value, section: &S) -> toml::Value {
+    fn fill(table: &mut toml::Table, defaults: &toml::Table) {
+        for (key, value) in table.iter_mut() {
+            if let (toml::Value::Table(inner), Some(toml::Value::Table(own))) =
+                (value, defaults.get(key))
+            {
+                fill(inner, own);
+                for (key, default) in own {
+                    inner.entry(key.clone()).or_insert_with(|| default.clone());
+                }
+            }
+        }
+    }
+    let (toml::Value::Table(mut table), Ok(defaults)) =
+        (rest.clone(), toml::Table::try_from(section))
+    else {
+        return rest;
+    };
+    fill(&mut table, &defaults);
+    toml::Value::Table(table)
+}
+
 /// The section `S` read from `rest`: the keys of [`PgOptions`] go into its `options` (over
 /// its defaults) when it has them, every other key into `S` itself, so a key of the group
 /// is an unknown key of a section without it.
@@ -47,9 +75,10 @@ fn parse_section<S>(
     rest: toml::Value,
 ) -> Result<S, serde_path_to_error::Error<toml::de::Error>>
 where
-    S: AlgoSection + Default + serde::de::DeserializeOwned,
+    S: AlgoSection + Default + Serialize + serde::de::DeserializeOwned,
 {
     let mut section = S::default();
+    let rest = over_nested_defaults(rest, &section);
     let Some(defaults) = section.options() else {
         let mut section: S = serde_path_to_error::deserialize(rest)?;
         section.parsed_as(name);

@@ -560,3 +560,36 @@ proptest::proptest! {
         let _ = RunConfig::from_toml(&format!("{}\n{noise}", lines.join("\n")), "fuzz");
     }
 }
+
+/// A nested `[algo]` table fills what it leaves out from its algorithm's own defaults: SAC's
+/// exploration has no epsilon and no added noise, its replay a batch of 256, and writing one
+/// key of either table keeps the rest (serde alone filled them from epsilon-greedy's 1.0 ->
+/// 0.05 and a batch of 32). A key the table does not know is still refused by name.
+#[test]
+fn a_nested_algo_table_keeps_its_algorithms_defaults_for_what_it_leaves_out() {
+    let text = "[algo]\nname = \"sac\"\n[algo.explore]\nrandom_steps = 777\n\
+                [algo.replay]\nmin_size = 500\n";
+    let config = RunConfig::from_toml(text, "test").unwrap();
+    let crate::algos::config::AlgoConfig::Sac(sac) = &config.algo else {
+        panic!("not sac: {:?}", config.algo)
+    };
+    let default = crate::algos::sac::SacConfig::default();
+    assert_eq!(sac.explore.random_steps, 777);
+    assert_eq!(sac.explore.epsilon_start, 0.0);
+    assert_eq!(
+        sac.explore,
+        crate::algos::offpolicy::Exploration {
+            random_steps: 777,
+            ..default.explore.clone()
+        }
+    );
+    assert_eq!(sac.replay.min_size, 500);
+    assert_eq!(sac.replay.batch_size, default.replay.batch_size);
+    assert_eq!(sac.replay.batch_size, 256);
+    let err = RunConfig::from_toml(
+        "[algo]\nname = \"sac\"\n[algo.explore]\nrandom_stepz = 1\n",
+        "test",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("random_stepz"), "{err}");
+}
