@@ -36,13 +36,6 @@ pub(crate) fn run(
     distribution: bool,
 ) -> anyhow::Result<()> {
     let (mut model, config) = load_actor_critic(checkpoint)?;
-    if config.algo.is_off_policy() || config.algo.as_pearl().is_some() {
-        bail!(
-            "fleetrl export writes on-policy actor-critics (ppo, a2c, impala, vpg, trpo, maml); \
-             this checkpoint was trained by {}",
-            config.algo.name()
-        );
-    }
     model.freeze();
     let mut env = envs::make_configured(&config.env)?;
     let mut rows = Vec::new();

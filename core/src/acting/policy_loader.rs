@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::algos::registry::build_model;
+use crate::algos::registry::{build_model, spec, Family};
 use crate::algos::Model;
 use crate::checkpoint::{self, CheckpointError};
 use crate::config::RunConfig;
@@ -91,9 +91,20 @@ fn load_model<M: Model>(
 }
 
 /// The actor-critic saved in on-policy checkpoint `path` (what MAML's meta-evaluation
-/// adapts), on the CPU, and its run config.
+/// adapts, what `fleetrl export` writes), on the CPU, and its run config; an error naming the
+/// algorithm when the checkpoint is not on-policy (its weights would not fit).
 pub fn load_actor_critic(path: &Path) -> Result<(ActorCritic, RunConfig), LoadPolicyError> {
     load_model(path, |config, obs, action| {
+        if spec(config).family != Family::OnPolicy {
+            return Err(ModelError::Config {
+                key: "algo.name",
+                message: format!(
+                    "the checkpoint was trained by {}, whose model is not an on-policy \
+                     actor-critic (ppo, a2c, impala, vpg, trpo, maml)",
+                    config.algo.name()
+                ),
+            });
+        }
         ActorCritic::new(&config.model, obs, action, tch::Device::Cpu)
     })
 }
