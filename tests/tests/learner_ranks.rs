@@ -74,7 +74,12 @@ fn assert_rank_1_trained(out: &Path) {
 
 /// The `version=N` in `line`.
 fn version_in(line: &str) -> Option<i64> {
-    line.split("version=").nth(1)?.split_whitespace().next()?.parse().ok()
+    line.split("version=")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The policy version in the newest `progress` line of `log`, if past `after`.
@@ -131,7 +136,11 @@ fn cartpole_ppo_on_two_ranks_solves_resumes_and_stops_when_rank_1_dies() -> anyh
     let mut resumed = train_command(
         "cartpole-ppo",
         &out,
-        &["seed=1", "stop.target_return=1e9", "stop.total_env_steps=10000000"],
+        &[
+            "seed=1",
+            "stop.target_return=1e9",
+            "stop.total_env_steps=10000000",
+        ],
     )
     .args(["--resume", "latest"])
     .stdout(Stdio::null())
@@ -179,7 +188,8 @@ fn cartpole_ppo_on_two_ranks_solves_resumes_and_stops_when_rank_1_dies() -> anyh
         .take()
         .expect("piped")
         .read_to_string(&mut stderr)?;
-    let status = status.unwrap_or_else(|| panic!("the run did not end after rank 1 died: {stderr}"));
+    let status =
+        status.unwrap_or_else(|| panic!("the run did not end after rank 1 died: {stderr}"));
     eprintln!("killing rank 1 ended the run in {took:?}");
     assert!(!status.success(), "{stderr}");
     assert!(

@@ -26,6 +26,9 @@ pub(super) struct Cluster {
     pub(super) actor_args: Vec<String>,
     pub(super) logs: PathBuf,
     pub(super) restarts: u32,
+    /// The first server or learner rank seen exited, and how: when one learner rank dies the
+    /// others exit soon after, and the run names the one that went first.
+    pub(super) first_exit: Option<(String, std::process::ExitStatus)>,
 }
 
 pub(super) fn s(x: impl ToString) -> String {
@@ -87,8 +90,7 @@ impl Cluster {
         for rank in 1..learner_ranks {
             let name = rank_name(rank);
             let dir = out.join("ranks").join(&name);
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let log = logs.join(format!("{name}.log"));
             let args = learner_args(&dir, rank);
             ranks.push(Role::start(&name, "fleet-learner", &args, &log).await?);
@@ -114,6 +116,7 @@ impl Cluster {
             actor_args,
             logs,
             restarts: 0,
+            first_exit: None,
         };
         for id in 0..actors {
             let actor = cluster.start_actor(id).await?;
@@ -134,26 +137,36 @@ impl Cluster {
         Role::start(&format!("actor-{id}"), "fleet-actor", &args, &log).await
     }
 
-    /// Fails if a server or a learner rank died; restarts actors that died (they are
-    /// stateless).
-    pub(super) async fn supervise(&mut self) -> anyhow::Result<()> {
-        let world_size = self.ranks.len() + 1;
+    /// Remembers the first server or learner rank seen exited; call it often while a run
+    /// may be failing, so that the one that went first is the one named.
+    pub(super) fn note_exits(&mut self) {
+        if self.first_exit.is_some() {
+            return;
+        }
         let servers = [&mut self.replay, &mut self.learner];
         for role in servers.into_iter().chain(self.ranks.iter_mut()) {
             if let Some(status) = role.exited() {
-                let log = self.logs.join(format!("{}.log", role.name));
-                let what = match role.name.strip_prefix("learner-rank-") {
-                    Some(rank) => format!("learner rank {rank} (of {world_size})"),
-                    None if role.name == "learner" && world_size > 1 => {
-                        format!("the learner (rank 0 of {world_size})")
-                    }
-                    None => role.name.clone(),
-                };
-                anyhow::bail!(
-                    "{what} exited ({status}){}",
-                    launch::quote_log(&role.name, &log)
-                );
+                self.first_exit = Some((role.name.clone(), status));
+                return;
             }
+        }
+    }
+
+    /// Fails if a server or a learner rank died (naming the first seen, see
+    /// [`Cluster::note_exits`]); restarts actors that died (they are stateless).
+    pub(super) async fn supervise(&mut self) -> anyhow::Result<()> {
+        self.note_exits();
+        if let Some((name, status)) = &self.first_exit {
+            let world_size = self.ranks.len() + 1;
+            let log = self.logs.join(format!("{name}.log"));
+            let what = match name.strip_prefix("learner-rank-") {
+                Some(rank) => format!("learner rank {rank} (of {world_size})"),
+                None if name == "learner" && world_size > 1 => {
+                    format!("the learner (rank 0 of {world_size})")
+                }
+                None => name.clone(),
+            };
+            anyhow::bail!("{what} exited ({status}){}", launch::quote_log(name, &log));
         }
         for id in 0..self.actors.len() {
             let Some(status) = self.actors[id].exited() else {

@@ -384,7 +384,10 @@ fn counts_are_summed_and_a_rank_that_leaves_is_named_by_the_others() {
         );
     }
     assert!(
-        results[0].1.to_string().contains("learner rank 2 left the group"),
+        results[0]
+            .1
+            .to_string()
+            .contains("learner rank 2 left the group"),
         "{}",
         results[0].1
     );

@@ -143,9 +143,21 @@ mod tests {
         assert!(agreed(&[leader(2, false), other(2)]).ready(2));
         assert!(agreed(&[leader(3, false), other(1)]).ready(2), "uneven");
         assert_eq!(agreed(&[leader(3, false), other(1)]).0[ENV_STEPS], 512.0);
-        assert!(!agreed(&[leader(4, false), other(0)]).ready(2), "rank 1 holds none");
-        assert!(!agreed(&[leader(2, false), other(1)]).ready(2), "short of the target");
-        assert!(agreed(&[leader(2, true), other(1)]).ready(2), "the wait is over");
-        assert!(!agreed(&[leader(1, true), other(0)]).ready(2), "short of batch_rollouts");
+        assert!(
+            !agreed(&[leader(4, false), other(0)]).ready(2),
+            "rank 1 holds none"
+        );
+        assert!(
+            !agreed(&[leader(2, false), other(1)]).ready(2),
+            "short of the target"
+        );
+        assert!(
+            agreed(&[leader(2, true), other(1)]).ready(2),
+            "the wait is over"
+        );
+        assert!(
+            !agreed(&[leader(1, true), other(0)]).ready(2),
+            "short of batch_rollouts"
+        );
     }
 }

@@ -160,7 +160,10 @@ impl Trainer {
         if self.stats().env_steps_trained >= self.config.stop.total_env_steps {
             return false;
         }
-        let Counted { env_steps, rollouts } = union.unwrap_or(Counted {
+        let Counted {
+            env_steps,
+            rollouts,
+        } = union.unwrap_or(Counted {
             env_steps: batch.env_steps(),
             rollouts: batch.policy_version.len() as u64,
         });
