@@ -163,7 +163,7 @@ def check_ranks(learner, services, problems):
     if not port.isdigit() or int(port) not in ports or int(port) not in {
             p["port"] for p in svc["spec"]["ports"]}:
         problems.append(
-            f"{where}: rendezvous port {port!r} is not a container port and a port of "
+            f"{where}: rendezvous port {port!r} must be a container port and a port of "
             f"Service/{service_name}")
 
 

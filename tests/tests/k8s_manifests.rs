@@ -138,6 +138,14 @@ fn broken_learner_ranks_are_rejected() -> anyhow::Result<()> {
         ),
         "learner.rank=fleetrl-learner-0 is the same in every pod",
     )?;
+    // The ranks meet at pod 1, which is no rendezvous store.
+    assert_rejected(
+        "ranks-rendezvous-pod-1",
+        &format!(
+            "{learner}\n  template:\n    spec:\n      containers:\n        - name: learner\n          args: [\"--set\", \"learner.rendezvous=fleetrl-learner-1.fleetrl-learner-ranks:29500\"]"
+        ),
+        "is not pod 0's name 'fleetrl-learner-0.fleetrl-learner-ranks'",
+    )?;
     // Rank 0's name is published only once it is ready, which it is not before rank 1 joins.
     assert_rejected(
         "ranks-not-ready-dns",
