@@ -92,13 +92,92 @@ def check_addresses(workloads, services, problems):
                     problems.append(f"{name}: {key}={value}: Service {host} has no port {port}")
 
 
+def learner_settings(container):
+    """The learner's `--set key=value` arguments, `$(VAR)` replaced by the container's env:
+    a literal value, or `<pod name>` for the downward API's metadata.name."""
+    env = {}
+    for e in container.get("env", []):
+        field = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        env[e["name"]] = "<pod name>" if field == "metadata.name" else e.get("value")
+    args = container.get("args", [])
+    settings = {}
+    for flag, value in zip(args, args[1:]):
+        if flag != "--set":
+            continue
+        for name, env_value in env.items():
+            value = value.replace(f"$({name})", str(env_value))
+        key, _, value = value.partition("=")
+        settings[key] = value
+    return settings
+
+
 def check_gpu(learner, problems):
+    """learner.device=cuda exactly when the pod asks for a GPU: one per pod, so one per rank."""
     c = learner["spec"]["template"]["spec"]["containers"][0]
-    wants = "learner.device=cuda" in " ".join(c.get("args", []))
-    gets = "nvidia.com/gpu" in c.get("resources", {}).get("limits", {})
-    if wants != gets:
+    wants = learner_settings(c).get("learner.device", "").startswith("cuda")
+    gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    if wants != (gpus is not None):
         problems.append(
-            f"fleetrl-learner: learner.device=cuda is {wants} but an nvidia.com/gpu limit is {gets}")
+            f"fleetrl-learner: learner.device=cuda is {wants} but an nvidia.com/gpu limit is "
+            f"{gpus is not None}")
+    elif wants and str(gpus) != "1":
+        problems.append(f"fleetrl-learner: each rank (pod) trains on one GPU, but asks for {gpus}")
+
+
+def check_ranks(learner, services, problems):
+    """The learner's pods are its ranks: learner.world_size is the StatefulSet's replicas, each
+    pod's rank is its ordinal, and learner.rendezvous names pod 0 through a headless Service
+    that publishes it before it is ready (a rank is ready only once all have joined)."""
+    spec = learner["spec"]
+    replicas = spec.get("replicas", 1)
+    c = spec["template"]["spec"]["containers"][0]
+    settings = learner_settings(c)
+    where = "StatefulSet/fleetrl-learner"
+    world = settings.get("learner.world_size", "1")
+    if world != str(replicas):
+        problems.append(f"{where}: learner.world_size={world} but replicas: {replicas}")
+    rank = settings.get("learner.rank", "0")
+    if replicas > 1 and rank != "<pod name>":
+        problems.append(
+            f"{where}: learner.rank={rank} is the same in every pod; pass the pod's name "
+            "(downward API metadata.name), whose ordinal is the rank")
+    if replicas > 1 and spec.get("podManagementPolicy") != "Parallel":
+        problems.append(
+            f"{where}: podManagementPolicy must be Parallel: pod 0 is not ready before pod 1 "
+            "has joined it, so ordered start-up never starts pod 1")
+    host, _, port = settings.get("learner.rendezvous", "").rpartition(":")
+    service_name = spec.get("serviceName")
+    expected = f"{learner['metadata']['name']}-0.{service_name}"
+    if host != expected:
+        problems.append(f"{where}: learner.rendezvous host {host!r} is not pod 0's name {expected!r}")
+        return
+    svc = services.get(service_name)
+    if svc is None:
+        problems.append(f"{where}: serviceName {service_name} names no Service")
+        return
+    if svc["spec"].get("clusterIP") != "None" or not svc["spec"].get("publishNotReadyAddresses"):
+        problems.append(
+            f"Service/{service_name}: the ranks' Service must be headless (clusterIP: None) "
+            "with publishNotReadyAddresses: true")
+    ports = {p["containerPort"] for p in c.get("ports", [])}
+    if not port.isdigit() or int(port) not in ports or int(port) not in {
+            p["port"] for p in svc["spec"]["ports"]}:
+        problems.append(
+            f"{where}: rendezvous port {port!r} must be a container port and a port of "
+            f"Service/{service_name}")
+
+
+def selects(selector, workload):
+    """Whether a Service selector picks pods of `workload`: its template's labels, plus the
+    StatefulSet controller's pod-name label for an ordinal below replicas."""
+    labels = dict(workload["spec"]["template"]["metadata"]["labels"])
+    pod = selector.get("statefulset.kubernetes.io/pod-name")
+    if pod is not None and workload["kind"] == "StatefulSet":
+        name = workload["metadata"]["name"]
+        ordinal = pod[len(name) + 1:] if pod.startswith(name + "-") else ""
+        if ordinal.isdigit() and int(ordinal) < workload["spec"].get("replicas", 1):
+            labels["statefulset.kubernetes.io/pod-name"] = pod
+    return all(labels.get(k) == v for k, v in selector.items())
 
 
 def semantic_problems(objects):
@@ -108,7 +187,9 @@ def semantic_problems(objects):
     services = by_kind(objects, "Service")
     config_maps = by_kind(objects, "ConfigMap")
     for kind, name, table in (("Deployment", "fleetrl-actor", deployments),
-                              ("Deployment", "fleetrl-learner", deployments),
+                              ("Deployment", "fleetrl-serve", deployments),
+                              ("Service", "fleetrl-serve", services),
+                              ("StatefulSet", "fleetrl-learner", stateful),
                               ("StatefulSet", "fleetrl-replay", stateful),
                               ("Service", "fleetrl-replay", services),
                               ("Service", "fleetrl-learner", services)):
@@ -116,8 +197,9 @@ def semantic_problems(objects):
             problems.append(f"missing {kind}/{name}")
     if problems:
         return problems
-    if not stateful["fleetrl-replay"]["spec"].get("volumeClaimTemplates"):
-        problems.append("StatefulSet/fleetrl-replay has no volumeClaimTemplates")
+    for name in ("fleetrl-replay", "fleetrl-learner"):
+        if not stateful[name]["spec"].get("volumeClaimTemplates"):
+            problems.append(f"StatefulSet/{name} has no volumeClaimTemplates")
     if not any("run.toml" in cm.get("data", {}) for cm in config_maps.values()):
         problems.append("no ConfigMap carries run.toml")
     workloads = {**deployments, **stateful}
@@ -126,10 +208,24 @@ def semantic_problems(objects):
     check_addresses(workloads, services, problems)
     for name, svc in services.items():
         selector = svc["spec"].get("selector", {})
-        if not any(all(o["spec"]["template"]["metadata"]["labels"].get(k) == v
-                       for k, v in selector.items()) for o in workloads.values()):
+        if not any(selects(selector, o) for o in workloads.values()):
             problems.append(f"Service/{name}: selector {selector} matches no pod template")
-    check_gpu(deployments["fleetrl-learner"], problems)
+    # The actors' learner is rank 0, however many ranks there are.
+    learner = stateful["fleetrl-learner"]
+    rank0 = services["fleetrl-learner"]["spec"].get("selector", {})
+    if rank0.get("statefulset.kubernetes.io/pod-name") != "fleetrl-learner-0":
+        problems.append(
+            "Service/fleetrl-learner: must select rank 0 alone "
+            "(statefulset.kubernetes.io/pod-name: fleetrl-learner-0), the rank that serves actors")
+    check_ranks(learner, services, problems)
+    check_gpu(learner, problems)
+    # The policy server follows the learner the actors follow.
+    leader = {name: env_of(o["spec"]["template"]["spec"]["containers"][0]).get("FLEETRL_LEARNER_ADDR")
+              for name, o in deployments.items() if name in ("fleetrl-actor", "fleetrl-serve")}
+    if leader["fleetrl-serve"] != leader["fleetrl-actor"]:
+        problems.append(
+            f"fleetrl-serve: follows FLEETRL_LEARNER_ADDR={leader['fleetrl-serve']}, the actors "
+            f"{leader['fleetrl-actor']}")
     return problems
 
 

@@ -17,7 +17,8 @@ while [[ $# -gt 0 ]]; do
     *) dirs+=("$1"); shift ;;
   esac
 done
-[[ ${#dirs[@]} -gt 0 ]] || dirs=("$here/overlays/cpu" "$here/overlays/gpu" "$here/overlays/cpu-tls")
+[[ ${#dirs[@]} -gt 0 ]] || dirs=("$here/overlays/cpu" "$here/overlays/gpu" "$here/overlays/cpu-tls" \
+  "$here/overlays/cpu-ranks" "$here/overlays/gpu-ranks")
 
 if command -v kustomize >/dev/null; then
   render=(kustomize build)

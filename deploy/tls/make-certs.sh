@@ -5,7 +5,8 @@
 #   deploy/tls/make-certs.sh DIR [NAME...]
 #
 # NAME: the host names and IP addresses the servers are reached by (subject alternative
-# names; default: localhost 127.0.0.1 replay learner fleetrl-replay fleetrl-learner).
+# names; default: localhost 127.0.0.1 replay learner serve fleetrl-replay
+# fleetrl-learner fleetrl-serve).
 # Writes DIR/ca.pem, DIR/server.pem + DIR/server.key, DIR/client.pem + DIR/client.key.
 # Point the roles at them (README, "Security"):
 #   servers: FLEETRL_TLS_CERT=DIR/server.pem FLEETRL_TLS_KEY=DIR/server.key
@@ -16,7 +17,7 @@ set -euo pipefail
 dir="${1:?usage: make-certs.sh DIR [NAME...]}"
 shift
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(localhost 127.0.0.1 replay learner fleetrl-replay fleetrl-learner)
+[ ${#names[@]} -gt 0 ] || names=(localhost 127.0.0.1 replay learner serve fleetrl-replay fleetrl-learner fleetrl-serve)
 command -v openssl >/dev/null || { echo "error: openssl is not installed" >&2; exit 1; }
 mkdir -p "$dir"
 cd "$dir"

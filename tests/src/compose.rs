@@ -116,11 +116,11 @@ fn tls_certificates() -> PathBuf {
     .clone()
 }
 
-/// A compose project running `deploy/compose.yml`; `down -v` on drop.
+/// A compose project running `deploy/compose.yml` (and any override files); `down -v` on drop.
 pub struct Compose {
     program: Vec<String>,
     project: String,
-    file: PathBuf,
+    files: Vec<PathBuf>,
     env: HashMap<String, String>,
 }
 
@@ -152,9 +152,15 @@ impl Compose {
         Compose {
             program: compose_program().unwrap_or_else(|| vec!["docker-compose".into()]),
             project: project.to_string(),
-            file: repo_root().join("deploy/compose.yml"),
+            files: vec![repo_root().join("deploy/compose.yml")],
             env,
         }
+    }
+
+    /// The same project with `deploy/<file>` laid over `deploy/compose.yml` (`-f` twice).
+    pub fn with_override(mut self, file: &str) -> Compose {
+        self.files.push(repo_root().join("deploy").join(file));
+        self
     }
 
     /// Runs `compose <args>`, failing with its output if it fails.
@@ -166,10 +172,12 @@ impl Compose {
 
     fn output(&self, args: &[&str]) -> anyhow::Result<Output> {
         let (program, first) = self.program.split_first().expect("a compose program");
-        Command::new(program)
-            .args(first)
-            .args(["-p", &self.project, "-f"])
-            .arg(&self.file)
+        let mut command = Command::new(program);
+        command.args(first).args(["-p", &self.project]);
+        for file in &self.files {
+            command.arg("-f").arg(file);
+        }
+        command
             .args(args)
             .envs(&self.env)
             .output()
@@ -209,6 +217,26 @@ impl Drop for Compose {
     fn drop(&mut self) {
         let _ = self.output(&["down", "-v", "--timeout", "60"]);
     }
+}
+
+/// Kills a container's main process with SIGKILL from the host, as the kernel's OOM killer
+/// would: unlike `docker kill`, which tells Docker the container was stopped on purpose, this
+/// leaves its restart policy to act. Needs permission to signal the container's processes
+/// (root, as the Docker engine here runs).
+pub fn crash(container: &str) -> anyhow::Result<()> {
+    let pid: i32 = inspect(container, "{{.State.Pid}}")?
+        .parse()
+        .context("docker inspect's .State.Pid")?;
+    anyhow::ensure!(pid > 0, "container {container} is not running");
+    // SAFETY: kill(2) with a pid and a signal number has no memory-safety preconditions.
+    if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+        bail!(
+            "SIGKILL to container {container}'s process {pid}: {} (the crash scenario needs \
+             permission to signal the Docker engine's processes: run it as root)",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 /// `docker inspect` one field of a container (a Go template such as `{{.State.StartedAt}}`).

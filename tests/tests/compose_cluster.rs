@@ -1,8 +1,10 @@
 //! The docker-compose deployment end to end: builds the runtime image from the release
-//! binaries, starts `deploy/compose.yml` with 1 replay server, 1 learner and 2 actors, sees
-//! training progress, scales to 4 actors without restarting the learner, kills an actor,
-//! restarts the replay server (its checkpoint restored) and the learner (it resumes with its
-//! step counter), and ends with a checkpoint whose 20-episode evaluation solves CartPole.
+//! binaries, starts `deploy/compose.yml` with 1 replay server, 1 learner, 2 actors and the
+//! policy server, sees training progress and the policy server answering with the learner's
+//! weights, scales to 4 actors without restarting the learner, kills an actor, restarts the
+//! replay server (its checkpoint restored) and the learner (it resumes with its step counter;
+//! the policy server follows it again), and ends with a checkpoint whose 20-episode evaluation
+//! solves CartPole.
 //! Every gRPC connection, the test's own included, is TLS (certificates from
 //! `deploy/tls/make-certs.sh`) and carries the run's token.
 //! Skipped, with a message saying why, where no Docker engine or compose is installed; a
@@ -10,15 +12,22 @@
 //!
 //! Prints the deployment timings: image size and build time, `up` to the first learner
 //! update, env steps/s with 2 and with 4 actors.
+//!
+//! A second scenario runs two learner ranks (`deploy/compose.ranks.yml`, pendulum-sac): both
+//! train in step, weights reach the actors, and a SIGKILL of rank 1 makes rank 0 stop naming
+//! it; compose restarts both and they go on from rank 0's checkpoint. The two scenarios take
+//! turns (each loads this host's cores).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
+use fleetrl_proto::v1::policy_service_client::PolicyServiceClient;
 use fleetrl_proto::v1::replay_service_client::ReplayServiceClient;
-use fleetrl_proto::v1::{GetStatusRequest, InfoRequest, SaveCheckpointRequest};
-use fleetrl_tests::compose::{self, metric, poll, Compose};
+use fleetrl_proto::v1::{ActRequest, GetStatusRequest, InfoRequest, SaveCheckpointRequest};
+use fleetrl_proto::Tensor;
+use fleetrl_tests::compose::{self, metric, metric_at_least, poll, Compose};
 use fleetrl_tests::requires::{self, Need};
 
 const IMAGE: &str = "fleetrl:test";
@@ -32,15 +41,31 @@ const STEPS: &str = "fleetrl_learner_env_steps_reported_total";
 const TRAINED: &str = "fleetrl_learner_env_steps_trained_total";
 const CONNECTED: &str = "fleetrl_learner_actors_connected";
 
+/// One cluster at a time: the scenarios share this host's cores and the image.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Builds the image once for both scenarios: its size in bytes, or why it failed.
+async fn image() -> anyhow::Result<u64> {
+    static BUILT: std::sync::OnceLock<Result<u64, String>> = std::sync::OnceLock::new();
+    let built = tokio::task::spawn_blocking(|| {
+        BUILT
+            .get_or_init(|| compose::build_image(IMAGE).map_err(|e| format!("{e:#}")))
+            .clone()
+    })
+    .await?;
+    built.map_err(anyhow::Error::msg)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_cluster_trains_scales_and_survives_restarts() -> anyhow::Result<()> {
     if !requires::should_run("compose_cluster", Need::Tool, compose::docker_unavailable())? {
         return Ok(());
     }
+    let _one = ONE_CLUSTER.lock().await;
     let built = Instant::now();
-    let image_bytes = tokio::task::spawn_blocking(|| compose::build_image(IMAGE)).await??;
+    let image_bytes = image().await?;
     let build_s = built.elapsed().as_secs_f64();
-    let config_dir = write_config()?;
+    let config_dir = write_config("cartpole-ppo", PRESET, &[])?;
     let project = format!("fleetrltest{}", std::process::id());
     let cluster = Compose::new(&project, IMAGE, &config_dir, PRESET);
     let result = scenario(&cluster).await;
@@ -61,16 +86,26 @@ async fn compose_cluster_trains_scales_and_survives_restarts() -> anyhow::Result
     Ok(())
 }
 
-/// The preset with a step budget the scenario cannot exhaust, so training never stops early.
-fn write_config() -> anyhow::Result<std::path::PathBuf> {
+/// `configs/<preset>.toml` with `overrides` and a step budget the scenario cannot exhaust (so
+/// training never stops early), written as `<name>.toml` in a directory of its own.
+fn write_config(
+    preset: &str,
+    name: &str,
+    overrides: &[&str],
+) -> anyhow::Result<std::path::PathBuf> {
     let root = compose::repo_root();
+    let mut sets = vec!["stop.total_env_steps=10_000_000".to_string()];
+    sets.extend(overrides.iter().map(|o| o.to_string()));
     let config = fleetrl_core::config::RunConfig::load(
-        &root.join("configs/cartpole-ppo.toml").display().to_string(),
-        &["stop.total_env_steps=10_000_000".to_string()],
+        &root
+            .join(format!("configs/{preset}.toml"))
+            .display()
+            .to_string(),
+        &sets,
     )?;
     let dir = fleetrl_tests::scratch("fleetrl-compose");
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join(format!("{PRESET}.toml")), config.to_toml())?;
+    std::fs::write(dir.join(format!("{name}.toml")), config.to_toml())?;
     Ok(dir)
 }
 
@@ -122,6 +157,11 @@ async fn scenario(cluster: &Compose) -> anyhow::Result<Timings> {
     let actor_metrics = cluster.port("actor", 1, 9100)?;
     let acted = metric(actor_metrics, "fleetrl_actor_env_steps_total").await?;
     ensure!(acted > 0.0, "actor 1's metrics count no env steps");
+    let version = poll("the policy server to answer", 2 * MINUTE, || {
+        served(cluster)
+    })
+    .await?;
+    eprintln!("the policy server answered with policy version {version}");
 
     // Scale out: the new actors join the running learner.
     let learner = cluster
@@ -135,8 +175,9 @@ async fn scenario(cluster: &Compose) -> anyhow::Result<Timings> {
         "4 actors connected and reporting",
         3 * MINUTE,
         || async move {
+            // The policy server's weight subscription counts beside the actors'.
             let connected = metric(metrics, CONNECTED).await?;
-            Ok((connected == 4.0 && reporting_actors(grpc).await? == 4).then_some(()))
+            Ok((connected == 5.0 && reporting_actors(grpc).await? == 4).then_some(()))
         },
     )
     .await?;
@@ -168,6 +209,15 @@ async fn scenario(cluster: &Compose) -> anyhow::Result<Timings> {
     )
     .await?;
     eprintln!("solved: {solved}");
+    // The learner's restart began a new run for the policy server: compose restarted it, and
+    // it follows the learner again.
+    let version = poll(
+        "the policy server to follow the restarted learner",
+        2 * MINUTE,
+        || served(cluster),
+    )
+    .await?;
+    eprintln!("after the learner's restart the policy server answered with version {version}");
     Ok(Timings {
         first_update_s,
         steps_per_s_2,
@@ -303,6 +353,24 @@ async fn restart_learner(cluster: &Compose, metrics: SocketAddr) -> anyhow::Resu
     training_continues(metrics, "the learner restarted").await
 }
 
+/// The policy version the policy server acts with, asked through `Act` on two CartPole
+/// observations; `None` while it has no weights (UNAVAILABLE) or restarts.
+async fn served(cluster: &Compose) -> anyhow::Result<Option<i64>> {
+    let addr = cluster.port("serve", 1, 50055)?;
+    let channel = fleetrl_runtime::net::connect(&addr.to_string(), Duration::from_secs(5)).await?;
+    let request = ActRequest {
+        observations: Some(Tensor::from_slice(&[2, 4], &[0.0f32; 8])),
+        state: None,
+    };
+    let answer = PolicyServiceClient::new(channel)
+        .act(request)
+        .await?
+        .into_inner();
+    let actions = answer.actions.context("an answer without actions")?;
+    ensure!(actions.shape == [2], "actions of shape {:?}", actions.shape);
+    Ok((answer.policy_version >= 1).then_some(answer.policy_version))
+}
+
 /// Asks the learner for a checkpoint and evaluates it in the learner's container.
 async fn solved_checkpoint(cluster: &Compose) -> anyhow::Result<Option<String>> {
     let grpc = cluster.port("learner", 1, 50052)?;
@@ -337,4 +405,137 @@ async fn solved_checkpoint(cluster: &Compose) -> anyhow::Result<Option<String>> 
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
     Ok(None)
+}
+
+const RANKS_PRESET: &str = "compose-ranks-test";
+/// Updates one rank may be ahead of the other when both are read at once: every update is a
+/// collective, so they differ by one, plus what a scrape's latency lets through.
+const IN_STEP: f64 = 10.0;
+
+/// Two learner ranks over `deploy/compose.ranks.yml`: they join and train pendulum-sac in
+/// step; a SIGKILL of rank 1 stops rank 0 with an error naming it, compose restarts both, and
+/// they train on from rank 0's newest checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_learner_ranks_train_and_restart_together() -> anyhow::Result<()> {
+    if !requires::should_run("compose_cluster", Need::Tool, compose::docker_unavailable())? {
+        return Ok(());
+    }
+    let _one = ONE_CLUSTER.lock().await;
+    let started = Instant::now();
+    image().await?;
+    let build_s = started.elapsed().as_secs_f64();
+    let config_dir = write_config("pendulum-sac", RANKS_PRESET, &[])?;
+    let project = format!("fleetrlranks{}", std::process::id());
+    let cluster =
+        Compose::new(&project, IMAGE, &config_dir, RANKS_PRESET).with_override("compose.ranks.yml");
+    let result = ranks_scenario(&cluster).await;
+    if result.is_err() {
+        eprintln!("compose logs (tail):\n{}", cluster.all_logs_tail());
+    }
+    let timings = result?;
+    let down = Instant::now();
+    drop(cluster);
+    eprintln!(
+        "compose ranks timings: image {build_s:.1} s (built once for both scenarios); up -> \
+         both ranks past {JOINED_UPDATES} updates {:.1} s ({:.0} updates/s in step); SIGKILL \
+         of rank 1 -> both ranks training again {:.1} s; `down` {:.1} s; whole test {:.1} s",
+        timings.joined_s,
+        timings.updates_per_s,
+        timings.recovered_s,
+        down.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&config_dir);
+    Ok(())
+}
+
+/// Updates both ranks reach before the scenario calls them joined and training.
+const JOINED_UPDATES: f64 = 20.0;
+
+struct RankTimings {
+    joined_s: f64,
+    updates_per_s: f64,
+    recovered_s: f64,
+}
+
+async fn ranks_scenario(cluster: &Compose) -> anyhow::Result<RankTimings> {
+    let up = Instant::now();
+    cluster.run(&["up", "-d"])?;
+    both_ranks_train(cluster, JOINED_UPDATES).await?;
+    let joined_s = up.elapsed().as_secs_f64();
+    ensure!(
+        cluster.logs("learner-rank1")?.contains("joined"),
+        "rank 1 did not log joining rank 0"
+    );
+    // Rank 0 alone publishes: the actors act with its weights.
+    let actor = cluster.port("actor", 1, 9100)?;
+    metric_at_least(actor, "fleetrl_actor_policy_version", 1.0, MINUTE).await?;
+    let rank0 = cluster.port("learner", 1, 9100)?;
+    let (u0, t0) = (metric(rank0, UPDATES).await?, Instant::now());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = in_step(cluster).await?;
+    let updates_per_s = (before - u0) / t0.elapsed().as_secs_f64();
+
+    // Rank 1 dies as if the kernel killed it: rank 0's next collective fails naming it, rank 0
+    // exits non-zero, and compose's restart policy brings both back.
+    let leader = cluster.containers("learner")?.pop().context("no rank 0")?;
+    let follower = cluster
+        .containers("learner-rank1")?
+        .pop()
+        .context("no rank 1")?;
+    let crashed = Instant::now();
+    compose::crash(&follower)?;
+    for (container, rank) in [(&leader, 0), (&follower, 1)] {
+        let what = format!("compose to restart learner rank {rank}");
+        poll(&what, MINUTE, || async move {
+            let restarts: u32 = compose::inspect(container, "{{.RestartCount}}")?.parse()?;
+            Ok((restarts >= 1).then_some(()))
+        })
+        .await?;
+    }
+    let logs = cluster.logs("learner")?;
+    ensure!(
+        logs.contains("rank 1") && logs.contains("every rank stops"),
+        "rank 0 did not stop naming rank 1"
+    );
+    // Back from rank 0's checkpoint, then past where the crash stopped them.
+    both_ranks_train(cluster, before + 10.0).await?;
+    let recovered_s = crashed.elapsed().as_secs_f64();
+    ensure!(
+        cluster.logs("learner")?.contains("resumed"),
+        "rank 0 did not resume from its checkpoint"
+    );
+    in_step(cluster).await?;
+    Ok(RankTimings {
+        joined_s,
+        updates_per_s,
+        recovered_s,
+    })
+}
+
+/// Waits until both ranks have made `updates` updates (ports are asked again: a restarted
+/// container may publish on new ones).
+async fn both_ranks_train(cluster: &Compose, updates: f64) -> anyhow::Result<()> {
+    let what = format!("both learner ranks past {updates} updates");
+    poll(&what, 3 * MINUTE, || async move {
+        let rank0 = metric(cluster.port("learner", 1, 9100)?, UPDATES).await?;
+        let rank1 = metric(cluster.port("learner-rank1", 1, 9100)?, UPDATES).await?;
+        Ok((rank0 >= updates && rank1 >= updates).then_some(()))
+    })
+    .await
+}
+
+/// Both ranks' update counts read at once agree within [`IN_STEP`]; returns rank 0's.
+async fn in_step(cluster: &Compose) -> anyhow::Result<f64> {
+    let (rank0, rank1) = (
+        cluster.port("learner", 1, 9100)?,
+        cluster.port("learner-rank1", 1, 9100)?,
+    );
+    let (u0, u1) = tokio::join!(metric(rank0, UPDATES), metric(rank1, UPDATES));
+    let (u0, u1) = (u0?, u1?);
+    ensure!(
+        (u0 - u1).abs() <= IN_STEP,
+        "the ranks are not in step: rank 0 at {u0} updates, rank 1 at {u1}"
+    );
+    Ok(u0)
 }

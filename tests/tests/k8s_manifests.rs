@@ -40,8 +40,11 @@ fn overlays_render_and_validate() -> anyhow::Result<()> {
     let log = text(&out);
     assert!(out.status.success(), "validation failed:\n{log}");
     for expected in [
-        "cpu.yaml: 7 objects valid",
-        "gpu.yaml: 7 objects valid",
+        "cpu.yaml: 9 objects valid",
+        "gpu.yaml: 9 objects valid",
+        "cpu-tls.yaml: 9 objects valid",
+        "cpu-ranks.yaml: 9 objects valid",
+        "gpu-ranks.yaml: 9 objects valid",
         "HorizontalPodAutoscaler",
     ] {
         assert!(log.contains(expected), "no `{expected}` in:\n{log}");
@@ -93,24 +96,85 @@ fn broken_overlays_are_rejected() -> anyhow::Result<()> {
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: fleetrl-actor\nspec:\n  template:\n    spec:\n      containers:\n        - name: actor\n          readinessProbe:\n            grpc: null\n            tcpSocket:\n              port: 50053",
         "readinessProbe is neither a gRPC health probe nor `fleetrl health`",
     )?;
+    // The policy server follows the replay server instead of the actors' learner.
+    assert_rejected(
+        "serve-follows-replay",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: fleetrl-serve\nspec:\n  template:\n    spec:\n      containers:\n        - name: serve\n          env:\n            - name: FLEETRL_LEARNER_ADDR\n              value: fleetrl-replay:50051",
+        "fleetrl-serve: follows FLEETRL_LEARNER_ADDR=fleetrl-replay:50051",
+    )?;
     // The learner asks for CUDA without requesting a GPU.
     assert_rejected(
         "cuda-no-gpu",
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: fleetrl-learner\nspec:\n  template:\n    spec:\n      containers:\n        - name: learner\n          args: [\"--set\", \"learner.device=cuda\"]",
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: fleetrl-learner\nspec:\n  template:\n    spec:\n      containers:\n        - name: learner\n          args: [\"--set\", \"learner.device=cuda\"]",
         "nvidia.com/gpu limit is False",
     )
 }
 
-/// The ConfigMap's run.toml is the cartpole-ppo preset, field for field.
+/// The learner's ranks: each broken overlay is valid Kubernetes, but its ranks never form a
+/// group (or the actors reach a rank that does not serve them).
+#[test]
+fn broken_learner_ranks_are_rejected() -> anyhow::Result<()> {
+    let learner =
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: fleetrl-learner\nspec:";
+    // Three pods, each told the group has one rank.
+    assert_rejected(
+        "ranks-replicas",
+        &format!("{learner}\n  replicas: 3"),
+        "learner.world_size=1 but replicas: 3",
+    )?;
+    // Two ranks started in order: pod 0 waits for pod 1, which waits for pod 0 to be ready.
+    assert_rejected(
+        "ranks-ordered",
+        &format!(
+            "{learner}\n  replicas: 2\n  podManagementPolicy: OrderedReady\n  template:\n    spec:\n      containers:\n        - name: learner\n          env:\n            - name: FLEETRL_WORLD_SIZE\n              value: \"2\""
+        ),
+        "podManagementPolicy must be Parallel",
+    )?;
+    // Every pod rank 0.
+    assert_rejected(
+        "ranks-same-rank",
+        &format!(
+            "{learner}\n  replicas: 2\n  template:\n    spec:\n      containers:\n        - name: learner\n          env:\n            - name: FLEETRL_WORLD_SIZE\n              value: \"2\"\n            - name: FLEETRL_POD_NAME\n              value: fleetrl-learner-0\n              valueFrom: null"
+        ),
+        "learner.rank=fleetrl-learner-0 is the same in every pod",
+    )?;
+    // The ranks meet at pod 1, which is no rendezvous store.
+    assert_rejected(
+        "ranks-rendezvous-pod-1",
+        &format!(
+            "{learner}\n  template:\n    spec:\n      containers:\n        - name: learner\n          args: [\"--set\", \"learner.rendezvous=fleetrl-learner-1.fleetrl-learner-ranks:29500\"]"
+        ),
+        "is not pod 0's name 'fleetrl-learner-0.fleetrl-learner-ranks'",
+    )?;
+    // Rank 0's name is published only once it is ready, which it is not before rank 1 joins.
+    assert_rejected(
+        "ranks-not-ready-dns",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: fleetrl-learner-ranks\nspec:\n  publishNotReadyAddresses: false",
+        "publishNotReadyAddresses: true",
+    )?;
+    // The actors' Service spreads them over every rank.
+    assert_rejected(
+        "ranks-actors-every-rank",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: fleetrl-learner\nspec:\n  selector:\n    statefulset.kubernetes.io/pod-name: null",
+        "must select rank 0 alone",
+    )
+}
+
+/// The ConfigMaps' run.toml files are the presets they name, field for field: the base's
+/// cartpole-ppo, the learner ranks' pendulum-sac.
 #[test]
 fn run_config_is_the_preset() -> anyhow::Result<()> {
     let root = repo_root();
     let load =
         |p: &str| fleetrl_core::config::RunConfig::load(&root.join(p).display().to_string(), &[]);
-    assert_eq!(
-        load("deploy/k8s/base/run.toml")?,
-        load("configs/cartpole-ppo.toml")?,
-        "deploy/k8s/base/run.toml drifted from configs/cartpole-ppo.toml"
-    );
+    for (file, preset) in [
+        ("deploy/k8s/base/run.toml", "configs/cartpole-ppo.toml"),
+        (
+            "deploy/k8s/components/learner-ranks/run.toml",
+            "configs/pendulum-sac.toml",
+        ),
+    ] {
+        assert_eq!(load(file)?, load(preset)?, "{file} drifted from {preset}");
+    }
     Ok(())
 }

@@ -113,6 +113,49 @@ pub fn check_available(devices: &[Device]) -> Result<(), UnavailableDevice> {
     }
 }
 
+/// `learner.rank`: a number, or the name of a StatefulSet's pod (`fleetrl-learner-1`), whose
+/// ordinal after the last `-` is the rank, so a Kubernetes manifest passes the pod's own name
+/// (downward API) and every replica of one pod template gets its rank.
+pub(super) fn rank_or_pod_name<'de, D>(deserializer: D) -> Result<u32, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Rank;
+    impl serde::de::Visitor<'_> for Rank {
+        type Value = u32;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(RANK_EXPECTED)
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u32, E> {
+            u32::try_from(n).map_err(|_| E::custom(format!("{RANK_EXPECTED}, got {n}")))
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u32, E> {
+            u32::try_from(n).map_err(|_| E::custom(format!("{RANK_EXPECTED}, got {n}")))
+        }
+
+        fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<u32, E> {
+            rank_from_pod_name(name)
+                .ok_or_else(|| E::custom(format!("{RANK_EXPECTED}, got `{name}`")))
+        }
+    }
+    deserializer.deserialize_any(Rank)
+}
+
+const RANK_EXPECTED: &str = "must be a rank (0, 1, ...) or a StatefulSet pod name ending in \
+                             its ordinal (`fleetrl-learner-1`: rank 1)";
+
+/// The ordinal a StatefulSet gives its pod `name` (`<statefulset>-<ordinal>`).
+fn rank_from_pod_name(name: &str) -> Option<u32> {
+    let (set, ordinal) = name.rsplit_once('-')?;
+    if set.is_empty() || !ordinal.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    ordinal.parse().ok()
+}
+
 fn invalid(key: &'static str, message: String) -> ConfigError {
     ConfigError::Invalid { key, message }
 }
@@ -307,5 +350,36 @@ mod tests {
         let addr = message(&["learner.world_size=2", "learner.rendezvous=leader"]);
         assert!(addr.contains("learner.rendezvous"), "{addr}");
         assert!(message(&["learner.rank=1"]).contains("learner.rank"));
+    }
+
+    #[test]
+    fn rank_is_a_number_or_a_statefulset_pod_name() {
+        let rank = |value: &str| {
+            let text = format!("[learner]\nworld_size = 3\nrank = {value}\n");
+            RunConfig::from_toml(&text, "test").map(|c| c.learner)
+        };
+        assert_eq!(rank("2").unwrap().rank, 2);
+        assert_eq!(rank("\"fleetrl-learner-0\"").unwrap().rank, 0);
+        assert_eq!(rank("\"fleetrl-learner-2\"").unwrap().rank, 2);
+        let beyond = rank("\"fleetrl-learner-3\"").unwrap_err().to_string();
+        assert!(beyond.contains("below learner.world_size (3)"), "{beyond}");
+        for bad in [
+            "\"learner\"",
+            "\"learner-\"",
+            "\"learner-+1\"",
+            "\"-1\"",
+            "-1",
+            "\"\"",
+        ] {
+            let error = rank(bad).unwrap_err().to_string();
+            assert!(
+                error.contains("learner.rank: must be a rank (0, 1, ...) or a StatefulSet pod"),
+                "{bad}: {error}"
+            );
+        }
+        // Written back as the number, which the ranks compare.
+        let learner = rank("\"fleetrl-learner-1\"").unwrap();
+        let written = toml::to_string(&learner).unwrap();
+        assert!(written.contains("\nrank = 1\n"), "{written}");
     }
 }

@@ -95,7 +95,9 @@ pub struct LearnerConfig {
     /// Data-parallel devices, e.g. ["cuda:0", "cuda:1"] or ["cpu", "cpu"], or "auto" (all
     /// GPUs, else cpu); the first holds the optimiser. Empty: `device` alone. PPO only.
     pub devices: DeviceList,
-    /// This learner's index among `world_size` learner processes (rlpyt's `rank`).
+    /// This learner's index among `world_size` learner processes (rlpyt's `rank`), or a
+    /// StatefulSet pod's name (`fleetrl-learner-1`), whose ordinal is the rank.
+    #[serde(deserialize_with = "super::devices::rank_or_pod_name")]
     pub rank: u32,
     /// Learner processes training one policy together (rlpyt's `world_size`): each samples
     /// its own batches, their gradients are summed through libtorch's c10d before one
