@@ -31,6 +31,7 @@ mod k8s_manifests;
 mod learner_restart;
 mod meta_learns;
 mod metrics;
+mod minari;
 mod multi_device;
 mod offpolicy_learns;
 mod onpolicy_learns;

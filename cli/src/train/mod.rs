@@ -55,6 +55,7 @@ pub(crate) async fn train(
     let _lock = lock_run_dir(out)?;
     run_token(out)?;
     let mut config = config;
+    crate::minari::resolve(&mut config, out)?;
     let demos_root = demos_root(&mut config.ppod)?;
     let config_path = out.join("config.toml");
     std::fs::write(&config_path, config.to_toml())

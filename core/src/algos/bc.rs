@@ -119,6 +119,11 @@ impl BcConfig {
             "algo.demos",
             "set exactly one of algo.demos (a directory of demo files) and algo.expert_checkpoint",
         )?;
+        check(
+            self.replay.initial_demo_dir().is_none(),
+            "algo.replay.initial_demos",
+            "BC learns from algo.demos; set the demos there",
+        )?;
         self.replay.validate()
     }
 }
