@@ -198,9 +198,14 @@ mod tests {
             low: vec![0.0; 2],
             high: vec![1.0; 2],
         };
-        let error = check_spaces(&converted, "MountainCar-v0", &obs, &Space::Discrete { n: 3 })
-            .unwrap_err()
-            .to_string();
+        let error = check_spaces(
+            &converted,
+            "MountainCar-v0",
+            &obs,
+            &Space::Discrete { n: 3 },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             error.contains("cartpole/expert-v0")
                 && error.contains("box [4]")
@@ -219,7 +224,10 @@ mod tests {
 
     #[test]
     fn dataset_names_become_one_directory() {
-        assert_eq!(dataset_name("minari:cartpole/expert-v0"), Some("cartpole/expert-v0"));
+        assert_eq!(
+            dataset_name("minari:cartpole/expert-v0"),
+            Some("cartpole/expert-v0")
+        );
         assert_eq!(dataset_name("demos/x"), None);
         assert_eq!(dir_name("cartpole/expert-v0"), "cartpole_expert-v0");
         assert_eq!(dir_name("/data/ds/cartpole/"), "data_ds_cartpole");

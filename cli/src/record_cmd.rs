@@ -42,8 +42,8 @@ pub(crate) fn run(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Res
     };
     let scratch = crate::minari::scratch_dir();
     let recorded = record(player, &scratch, args);
-    let written = recorded
-        .and_then(|env_id| crate::minari::from_demos(&scratch, dataset_id, &env_id));
+    let written =
+        recorded.and_then(|env_id| crate::minari::from_demos(&scratch, dataset_id, &env_id));
     let _ = std::fs::remove_dir_all(&scratch);
     println!("Minari dataset: {}", written?.trim());
     Ok(())

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
+use fleetrl_core::algos::registry;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
-use fleetrl_core::algos::registry;
 use fleetrl_core::items::transition::{NStep, StepIn};
 use fleetrl_core::replay_client::{Writer, WriterOptions};
 use fleetrl_proto::TensorMap;

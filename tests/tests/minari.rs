@@ -96,7 +96,11 @@ fn fleetrl_ok(datasets: &Path, args: &[&str]) -> String {
         "fleetrl {args:?} failed: {}",
         String::from_utf8_lossy(&run.stderr)
     );
-    eprintln!("fleetrl {}: {:.1} s", args[0], started.elapsed().as_secs_f64());
+    eprintln!(
+        "fleetrl {}: {:.1} s",
+        args[0],
+        started.elapsed().as_secs_f64()
+    );
     String::from_utf8_lossy(&run.stdout).into_owned()
 }
 
@@ -123,7 +127,11 @@ fn assert_same_episodes(demos: &[Demo], dataset: &serde_json::Value) {
     let steps: usize = demos.iter().map(Demo::len).sum();
     assert_eq!(steps as u64, dataset["total_steps"].as_u64().unwrap());
     for (i, (d, e)) in demos.iter().zip(episodes).enumerate() {
-        assert_eq!(d.observations, floats(&e["observations"]), "episode {i}: obs");
+        assert_eq!(
+            d.observations,
+            floats(&e["observations"]),
+            "episode {i}: obs"
+        );
         assert_eq!(d.rewards, floats(&e["rewards"]), "episode {i}: rewards");
         let actions: Vec<i64> = e["actions"]
             .as_array()
@@ -136,8 +144,20 @@ fn assert_same_episodes(demos: &[Demo], dataset: &serde_json::Value) {
             DemoActions::Discrete { n: 2, actions },
             "episode {i}: actions"
         );
-        let last = |key: &str| e[key].as_array().unwrap().last().unwrap().as_bool().unwrap();
-        assert_eq!(d.terminated, last("terminations"), "episode {i}: terminated");
+        let last = |key: &str| {
+            e[key]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()
+                .as_bool()
+                .unwrap()
+        };
+        assert_eq!(
+            d.terminated,
+            last("terminations"),
+            "episode {i}: terminated"
+        );
         assert_eq!(!d.terminated, last("truncations"), "episode {i}: truncated");
     }
 }
@@ -162,8 +182,7 @@ fn converted_dir(out: &Path) -> PathBuf {
 }
 
 #[test]
-fn a_minari_dataset_is_bc_data_ppod_demos_and_an_off_policy_tables_start() -> anyhow::Result<()>
-{
+fn a_minari_dataset_is_bc_data_ppod_demos_and_an_off_policy_tables_start() -> anyhow::Result<()> {
     let dir = fleetrl_tests::scratch("fleetrl-minari-in");
     let datasets = dir.join("datasets");
     python(&datasets, BUILD, &[DATASET]);
@@ -242,7 +261,10 @@ fn a_minari_dataset_is_bc_data_ppod_demos_and_an_off_policy_tables_start() -> an
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dqn.join("summary.json"))?)?;
     assert_eq!(summary["solved"], true, "DQN did not solve: {summary:#}");
-    assert!(summary["total_env_steps"].as_u64().unwrap() <= 3_500, "{summary:#}");
+    assert!(
+        summary["total_env_steps"].as_u64().unwrap() <= 3_500,
+        "{summary:#}"
+    );
     let learner_log = plain_log(&dqn.join("logs/learner.log"))?;
     let steps = dataset["total_steps"].as_u64().unwrap();
     assert!(
