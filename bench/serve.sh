@@ -2,15 +2,17 @@
 # The policy server under load: requests/s and p50/p99 latency for 1, 16 and 64 concurrent
 # callers (each on its own connection, one observation a request, back to back), and the mean
 # batch the server ran them in; beside it, in the same run, the same checkpoint's policy acting
-# in-process with tch (one observation a call, no network). The policy is a CartPole PPO
-# checkpoint trained here first (a few seconds). Prints a Markdown table.
+# in-process with tch (one observation a call, no network), and the same policy exported with
+# `fleetrl export --format onnx` run in-process by onnxruntime for 1, 16 and 64 concurrent
+# callers (bench/serve_onnx.py). The policy is a CartPole PPO checkpoint trained here first (a
+# few seconds). Prints a Markdown table.
 #   bash bench/serve.sh
 #   CLIENTS=1,16 SECONDS_PER_CASE=3 WINDOW_MS=1 bash bench/serve.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 [ -x .venv/bin/python ] || bash scripts/setup.sh >&2
-cargo build --release -p fleetrl -p fleet-serve --bins --example serve_bench >&2
+cargo build --release --workspace --bins --example serve_bench >&2
 out=$(mktemp -d)
 target/release/fleetrl train --config cartpole-ppo --set "stop.total_env_steps=${TRAIN_STEPS:-8000}" \
   --set stop.target_return=1e9 --out "$out/run" >"$out/train.json"
@@ -26,6 +28,9 @@ addr=$(sed -n 's/^listening on //p' "$out/serve.out" | head -1)
 target/release/examples/serve_bench --addr "$addr" --checkpoint "$ckpt" \
   --metrics "127.0.0.1:$metrics_port" --clients "${CLIENTS:-1,16,64}" \
   --seconds "${SECONDS_PER_CASE:-5}" | tee "$out/serve.jsonl" >&2
+target/release/fleetrl export --checkpoint "$ckpt" --format onnx --out "$out/policy.onnx" >&2
+.venv/bin/python bench/serve_onnx.py "$out/policy.onnx" --clients "${CLIENTS:-1,16,64}" \
+  --seconds "${SECONDS_PER_CASE:-5}" | tee -a "$out/serve.jsonl" >&2
 .venv/bin/python - "$out/serve.jsonl" "$(nproc)" "${WINDOW_MS:-0}" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]

@@ -13,6 +13,9 @@ ENVPOOL_VERSION="1.2.5"
 SB3_VERSION="2.9.2"
 ONNX_VERSION="1.23.2"
 ONNXRUNTIME_VERSION="1.31.1"
+MINARI_VERSION="0.5.4"
+JAX_VERSION="0.10.2"
+H5PY_VERSION="3.16.0"
 venv="$root/.venv"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -88,6 +91,17 @@ if ! "$venv/bin/python" -c 'import importlib.metadata as m; assert m.version("on
     "onnx==$ONNX_VERSION" "onnxruntime==$ONNXRUNTIME_VERSION"
 else
   log "onnx $ONNX_VERSION and onnxruntime $ONNXRUNTIME_VERSION already installed"
+fi
+# Minari datasets (`minari:` demo keys, `fleetrl record --out minari:ID`): minari with its
+# HDF5 storage (h5py) and, for its `DataCollector` (`minari[create]`), jax and jaxlib. Wheels;
+# beside torch 2.11.0 and numpy 2.4 they installed cleanly in 26 s (they add scipy, pydantic,
+# typer and rich; numpy and torch are untouched).
+if ! "$venv/bin/python" -c 'import importlib.metadata as m; assert m.version("minari") == "'"$MINARI_VERSION"'"; assert m.version("jax") == "'"$JAX_VERSION"'"; assert m.version("h5py") == "'"$H5PY_VERSION"'"' >/dev/null 2>&1; then
+  log "installing minari[create,hdf5]==$MINARI_VERSION (jax $JAX_VERSION, h5py $H5PY_VERSION) into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
+    "minari[create,hdf5]==$MINARI_VERSION" "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION" "h5py==$H5PY_VERSION"
+else
+  log "minari $MINARI_VERSION already installed"
 fi
 # Meta-World (`MetaWorld/` ids): metaworld 3.1.1 pins mujoco 3.3.0 and fails on the mujoco 4.0
 # that gymnasium's MuJoCo envs use above, so it goes with its own mujoco (and scipy, which it

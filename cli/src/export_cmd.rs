@@ -87,7 +87,7 @@ fn scratch_path(out: &Path) -> PathBuf {
 
 /// The Python that has PyTorch: `FLEETRL_PYTHON`, else the project's `.venv` beside this
 /// binary (`target/release/fleetrl` -> `.venv/bin/python`), else `python3`.
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     if let Some(python) = std::env::var_os("FLEETRL_PYTHON") {
         return python.into();
     }

@@ -5,6 +5,7 @@ mod eval_cmd;
 mod export_cmd;
 mod health_cmd;
 mod keyboard;
+mod minari;
 mod plot_cmd;
 mod progress;
 mod record_cmd;
@@ -115,7 +116,8 @@ enum Command {
         /// step with an action index (Enter repeats the last one, q stops the episode).
         #[arg(long)]
         keyboard: Option<String>,
-        /// Directory the demo files go to (created if missing).
+        /// Directory the demo files go to (created if missing), or `minari:ID` for a Minari
+        /// dataset of that id under MINARI_DATASETS_PATH (default ~/.minari/datasets).
         #[arg(long)]
         out: PathBuf,
         /// Episodes to play.

@@ -34,8 +34,23 @@ pub(crate) enum Player {
 }
 
 /// Records `args.episodes` episodes played by `player` into `out`
-/// (`episode-SSSSSSSS.demo.safetensors`, S the env seed); prints one line per episode.
+/// (`episode-SSSSSSSS.demo.safetensors`, S the env seed), or with `out` = `minari:ID` into the
+/// Minari dataset ID; prints one line per episode.
 pub(crate) fn run(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Result<()> {
+    let Some(dataset_id) = out.to_str().and_then(crate::minari::dataset_name) else {
+        return record(player, out, args).map(|_| ());
+    };
+    let scratch = crate::minari::scratch_dir();
+    let recorded = record(player, &scratch, args);
+    let written =
+        recorded.and_then(|env_id| crate::minari::from_demos(&scratch, dataset_id, &env_id));
+    let _ = std::fs::remove_dir_all(&scratch);
+    println!("Minari dataset: {}", written?.trim());
+    Ok(())
+}
+
+/// Records into the demo directory `out`; the env id played.
+fn record(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Result<String> {
     let loaded = match player {
         Player::Checkpoint(checkpoint) => Some(load_policy(checkpoint)?),
         Player::Scripted(_) | Player::Keyboard(_) => None,
@@ -86,5 +101,5 @@ pub(crate) fn run(player: &Player, out: &Path, args: &RecordArgs) -> anyhow::Res
     if kept == 0 {
         anyhow::bail!("no episode reached --min-return; nothing was written");
     }
-    Ok(())
+    Ok(env_id)
 }

@@ -38,13 +38,17 @@ pub(crate) struct InsertCount {
     /// The first reading of a shard is a baseline (not counted) when the learner resumed: the
     /// checkpoint's step count already holds what was inserted before.
     resumed: bool,
+    /// Items still to leave uncounted: those the learner inserted itself (an off-policy
+    /// table's initial demos), which no actor stepped.
+    uncounted: u64,
 }
 
 impl InsertCount {
-    pub(crate) fn new(shards: usize, resumed: bool) -> InsertCount {
+    pub(crate) fn new(shards: usize, resumed: bool, uncounted: u64) -> InsertCount {
         InsertCount {
             last: vec![None; shards],
             resumed,
+            uncounted,
         }
     }
 
@@ -58,20 +62,23 @@ impl InsertCount {
             Some(_) => 0,
         };
         self.last[shard] = Some(inserted);
-        new
+        let skipped = new.min(self.uncounted);
+        self.uncounted -= skipped;
+        new - skipped
     }
 }
 
 /// Reads every shard's insert count for `table` each [`PERIOD`] and adds the new items'
-/// env steps to `stats`; shards that do not answer are read again next time.
+/// env steps to `stats`, leaving out the first `uncounted` items (the learner's own inserts);
+/// shards that do not answer are read again next time.
 pub(crate) async fn run(
     shards: Vec<String>,
     table: String,
     steps_per_item: u64,
-    resumed: bool,
+    (resumed, uncounted): (bool, u64),
     stats: Arc<Mutex<Stats>>,
 ) {
-    let mut count = InsertCount::new(shards.len(), resumed);
+    let mut count = InsertCount::new(shards.len(), resumed, uncounted);
     let mut clients = vec![None; shards.len()];
     loop {
         tokio::time::sleep(PERIOD).await;
@@ -113,15 +120,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_learners_own_inserts_are_not_env_steps() {
+        let mut count = InsertCount::new(2, false, 150);
+        assert_eq!(count.observe(0, 100), 0);
+        assert_eq!(count.observe(1, 80), 30);
+        assert_eq!(count.observe(0, 110), 10);
+    }
+
+    #[test]
     fn counts_new_items_across_restarts() {
-        let mut fresh = InsertCount::new(2, false);
+        let mut fresh = InsertCount::new(2, false, 0);
         assert_eq!(fresh.observe(0, 100), 100);
         assert_eq!(fresh.observe(1, 5), 5);
         assert_eq!(fresh.observe(0, 130), 30);
         // Shard 0 restarted and restored 80 items: nothing is counted twice.
         assert_eq!(fresh.observe(0, 80), 0);
         assert_eq!(fresh.observe(0, 90), 10);
-        let mut resumed = InsertCount::new(1, true);
+        let mut resumed = InsertCount::new(1, true, 0);
         assert_eq!(resumed.observe(0, 5_000), 0);
         assert_eq!(resumed.observe(0, 5_010), 10);
     }

@@ -65,7 +65,7 @@ pub(crate) async fn start(
             shards.clone(),
             table.name.clone(),
             collected::steps_per_item(config),
-            resumed,
+            (resumed, table.uncounted_items),
             stats.clone(),
         )));
     }

@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use fleetrl_core::algos::{registry, Algorithm};
 use fleetrl_core::checkpoint;
 use fleetrl_core::collective::Group;
-use fleetrl_core::config::{check_available, RunConfig};
+use fleetrl_core::config::{check_available, AlgoConfig, RunConfig};
 use fleetrl_core::envs;
 use fleetrl_core::items::tables;
 use fleetrl_core::replay_client;
@@ -185,6 +185,9 @@ pub(crate) struct Table {
     pub(crate) prefetch: usize,
     /// Its definition, declared again on a shard that lost it (a restart without checkpoint).
     pub(crate) spec: TableSpec,
+    /// Items the learner inserted itself that are no env steps (an off-policy table's
+    /// `algo.replay.initial_demos`; BC's demos are its only steps, and count).
+    pub(crate) uncounted_items: u64,
 }
 
 /// Declares the run's table on every shard (`EnsureTable`) and fills it with BC's demos when
@@ -203,6 +206,7 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
             batch_size: 1,
             prefetch: 0,
             spec: table,
+            uncounted_items: 0,
         });
     };
     if let Some(pearl) = config.algo.as_pearl() {
@@ -216,6 +220,7 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
             batch_size: replay.batch_size,
             prefetch: 2,
             spec: table,
+            uncounted_items: 0,
         });
     }
     let mut table = tables::transitions(config, &replay)?;
@@ -224,9 +229,26 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
         .map(|dir| demos::items(config, dir))
         .transpose()?;
     if let Some(items) = &demo_items {
-        // Demos are all inserted up front; BC then samples them as often as it likes.
-        table.rate_limiter = RateLimiterSpec::MinSize {
-            min_size: replay.min_size.min(items.len() as u64).max(1),
+        table.rate_limiter = match (&config.algo, table.rate_limiter) {
+            // Demos are all inserted up front; BC then samples them as often as it likes.
+            (AlgoConfig::Bc(_), _) => RateLimiterSpec::MinSize {
+                min_size: replay.min_size.min(items.len() as u64).max(1),
+            },
+            // The demos fill the table first (inserts below the minimum size never wait);
+            // then the learner samples at its ratio to the actors' inserts, from the start.
+            (
+                _,
+                RateLimiterSpec::SamplesPerInsert {
+                    samples_per_insert,
+                    min_size_to_sample,
+                    error_buffer,
+                },
+            ) => RateLimiterSpec::SamplesPerInsert {
+                samples_per_insert,
+                min_size_to_sample: min_size_to_sample.max(items.len() as u64),
+                error_buffer,
+            },
+            (_, other) => other,
         };
         table.max_size = table.max_size.max(items.len() as u64);
     }
@@ -234,7 +256,11 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
     replay_client::ensure_table(shards, &table, patience)
         .await
         .context("creating the transition table on the replay server")?;
+    let mut uncounted_items = 0;
     if let Some(items) = demo_items {
+        if !matches!(config.algo, AlgoConfig::Bc(_)) {
+            uncounted_items = items.len() as u64;
+        }
         demos::insert(shards, &table.name, items).await?;
     }
     Ok(Table {
@@ -242,6 +268,7 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
         batch_size: replay.batch_size,
         prefetch: 2,
         spec: table,
+        uncounted_items,
     })
 }
 

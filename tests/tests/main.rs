@@ -32,6 +32,7 @@ mod learner_ranks;
 mod learner_restart;
 mod meta_learns;
 mod metrics;
+mod minari;
 mod multi_device;
 mod offpolicy_learns;
 mod onpolicy_learns;

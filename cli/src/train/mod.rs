@@ -55,6 +55,7 @@ pub(crate) async fn train(
     let _lock = lock_run_dir(out)?;
     run_token(out)?;
     let mut config = config;
+    crate::minari::resolve(&mut config, out)?;
     let demos_root = demos_root(&mut config.ppod)?;
     if config.learner.world_size > 1 {
         // Every rank on this machine: rank 0's store on a free loopback port.

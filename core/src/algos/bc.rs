@@ -57,7 +57,8 @@ pub struct BcConfig {
     /// `deterministic` or `gaussian` (continuous actions; discrete actions are always a
     /// categorical over the network's logits).
     pub policy: BcPolicy,
-    /// Directory of demo files (`fleetrl record`) to learn from (empty: none).
+    /// Directory of demo files (`fleetrl record`), or a Minari dataset `minari:<id or path>`
+    /// that `fleetrl train` converts, to learn from (empty: none).
     pub demos: Option<String>,
     /// An expert checkpoint the actors play (its actions are the labels) instead of demos
     /// (empty: none).
@@ -118,6 +119,11 @@ impl BcConfig {
             self.demo_dir().is_some() != self.expert().is_some(),
             "algo.demos",
             "set exactly one of algo.demos (a directory of demo files) and algo.expert_checkpoint",
+        )?;
+        check(
+            self.replay.initial_demo_dir().is_none(),
+            "algo.replay.initial_demos",
+            "BC learns from algo.demos; set the demos there",
         )?;
         self.replay.validate()
     }

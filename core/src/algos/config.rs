@@ -247,6 +247,21 @@ impl AlgoConfig {
         )
     }
 
+    /// The keys naming demos the learner inserts into its table, for `fleetrl train` to
+    /// resolve (`minari:` datasets): BC's `algo.demos`, an off-policy table's
+    /// `algo.replay.initial_demos`.
+    pub fn demo_sources_mut(&mut self) -> Vec<(&'static str, &mut Option<String>)> {
+        match self {
+            AlgoConfig::Bc(c) => vec![("algo.demos", &mut c.demos)],
+            AlgoConfig::Dqn(c) => vec![("algo.replay.initial_demos", &mut c.replay.initial_demos)],
+            AlgoConfig::Sac(c) => vec![("algo.replay.initial_demos", &mut c.replay.initial_demos)],
+            AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => {
+                vec![("algo.replay.initial_demos", &mut c.replay.initial_demos)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The PPO config, if PPO is the algorithm.
     pub fn as_ppo(&self) -> Option<&PpoConfig> {
         match self {

@@ -60,6 +60,10 @@ pub struct ReplayOptions {
     /// Recurrent DQN: a sequence's priority is `eta * max |td| + (1 - eta) * mean |td|` over
     /// its trained steps (R2D2: 0.9).
     pub priority_eta: f64,
+    /// Transitions the table starts with: a directory of demo files (`fleetrl record`) or
+    /// `minari:<dataset id or path>`, inserted by the learner before it samples (DQN, SAC,
+    /// TD3, DDPG; BC reads `algo.demos`).
+    pub initial_demos: Option<String>,
 }
 
 impl Default for ReplayOptions {
@@ -79,11 +83,17 @@ impl Default for ReplayOptions {
             sequence_overlap: 20,
             burn_in: 10,
             priority_eta: 0.9,
+            initial_demos: None,
         }
     }
 }
 
 impl ReplayOptions {
+    /// The initial demos, if set (an empty string is none).
+    pub fn initial_demo_dir(&self) -> Option<&str> {
+        self.initial_demos.as_deref().filter(|d| !d.is_empty())
+    }
+
     /// The rate limiter's slack in sampled transitions.
     pub fn effective_error_buffer(&self) -> f64 {
         if self.error_buffer > 0.0 {

@@ -63,7 +63,8 @@ pub struct Spec<'a> {
     /// The off-policy model's policy kind and critic count; `None`: an actor-critic, or
     /// (BC) whatever the action space calls for.
     pub shape: Option<(PolicyKind, u32)>,
-    /// A directory of demos the learner inserts into the table before sampling (BC).
+    /// A directory of demos the learner inserts into the table before sampling (BC's
+    /// `algo.demos`; DQN's, SAC's, TD3's and DDPG's `algo.replay.initial_demos`).
     pub demo_dir: Option<&'a str>,
     /// How it trains an LSTM model; `None`: feed-forward models only.
     pub recurrence: Option<Recurrence>,
@@ -173,6 +174,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         },
         AlgoConfig::Dqn(c) => Spec {
             recurrence: Some(Recurrence::Sequences),
+            demo_dir: c.replay.initial_demo_dir(),
             ..off_policy(
                 &c.replay,
                 c.publish_interval,
@@ -184,18 +186,24 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
             )
         },
         // A categorical policy where the actions are discrete (see `build_model`).
-        AlgoConfig::Sac(c) => off_policy(
-            &c.replay,
-            c.publish_interval,
-            Some((PolicyKind::SquashedGaussian, c.num_critics)),
-            StepActing::new(&c.explore, c.replay.n_step, c.discount),
-        ),
-        AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => off_policy(
-            &c.replay,
-            c.publish_interval,
-            Some((PolicyKind::Deterministic, c.num_critics)),
-            StepActing::new(&c.explore, c.replay.n_step, c.discount),
-        ),
+        AlgoConfig::Sac(c) => Spec {
+            demo_dir: c.replay.initial_demo_dir(),
+            ..off_policy(
+                &c.replay,
+                c.publish_interval,
+                Some((PolicyKind::SquashedGaussian, c.num_critics)),
+                StepActing::new(&c.explore, c.replay.n_step, c.discount),
+            )
+        },
+        AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => Spec {
+            demo_dir: c.replay.initial_demo_dir(),
+            ..off_policy(
+                &c.replay,
+                c.publish_interval,
+                Some((PolicyKind::Deterministic, c.num_critics)),
+                StepActing::new(&c.explore, c.replay.n_step, c.discount),
+            )
+        },
         AlgoConfig::Bc(c) => Spec {
             demo_dir: c.demo_dir(),
             ..off_policy(

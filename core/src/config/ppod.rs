@@ -22,11 +22,12 @@ pub struct PpodConfig {
     pub capacity: u32,
     /// Successful episodes over which phi's mass moves to rho (0: capacity minus the initial demos).
     pub anneal_steps: u32,
-    /// Directory of initial demos (`*.demo.safetensors`) loaded at start (empty: none).
+    /// Directory of initial demos (`*.demo.safetensors`) loaded at start, or a Minari dataset
+    /// `minari:<id or path>` that `fleetrl train` converts (empty: none).
     pub demos_dir: String,
-    /// Directory of initial *agent* demos loaded at start (empty: none): reward demos that
-    /// better episodes evict, where `demos_dir`'s (human) demos are never evicted
-    /// (pytorchrl's `initial_agent_demos_dir`).
+    /// Directory of initial *agent* demos loaded at start, or `minari:<id or path>` (empty:
+    /// none): reward demos that better episodes evict, where `demos_dir`'s (human) demos are
+    /// never evicted (pytorchrl's `initial_agent_demos_dir`).
     pub initial_agent_demos_dir: String,
     /// Directory watched while training; new demos in it join as agent demos (empty: none).
     pub supplementary_dir: String,

@@ -125,6 +125,12 @@ impl RunConfig {
         )?;
         if let (true, AlgoConfig::Dqn(dqn)) = (self.model.lstm_size > 0, &self.algo) {
             dqn.replay.validate_sequences()?;
+            check(
+                dqn.replay.initial_demo_dir().is_none(),
+                "algo.replay.initial_demos",
+                "fills a table of transitions; a recurrent DQN (model.lstm_size > 0) stores \
+                 sequences",
+            )?;
         }
         Ok(())
     }
