@@ -43,6 +43,7 @@ impl RunConfig {
             "must be >= 1",
         )?;
         let registered = registry::spec(self);
+        (self.model).validate_torchscript(self.algo.name(), registered.scripted)?;
         self.check_padding(&registered)?;
         self.check_alternating(&registered)?;
         self.check_recurrence(registered.recurrence)?;
@@ -366,7 +367,6 @@ impl ModelConfig {
              TD3/DDPG's deterministic policy ends in tanh",
         )?;
         self.validate_conv()?;
-        self.validate_torchscript(algo.name())?;
         if !self.shared_trunk {
             return Ok(());
         }

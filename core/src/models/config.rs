@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::algos::registry::Scripted;
 use crate::config::error::{check, ConfigError};
 
 /// The cell of a recurrent core (`model.recurrent_cell`).
@@ -111,10 +112,15 @@ pub struct ModelConfig {
     /// Fully connected widths after the convolutions (absent: [512]; [] : none).
     pub fc_sizes: Option<Vec<i64>>,
     /// Your own network instead of the layers above: a `torch.jit.script`ed `nn.Module` saved
-    /// with `torch.jit.save` (docs/torchscript.md), `forward(obs[N, D]) -> (logits or mean,
-    /// value)`, whose parameters the learner trains. PPO and A2C; every role reads the file
-    /// (absent: fleetrl builds the network).
+    /// with `torch.jit.save` (docs/torchscript.md), whose parameters the learner trains: PPO
+    /// and A2C's actor-critic `forward(obs[N, D]) -> (logits or mean, value)`, DQN's Q-network
+    /// `-> q[N, n]`, SAC's actor `-> (mean, log_std)`, TD3's and DDPG's `-> action`; every
+    /// role reads the file (absent: fleetrl builds the network).
     pub torchscript: Option<PathBuf>,
+    /// SAC's, TD3's and DDPG's critic as your own module (docs/torchscript.md), `forward(obs,
+    /// action in [-1, 1]) -> q[N, 1]` (discrete SAC: `forward(obs) -> q[N, n]`); each of
+    /// `algo.num_critics` is a copy with its own parameters (absent: fleetrl's critics).
+    pub torchscript_critic: Option<PathBuf>,
 }
 
 impl Default for ModelConfig {
@@ -141,6 +147,7 @@ impl Default for ModelConfig {
             use_maxpool: false,
             fc_sizes: None,
             torchscript: None,
+            torchscript_critic: None,
         }
     }
 }
@@ -182,18 +189,35 @@ impl ModelConfig {
         )
     }
 
-    /// `model.torchscript` with an algorithm that trains it, and without the keys that shape
-    /// fleetrl's own layers (they would be silently ignored).
-    pub(crate) fn validate_torchscript(&self, algo: &str) -> Result<(), ConfigError> {
-        if self.torchscript.is_none() {
+    /// `model.torchscript` and `model.torchscript_critic` with an algorithm that trains them
+    /// (`scripted`, its registry entry), and without the keys that shape fleetrl's own layers
+    /// (they would be silently ignored).
+    pub(crate) fn validate_torchscript(
+        &self,
+        algo: &str,
+        scripted: Option<Scripted>,
+    ) -> Result<(), ConfigError> {
+        let keys = [
+            ("model.torchscript", self.torchscript.is_some()),
+            ("model.torchscript_critic", self.torchscript_critic.is_some()),
+        ];
+        let Some(set) = keys.iter().find(|(_, set)| *set).map(|(key, _)| *key) else {
             return Ok(());
-        }
+        };
         check(
-            matches!(algo, "ppo" | "a2c"),
-            "model.torchscript",
+            scripted.is_some(),
+            set,
             &format!(
-                "is trained by algo.name = \"ppo\" or \"a2c\" (the actor-critic interface); \
-                 algo.name is {algo:?}"
+                "algo.name = {algo:?} trains fleetrl's own networks only (docs/torchscript.md \
+                 lists the algorithms that train a module)"
+            ),
+        )?;
+        check(
+            self.torchscript_critic.is_none() || scripted == Some(Scripted::ActorAndCritics),
+            "model.torchscript_critic",
+            &format!(
+                "algo.name = {algo:?} has no separate critic (an actor-critic or a Q-network is \
+                 the one module in model.torchscript)"
             ),
         )?;
         let own_layers = [
@@ -202,12 +226,14 @@ impl ModelConfig {
             ("model.shared_trunk", self.shared_trunk),
             ("model.channels", !self.channels.is_empty()),
         ];
-        for (key, set) in own_layers {
+        for (key, on) in own_layers {
             check(
-                !set,
+                !on,
                 key,
-                "shapes fleetrl's own network; with model.torchscript the module is the whole \
-                 network (unset it)",
+                &format!(
+                    "shapes fleetrl's own network; with {set} the module is the whole network \
+                     (unset it)"
+                ),
             )?;
         }
         Ok(())
