@@ -145,13 +145,7 @@ fn python() -> PathBuf {
 }
 
 /// Converts the TorchScript file `traced` to ONNX at `out` with `torch.onnx.export`.
-fn onnx(
-    traced: &Path,
-    out: &Path,
-    obs_dim: i64,
-    state: i64,
-    names: &str,
-) -> anyhow::Result<()> {
+fn onnx(traced: &Path, out: &Path, obs_dim: i64, state: i64, names: &str) -> anyhow::Result<()> {
     let python = python();
     let result = Command::new(&python)
         .arg("-c")

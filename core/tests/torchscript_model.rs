@@ -177,11 +177,41 @@ fn off_policy_modules_that_do_not_fit_are_refused_naming_the_file() {
     let critic_interface =
         "expected forward(obs: Tensor[N, 4], action: Tensor[N, 2]) -> q [N, 1] or [N]";
     let cases = [
-        (q("fits.pt"), "model.torchscript", "fits.pt", q_interface, "returned a tuple of 2, not a single tensor"),
-        (q("q_wide.pt"), "model.torchscript", "q_wide.pt", q_interface, "it returned shape [2, 3]"),
-        (actor("q.pt"), "model.torchscript", "q.pt", actor_interface, "a single tensor, not a tuple"),
-        (critic("q.pt"), "model.torchscript_critic", "q.pt", critic_interface, "calling it failed"),
-        (critic("not_torchscript.pt"), "model.torchscript_critic", "not_torchscript.pt", "", "is not a TorchScript module"),
+        (
+            q("fits.pt"),
+            "model.torchscript",
+            "fits.pt",
+            q_interface,
+            "returned a tuple of 2, not a single tensor",
+        ),
+        (
+            q("q_wide.pt"),
+            "model.torchscript",
+            "q_wide.pt",
+            q_interface,
+            "it returned shape [2, 3]",
+        ),
+        (
+            actor("q.pt"),
+            "model.torchscript",
+            "q.pt",
+            actor_interface,
+            "a single tensor, not a tuple",
+        ),
+        (
+            critic("q.pt"),
+            "model.torchscript_critic",
+            "q.pt",
+            critic_interface,
+            "calling it failed",
+        ),
+        (
+            critic("not_torchscript.pt"),
+            "model.torchscript_critic",
+            "not_torchscript.pt",
+            "",
+            "is not a TorchScript module",
+        ),
     ];
     for (built, key, file, interface, why) in cases {
         let error = built.expect_err(file);
@@ -197,9 +227,7 @@ fn off_policy_modules_that_do_not_fit_are_refused_naming_the_file() {
 #[test]
 fn the_registry_decides_which_algorithms_take_a_module() {
     let config = |algo: &str, env: &str, keys: &str| {
-        let text = format!(
-            "[env]\nid = \"{env}\"\n[algo]\nname = \"{algo}\"\n[model]\n{keys}\n"
-        );
+        let text = format!("[env]\nid = \"{env}\"\n[algo]\nname = \"{algo}\"\n[model]\n{keys}\n");
         RunConfig::from_toml(&text, "t").and_then(|c| c.validate().map(|()| c))
     };
     let module = "torchscript = \"m.pt\"";
@@ -213,12 +241,23 @@ fn the_registry_decides_which_algorithms_take_a_module() {
         config(algo, env, keys).unwrap_or_else(|e| panic!("{algo}: {e}"));
     }
     let refused = |algo, keys, key: &str| {
-        let error = config(algo, "CartPole-v1", keys).expect_err(algo).to_string();
-        assert!(error.starts_with(&format!("{key}: ")), "{algo}: {error}");
+        let error = config(algo, "CartPole-v1", keys)
+            .expect_err(algo)
+            .to_string();
+        let named = format!("invalid config value {key}: ");
+        assert!(error.starts_with(&named), "{algo}: {error}");
     };
     refused("vpg", module, "model.torchscript");
-    refused("dqn", "torchscript_critic = \"c.pt\"", "model.torchscript_critic");
-    refused("dqn", "torchscript = \"q.pt\"\nlstm_size = 16", "model.lstm_size");
+    refused(
+        "dqn",
+        "torchscript_critic = \"c.pt\"",
+        "model.torchscript_critic",
+    );
+    refused(
+        "dqn",
+        "torchscript = \"q.pt\"\nlstm_size = 16",
+        "model.lstm_size",
+    );
 }
 
 /// SAC from the user's actor and critic: the parameters live under `pi.script.` and each
@@ -237,14 +276,28 @@ fn sac_modules_train_and_travel_as_weights() {
     .expect("fits");
     let params: std::collections::BTreeMap<String, Tensor> =
         model.named_parameters().into_iter().collect();
-    for name in ["pi.script.mean.weight", "qf0.script.q.weight", "qf1.script.q.weight"] {
+    for name in [
+        "pi.script.mean.weight",
+        "qf0.script.q.weight",
+        "qf1.script.q.weight",
+    ] {
         assert!(params.contains_key(name), "{:?}", params.keys());
     }
-    assert!(!params.keys().any(|n| n.contains("common")), "{:?}", params.keys());
-    let (w0, w1) = (&params["qf0.script.body.0.weight"], &params["qf1.script.body.0.weight"]);
+    assert!(
+        !params.keys().any(|n| n.contains("common")),
+        "{:?}",
+        params.keys()
+    );
+    let (w0, w1) = (
+        &params["qf0.script.body.0.weight"],
+        &params["qf1.script.body.0.weight"],
+    );
     assert!(!w0.equal(w1), "twin critics start as copies");
     let sorted = |t: &Tensor| t.reshape([-1]).sort(0, false).0;
-    assert!(sorted(w0).equal(&sorted(w1)), "a permutation of the file's values");
+    assert!(
+        sorted(w0).equal(&sorted(w1)),
+        "a permutation of the file's values"
+    );
 
     let obs = Tensor::randn([16, 4], (Kind::Float, Device::Cpu));
     let step = model.act(&obs, false);
@@ -252,13 +305,17 @@ fn sac_modules_train_and_travel_as_weights() {
     assert!(step.action.abs().max().double_value(&[]) <= 1.0);
     let before = model.qs(&obs, &step.action);
     assert_eq!(before.size(), [2, 16]);
-    let mut opt = tch::nn::OptimizerConfig::build(tch::nn::Adam::default(), model.var_store(), 1e-2)
-        .expect("an optimiser");
+    let mut opt =
+        tch::nn::OptimizerConfig::build(tch::nn::Adam::default(), model.var_store(), 1e-2)
+            .expect("an optimiser");
     let (action, log_prob) = model.sample_action(&obs);
     let q = model.qs(&obs, &model.to_env_scale(&action));
     opt.backward_step(&(q.square().mean(Kind::Float) + log_prob.mean(Kind::Float)));
     let after = model.qs(&obs, &step.action);
-    assert!(!before.allclose(&after, 1e-6, 1e-6, false), "training changed nothing");
+    assert!(
+        !before.allclose(&after, 1e-6, 1e-6, false),
+        "training changed nothing"
+    );
 
     let mut actor = off_policy(
         PolicyKind::SquashedGaussian,
@@ -269,7 +326,9 @@ fn sac_modules_train_and_travel_as_weights() {
     .expect("fits");
     let mean = |m: &OffPolicyModel| m.act(&obs, true).action;
     assert!(!mean(&actor).equal(&mean(&model)));
-    actor.import(&model.export().expect("finite")).expect("same names");
+    actor
+        .import(&model.export().expect("finite"))
+        .expect("same names");
     assert!(mean(&actor).equal(&mean(&model)));
     assert!(actor.qs(&obs, &step.action).equal(&after));
 }
@@ -280,14 +339,19 @@ fn sac_modules_train_and_travel_as_weights() {
 fn a_q_network_module_acts_greedily_and_copies_to_its_target() {
     let discrete = Space::Discrete { n: 2 };
     let online = off_policy(PolicyKind::QValues, &discrete, Some("q.pt"), None).expect("fits");
-    let names: Vec<String> = online.named_parameters().into_iter().map(|(n, _)| n).collect();
+    let names: Vec<String> = online
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
     assert!(names.contains(&"q.script.q.weight".into()), "{names:?}");
     let obs = Tensor::randn([16, 4], (Kind::Float, Device::Cpu));
     let q = online.q_values(&obs);
     assert_eq!(q.size(), [16, 2]);
     assert!(online.act(&obs, true).action.equal(&q.argmax(1, false)));
-    let mut opt = tch::nn::OptimizerConfig::build(tch::nn::Adam::default(), online.var_store(), 1e-2)
-        .expect("an optimiser");
+    let mut opt =
+        tch::nn::OptimizerConfig::build(tch::nn::Adam::default(), online.var_store(), 1e-2)
+            .expect("an optimiser");
     opt.backward_step(&online.q_values(&obs).square().mean(Kind::Float));
     let mut target = off_policy(PolicyKind::QValues, &discrete, Some("q.pt"), None).expect("fits");
     assert!(!target.q_values(&obs).equal(&online.q_values(&obs)));

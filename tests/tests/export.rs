@@ -165,8 +165,8 @@ fn fresh_checkpoint(preset: &str, sets: &[&str], dir: &Path) -> PathBuf {
     let config = RunConfig::load(&spec.display().to_string(), &sets).expect("the config");
     let env = envs::make_configured(&config.env).expect("the env");
     tch::manual_seed(7);
-    let model = build_policy(&config, &env.observation_space(), &env.action_space())
-        .expect("the model");
+    let model =
+        build_policy(&config, &env.observation_space(), &env.action_space()).expect("the model");
     let dim = env.observation_space().flat_dim() as i64;
     model.observe(&(Tensor::randn([256, dim], (Kind::Float, tch::Device::Cpu)) * 3.0 + 1.0));
     let meta = CheckpointMeta {
@@ -281,7 +281,14 @@ fn a_torchscript_module_learns_cartpole_and_exports() {
     let set_module = format!("model.torchscript={}", module.display());
     let summary = train(
         "torchscript cartpole",
-        &["--config", "cartpole-ppo", "--set", "seed=1", "--set", &set_module],
+        &[
+            "--config",
+            "cartpole-ppo",
+            "--set",
+            "seed=1",
+            "--set",
+            &set_module,
+        ],
         &dir.join("run"),
     );
     assert_eq!(summary["solved"], true, "CartPole not solved: {summary:#}");
@@ -327,19 +334,39 @@ fn torchscript_sac_modules_solve_pendulum() {
     let critic = offpolicy_module(&dir, "critic", "3", "1", "model.torchscript_critic");
     let summary = train(
         "torchscript sac pendulum",
-        &["--config", "pendulum-sac", "--set", "seed=1", "--set", &actor, "--set", &critic]
-            .iter()
-            .chain(&["--set", "stop.total_env_steps=15000"])
-            .copied()
-            .collect::<Vec<_>>(),
+        &[
+            "--config",
+            "pendulum-sac",
+            "--set",
+            "seed=1",
+            "--set",
+            &actor,
+            "--set",
+            &critic,
+        ]
+        .iter()
+        .chain(&["--set", "stop.total_env_steps=15000"])
+        .copied()
+        .collect::<Vec<_>>(),
         &dir.join("run"),
     );
     assert_eq!(summary["solved"], true, "Pendulum not solved: {summary:#}");
     let checkpoint = summary["checkpoint"].as_str().expect("a checkpoint");
     let files = export(Path::new(checkpoint), &dir, false, &BOTH);
     record(Path::new(checkpoint), &dir, &files);
-    assert_agrees("torchscript sac", &check(&[&dir])[dir.display().to_string()]);
-    fleetrl_ok(&["eval", "--checkpoint", checkpoint, "--episodes", "5", "--seed", "0"]);
+    assert_agrees(
+        "torchscript sac",
+        &check(&[&dir])[dir.display().to_string()],
+    );
+    fleetrl_ok(&[
+        "eval",
+        "--checkpoint",
+        checkpoint,
+        "--episodes",
+        "5",
+        "--seed",
+        "0",
+    ]);
     let report: serde_json::Value = serde_json::from_slice(
         &std::fs::read(Path::new(checkpoint).join("eval.json")).expect("fleetrl eval's report"),
     )
@@ -360,9 +387,20 @@ fn a_torchscript_q_network_learns_cartpole_across_a_resume() {
     let out = dir.join("run");
     let budget = |steps: &str| format!("stop.total_env_steps={steps}");
     let first = budget("8000");
-    let args = ["--config", "cartpole-dqn", "--set", "seed=1", "--set", &module];
+    let args = [
+        "--config",
+        "cartpole-dqn",
+        "--set",
+        "seed=1",
+        "--set",
+        &module,
+    ];
     let no_target = ["--set", "stop.target_return=1e9"];
-    let summary = train("torchscript dqn cartpole, first half", &[&args[..], &no_target, &["--set", &first]].concat(), &out);
+    let summary = train(
+        "torchscript dqn cartpole, first half",
+        &[&args[..], &no_target, &["--set", &first]].concat(),
+        &out,
+    );
     assert!(summary["checkpoint"].is_string(), "{summary:#}");
     let second = budget("16000");
     let resumed = train(
@@ -372,7 +410,12 @@ fn a_torchscript_q_network_learns_cartpole_across_a_resume() {
     );
     let steps = resumed["total_env_steps"].as_u64().expect("env steps");
     assert!((16_000..20_000).contains(&steps), "{resumed:#}");
-    let ret = resumed["final_eval_return"].as_f64().expect("a final evaluation");
-    assert!(ret >= 150.0, "DQN with the module did not learn: {resumed:#}");
+    let ret = resumed["final_eval_return"]
+        .as_f64()
+        .expect("a final evaluation");
+    assert!(
+        ret >= 150.0,
+        "DQN with the module did not learn: {resumed:#}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -199,7 +199,10 @@ impl ModelConfig {
     ) -> Result<(), ConfigError> {
         let keys = [
             ("model.torchscript", self.torchscript.is_some()),
-            ("model.torchscript_critic", self.torchscript_critic.is_some()),
+            (
+                "model.torchscript_critic",
+                self.torchscript_critic.is_some(),
+            ),
         ];
         let Some(set) = keys.iter().find(|(_, set)| *set).map(|(key, _)| *key) else {
             return Ok(());

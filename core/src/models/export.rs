@@ -82,7 +82,11 @@ pub fn trace_policy(
 
 /// The names of what an export returns, in order (the ONNX outputs): `action`, or the
 /// distribution's parameters (`log_probs`, `q`, or `mean` and `log_std`).
-pub fn output_names(output: ExportOutput, discrete: bool, q_values: bool) -> &'static [&'static str] {
+pub fn output_names(
+    output: ExportOutput,
+    discrete: bool,
+    q_values: bool,
+) -> &'static [&'static str] {
     match (output, discrete, q_values) {
         (ExportOutput::Action, _, _) => &["action"],
         (ExportOutput::Distribution, true, true) => &["q"],
@@ -100,7 +104,9 @@ fn offpolicy_outputs(
     output: ExportOutput,
 ) -> Result<Vec<Tensor>, ModelError> {
     Ok(match (model.kind(), output) {
-        (PolicyKind::QValues, ExportOutput::Action) => vec![model.q_values(obs).max_dim(1, false).1],
+        (PolicyKind::QValues, ExportOutput::Action) => {
+            vec![model.q_values(obs).max_dim(1, false).1]
+        }
         (PolicyKind::QValues, ExportOutput::Distribution) => vec![model.q_values(obs)],
         (PolicyKind::Categorical, ExportOutput::Action) => {
             vec![model.categorical(obs).0.argmax(1, false)]

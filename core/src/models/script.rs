@@ -89,7 +89,9 @@ impl Interface {
         let rows = |width: i64| vec![PROBE_ROWS, width];
         let per_row_or_shared = |s: &Vec<i64>, width: i64| *s == rows(width) || *s == [width];
         match (self, shapes) {
-            (Interface::ActorCritic(PolicyOut::Logits(n)), [p, v]) => *p == rows(n) && value_fits(v),
+            (Interface::ActorCritic(PolicyOut::Logits(n)), [p, v]) => {
+                *p == rows(n) && value_fits(v)
+            }
             (Interface::ActorCritic(PolicyOut::Mean(a)), [p, v]) => *p == rows(a) && value_fits(v),
             (Interface::ActorCritic(PolicyOut::Mean(a)), [p, s, v]) => {
                 *p == rows(a) && per_row_or_shared(s, a) && value_fits(v)
@@ -176,9 +178,15 @@ impl ScriptNet {
     }
 
     /// Runs the module on zeros and checks the outputs' count and shapes.
-    fn probe(mut self, key: &'static str, obs_dim: i64, device: Device) -> Result<Self, ModelError> {
+    fn probe(
+        mut self,
+        key: &'static str,
+        obs_dim: i64,
+        device: Device,
+    ) -> Result<Self, ModelError> {
         let want = self.interface.describe(obs_dim);
-        let zeros = |width: i64| IValue::Tensor(Tensor::zeros([PROBE_ROWS, width], (Kind::Float, device)));
+        let zeros =
+            |width: i64| IValue::Tensor(Tensor::zeros([PROBE_ROWS, width], (Kind::Float, device)));
         let mut inputs = vec![zeros(obs_dim)];
         if let Interface::Critic(a) = self.interface {
             inputs.push(zeros(a));
@@ -187,9 +195,20 @@ impl ScriptNet {
             let _guard = tch::no_grad_guard();
             self.module.forward_is(&inputs)
         }
-        .map_err(|e| refuse(key, &self.path, format!("expected {want}; calling it failed: {e}")))?;
-        let tensors = tensors_of(out, self.interface.returns_tuple())
-            .map_err(|got| refuse(key, &self.path, format!("expected {want}; forward returned {got}")))?;
+        .map_err(|e| {
+            refuse(
+                key,
+                &self.path,
+                format!("expected {want}; calling it failed: {e}"),
+            )
+        })?;
+        let tensors = tensors_of(out, self.interface.returns_tuple()).map_err(|got| {
+            refuse(
+                key,
+                &self.path,
+                format!("expected {want}; forward returned {got}"),
+            )
+        })?;
         let shapes: Vec<Vec<i64>> = tensors.iter().map(Tensor::size).collect();
         if !self.interface.fits(&shapes) {
             let got = match shapes.as_slice() {
@@ -215,11 +234,13 @@ impl ScriptNet {
     /// guard. Panics if the module fails on inputs of the shapes its probe passed (an
     /// invariant of a module that fits its interface; its error names the file).
     fn outputs(&self, inputs: &[&Tensor]) -> Vec<Tensor> {
-        let inputs: Vec<IValue> = inputs.iter().map(|t| IValue::Tensor(t.shallow_clone())).collect();
-        let out = self
-            .module
-            .forward_is(&inputs)
-            .and_then(|v| tensors_of(v, self.interface.returns_tuple()).map_err(tch::TchError::Kind));
+        let inputs: Vec<IValue> = inputs
+            .iter()
+            .map(|t| IValue::Tensor(t.shallow_clone()))
+            .collect();
+        let out = self.module.forward_is(&inputs).and_then(|v| {
+            tensors_of(v, self.interface.returns_tuple()).map_err(tch::TchError::Kind)
+        });
         match out {
             Ok(t) => t,
             Err(e) => panic!(
@@ -250,7 +271,9 @@ impl ScriptNet {
     /// side by side `[N, 2A]`, a critic's Q-value `[N, 1]`.
     pub(crate) fn joined(&self, obs: &Tensor, action: Option<&Tensor>) -> Tensor {
         match (self.interface, action) {
-            (Interface::Critic(_), Some(action)) => as_column(self.outputs(&[obs, action]).remove(0)),
+            (Interface::Critic(_), Some(action)) => {
+                as_column(self.outputs(&[obs, action]).remove(0))
+            }
             (Interface::Gaussian(_), _) => {
                 let out = self.outputs(&[obs]);
                 Tensor::cat(&[&out[0], &out[1].expand_as(&out[0])], 1)
@@ -266,10 +289,13 @@ impl ScriptNet {
     /// draw rather than a copy that would train in lockstep with the first.
     pub(crate) fn shuffle_parameters(&self) -> Result<(), ModelError> {
         let _guard = tch::no_grad_guard();
-        let params = self.module.named_parameters().map_err(|e| ModelError::Config {
-            key: "model.torchscript_critic",
-            message: format!("{}: cannot list its parameters: {e}", self.path.display()),
-        })?;
+        let params = self
+            .module
+            .named_parameters()
+            .map_err(|e| ModelError::Config {
+                key: "model.torchscript_critic",
+                message: format!("{}: cannot list its parameters: {e}", self.path.display()),
+            })?;
         for (_, mut param) in params {
             let order = Tensor::randperm(param.numel() as i64, (Kind::Int64, param.device()));
             let shuffled = param.reshape([-1]).index_select(0, &order).view_as(&param);
