@@ -211,7 +211,9 @@ fn every_family_exports_the_actions_fleetrl_takes() {
             // The distribution's first parameter, the mean, is the deterministic action.
             "mlp-gaussian" => files.extend(export(&checkpoint, &dir, true, &BOTH[..1])),
             // Q-values, and SAC's mean before the squash: written, not the action.
-            "dqn" | "sac" => drop(export(&checkpoint, &dir, true, &BOTH[..1])),
+            "dqn" | "sac" => {
+                export(&checkpoint, &dir, true, &BOTH[..1]);
+            }
             _ => {}
         }
         record(&checkpoint, &dir, &files);
@@ -376,9 +378,10 @@ fn torchscript_sac_modules_solve_pendulum() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// DQN with the user's residual Q-network learns CartPole with the cartpole-dqn preset: 8,000
+/// DQN with the user's residual Q-network learns CartPole with the cartpole-dqn preset: 10,000
 /// env steps, then resumed (with the checkpoint's own config, which names the module) to
-/// 16,000, the greedy policy returns well above a random one's ~22.
+/// 24,000, the greedy policy returns well above a random one's ~22 (measured by hand, seed 1:
+/// 109 at 10,000, 500 at 24,000).
 #[test]
 fn a_torchscript_q_network_learns_cartpole_across_a_resume() {
     let dir = fleetrl_tests::scratch("fleetrl-torchscript-dqn");
@@ -386,7 +389,7 @@ fn a_torchscript_q_network_learns_cartpole_across_a_resume() {
     let module = offpolicy_module(&dir, "q", "4", "2", "model.torchscript");
     let out = dir.join("run");
     let budget = |steps: &str| format!("stop.total_env_steps={steps}");
-    let first = budget("8000");
+    let first = budget("10000");
     let args = [
         "--config",
         "cartpole-dqn",
@@ -402,19 +405,19 @@ fn a_torchscript_q_network_learns_cartpole_across_a_resume() {
         &out,
     );
     assert!(summary["checkpoint"].is_string(), "{summary:#}");
-    let second = budget("16000");
+    let second = budget("24000");
     let resumed = train(
         "torchscript dqn cartpole, resumed",
         &["--resume", "latest", "--set", &second],
         &out,
     );
     let steps = resumed["total_env_steps"].as_u64().expect("env steps");
-    assert!((16_000..20_000).contains(&steps), "{resumed:#}");
+    assert!((24_000..28_000).contains(&steps), "{resumed:#}");
     let ret = resumed["final_eval_return"]
         .as_f64()
         .expect("a final evaluation");
     assert!(
-        ret >= 150.0,
+        ret >= 200.0,
         "DQN with the module did not learn: {resumed:#}"
     );
     let _ = std::fs::remove_dir_all(&dir);
