@@ -358,3 +358,28 @@ fn a_q_network_module_acts_greedily_and_copies_to_its_target() {
     target.copy_from(&online, 1.0);
     assert!(target.q_values(&obs).equal(&online.q_values(&obs)));
 }
+
+/// Discrete SAC from the user's modules: the actor's logits and each critic's Q-values, one
+/// per action, both `forward(obs) -> [N, n]`; a critic that takes the action is refused.
+#[test]
+fn discrete_sac_takes_logits_and_q_value_modules() {
+    let discrete = Space::Discrete { n: 2 };
+    let model = off_policy(
+        PolicyKind::Categorical,
+        &discrete,
+        Some("q.pt"),
+        Some("q.pt"),
+    )
+    .expect("fits");
+    let obs = Tensor::randn([16, 4], (Kind::Float, Device::Cpu));
+    assert_eq!(model.qs_all(&obs).size(), [2, 16, 2]);
+    let (probs, _) = model.categorical(&obs);
+    assert!(model.act(&obs, true).action.equal(&probs.argmax(1, false)));
+    let error = off_policy(PolicyKind::Categorical, &discrete, None, Some("critic.pt"))
+        .expect_err("a critic of continuous actions");
+    assert!(
+        error.starts_with("model.torchscript_critic: ")
+            && error.contains("expected forward(obs: Tensor[N, 4]) -> q [N, 2]"),
+        "{error}"
+    );
+}
