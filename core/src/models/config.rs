@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::algos::registry::Scripted;
 use crate::config::error::{check, ConfigError};
 
 /// The cell of a recurrent core (`model.recurrent_cell`).
@@ -187,58 +186,5 @@ impl ModelConfig {
             "model.fc_sizes",
             "entries must be >= 1",
         )
-    }
-
-    /// `model.torchscript` and `model.torchscript_critic` with an algorithm that trains them
-    /// (`scripted`, its registry entry), and without the keys that shape fleetrl's own layers
-    /// (they would be silently ignored).
-    pub(crate) fn validate_torchscript(
-        &self,
-        algo: &str,
-        scripted: Option<Scripted>,
-    ) -> Result<(), ConfigError> {
-        let keys = [
-            ("model.torchscript", self.torchscript.is_some()),
-            (
-                "model.torchscript_critic",
-                self.torchscript_critic.is_some(),
-            ),
-        ];
-        let Some(set) = keys.iter().find(|(_, set)| *set).map(|(key, _)| *key) else {
-            return Ok(());
-        };
-        check(
-            scripted.is_some(),
-            set,
-            &format!(
-                "algo.name = {algo:?} trains fleetrl's own networks only (docs/torchscript.md \
-                 lists the algorithms that train a module)"
-            ),
-        )?;
-        check(
-            self.torchscript_critic.is_none() || scripted == Some(Scripted::ActorAndCritics),
-            "model.torchscript_critic",
-            &format!(
-                "algo.name = {algo:?} has no separate critic (an actor-critic or a Q-network is \
-                 the one module in model.torchscript)"
-            ),
-        )?;
-        let own_layers = [
-            ("model.lstm_size", self.lstm_size > 0),
-            ("model.pre_lstm_sizes", !self.pre_lstm_sizes.is_empty()),
-            ("model.shared_trunk", self.shared_trunk),
-            ("model.channels", !self.channels.is_empty()),
-        ];
-        for (key, on) in own_layers {
-            check(
-                !on,
-                key,
-                &format!(
-                    "shapes fleetrl's own network; with {set} the module is the whole network \
-                     (unset it)"
-                ),
-            )?;
-        }
-        Ok(())
     }
 }
