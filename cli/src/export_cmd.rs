@@ -7,9 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context};
-use fleetrl_core::acting::policy_loader::load_actor_critic;
+use fleetrl_core::acting::policy_loader::{load_actor_critic, load_offpolicy};
+use fleetrl_core::algos::registry::{spec, Family};
+use fleetrl_core::checkpoint;
+use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
-use fleetrl_core::models::export::{trace_policy, ExportOutput};
+use fleetrl_core::models::export::{output_names, trace_offpolicy, trace_policy, ExportOutput};
+use fleetrl_core::models::{ActorCritic, OffPolicyModel, PolicyKind};
+use fleetrl_proto::space::Space;
 use tch::Tensor;
 
 /// The file format `--format` names.
@@ -27,6 +32,53 @@ const ONNX_SCRIPT: &str = include_str!("export_onnx.py");
 /// Env resets the trace is recorded on (real observations, so it follows their path).
 const EXAMPLE_ROWS: u64 = 2;
 
+/// A checkpoint's policy, by the family of the algorithm that trained it (the registry's).
+enum Trained {
+    OnPolicy(ActorCritic),
+    OffPolicy(OffPolicyModel),
+}
+
+impl Trained {
+    /// The policy in `checkpoint`, frozen, and its run config.
+    fn load(checkpoint: &Path) -> anyhow::Result<(Trained, RunConfig)> {
+        let config = checkpoint::load(checkpoint)?.config;
+        Ok(match spec(&config).family {
+            Family::OnPolicy => {
+                let (mut model, config) = load_actor_critic(checkpoint)?;
+                model.freeze();
+                (Trained::OnPolicy(model), config)
+            }
+            Family::OffPolicy => {
+                let (mut model, config) = load_offpolicy(checkpoint)?;
+                model.freeze();
+                (Trained::OffPolicy(model), config)
+            }
+        })
+    }
+
+    /// The recurrent state's width H (0: feed-forward).
+    fn state_size(&self) -> i64 {
+        match self {
+            Trained::OnPolicy(model) => model.heads().state_size(),
+            Trained::OffPolicy(_) => 0,
+        }
+    }
+
+    fn trace(&self, example: &Tensor, output: ExportOutput, path: &Path) -> anyhow::Result<()> {
+        match self {
+            Trained::OnPolicy(model) => trace_policy(model, example, output, path),
+            Trained::OffPolicy(model) => trace_offpolicy(model, example, output, path),
+        }
+        .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// The names of the policy's outputs (see [`output_names`]).
+    fn output_names(&self, output: ExportOutput, discrete: bool) -> &'static [&'static str] {
+        let q_values = matches!(self, Trained::OffPolicy(m) if m.kind() == PolicyKind::QValues);
+        output_names(output, discrete, q_values)
+    }
+}
+
 /// Writes checkpoint `checkpoint`'s policy to `out` as `format`: the deterministic action, or
 /// the distribution's parameters with `distribution`.
 pub(crate) fn run(
@@ -35,8 +87,7 @@ pub(crate) fn run(
     out: &Path,
     distribution: bool,
 ) -> anyhow::Result<()> {
-    let (mut model, config) = load_actor_critic(checkpoint)?;
-    model.freeze();
+    let (model, config) = Trained::load(checkpoint)?;
     let mut env = envs::make_configured(&config.env)?;
     let mut rows = Vec::new();
     for seed in 0..EXAMPLE_ROWS {
@@ -48,27 +99,22 @@ pub(crate) fn run(
         true => ExportOutput::Distribution,
         false => ExportOutput::Action,
     };
-    let state = model.heads().state_size();
+    let discrete = matches!(env.action_space(), Space::Discrete { .. });
+    let names = model.output_names(output, discrete).join(",");
+    let state = model.state_size();
     match format {
-        Format::Torchscript => trace_policy(&model, &example, output, out)
-            .with_context(|| format!("writing {}", out.display()))?,
+        Format::Torchscript => model.trace(&example, output, out)?,
         Format::Onnx => {
             let traced = scratch_path(out);
-            trace_policy(&model, &example, output, &traced)
-                .with_context(|| format!("writing {}", traced.display()))?;
-            let result = onnx(&traced, out, obs_dim, state, output);
+            model.trace(&example, output, &traced)?;
+            let result = onnx(&traced, out, obs_dim, state, &names);
             let _ = std::fs::remove_file(&traced);
             result?;
         }
     }
     eprintln!(
-        "[fleetrl] wrote {} ({format:?}, {}): inputs obs [N, {obs_dim}]{}",
+        "[fleetrl] wrote {} ({format:?}, {names}): inputs obs [N, {obs_dim}]{}",
         out.display(),
-        if distribution {
-            "distribution parameters"
-        } else {
-            "deterministic action"
-        },
         if state > 0 {
             format!(", h [N, {state}], c [N, {state}]")
         } else {
@@ -99,18 +145,8 @@ pub(crate) fn python() -> PathBuf {
 }
 
 /// Converts the TorchScript file `traced` to ONNX at `out` with `torch.onnx.export`.
-fn onnx(
-    traced: &Path,
-    out: &Path,
-    obs_dim: i64,
-    state: i64,
-    output: ExportOutput,
-) -> anyhow::Result<()> {
+fn onnx(traced: &Path, out: &Path, obs_dim: i64, state: i64, names: &str) -> anyhow::Result<()> {
     let python = python();
-    let kind = match output {
-        ExportOutput::Action => "action",
-        ExportOutput::Distribution => "distribution",
-    };
     let result = Command::new(&python)
         .arg("-c")
         .arg(ONNX_SCRIPT)
@@ -118,7 +154,7 @@ fn onnx(
         .arg(out)
         .arg(obs_dim.to_string())
         .arg(state.to_string())
-        .arg(kind)
+        .arg(names)
         .output()
         .with_context(|| {
             format!(

@@ -1,16 +1,16 @@
 """fleetrl export --format onnx: converts the TorchScript policy fleetrl traced to ONNX.
 
-Arguments: TRACED OUT OBS_DIM STATE KIND, where STATE is the recurrent state's width (0 for a
-feed-forward policy) and KIND is "action" or "distribution". Inputs and outputs keep the
-TorchScript module's order, named obs (h, c) and action, or log_probs, or mean and log_std
-(then h, c); the batch dimension is dynamic.
+Arguments: TRACED OUT OBS_DIM STATE NAMES, where STATE is the recurrent state's width (0 for a
+feed-forward policy) and NAMES the policy's outputs, comma-separated ("action", "log_probs",
+"q" or "mean,log_std"). Inputs and outputs keep the TorchScript module's order, named obs
+(h, c) and NAMES (then h_next, c_next); the batch dimension is dynamic.
 """
 
 import sys
 
 import torch
 
-traced, out, obs_dim, state, kind = sys.argv[1:6]
+traced, out, obs_dim, state, names = sys.argv[1:6]
 obs_dim, state = int(obs_dim), int(state)
 module = torch.jit.load(traced)
 inputs = [torch.zeros(2, obs_dim)]
@@ -21,13 +21,7 @@ if state > 0:
 with torch.no_grad():
     result = module(*inputs)
 count = len(result) if isinstance(result, (tuple, list)) else 1
-policy_outputs = count - (2 if state > 0 else 0)
-if kind == "action":
-    output_names = ["action"]
-elif policy_outputs == 1:
-    output_names = ["log_probs"]
-else:
-    output_names = ["mean", "log_std"]
+output_names = names.split(",")
 if state > 0:
     output_names += ["h_next", "c_next"]
 assert len(output_names) == count, (output_names, count)

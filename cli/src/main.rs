@@ -256,11 +256,17 @@ async fn run() -> anyhow::Result<()> {
             }
             // Its weights and optimiser state are the learner's to load, not held here.
             drop(resumed);
-            if let Some(path) = &run.model.torchscript {
-                // Every role and every later `fleetrl eval` of its checkpoints reads the file.
-                let path = std::fs::canonicalize(path)
-                    .with_context(|| format!("model.torchscript = {}", path.display()))?;
-                run.model.torchscript = Some(path);
+            // Every role and every later `fleetrl eval` of its checkpoints reads the files.
+            let model = &mut run.model;
+            let modules = [
+                ("model.torchscript", &mut model.torchscript),
+                ("model.torchscript_critic", &mut model.torchscript_critic),
+            ];
+            for (key, module) in modules {
+                if let Some(path) = module.as_mut() {
+                    *path = std::fs::canonicalize(&*path)
+                        .with_context(|| format!("{key} = {}", path.display()))?;
+                }
             }
             if let Some(path) = init_from {
                 let path = std::fs::canonicalize(&path)

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use fleetrl_core::acting::clipped;
-use fleetrl_core::acting::policy_loader::load_policy;
+use fleetrl_core::acting::policy_loader::{build_policy, load_policy};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs;
-use fleetrl_core::models::{ActorCritic, RnnState};
+use fleetrl_core::models::RnnState;
 use fleetrl_proto::space::{Action, Space};
 use fleetrl_tests::cli::{fleetrl_command, fleetrl_ok};
 use fleetrl_tests::compose::repo_root;
@@ -165,13 +165,8 @@ fn fresh_checkpoint(preset: &str, sets: &[&str], dir: &Path) -> PathBuf {
     let config = RunConfig::load(&spec.display().to_string(), &sets).expect("the config");
     let env = envs::make_configured(&config.env).expect("the env");
     tch::manual_seed(7);
-    let model = ActorCritic::new(
-        &config.model,
-        &env.observation_space(),
-        &env.action_space(),
-        tch::Device::Cpu,
-    )
-    .expect("the model");
+    let model =
+        build_policy(&config, &env.observation_space(), &env.action_space()).expect("the model");
     let dim = env.observation_space().flat_dim() as i64;
     model.observe(&(Tensor::randn([256, dim], (Kind::Float, tch::Device::Cpu)) * 3.0 + 1.0));
     let meta = CheckpointMeta {
@@ -182,11 +177,17 @@ fn fresh_checkpoint(preset: &str, sets: &[&str], dir: &Path) -> PathBuf {
 }
 
 /// fleetrl's own families (MLP with normalised observations, discrete and continuous, the
-/// convolutional encoder, an LSTM core with a Gaussian head) export to files that give
-/// fleetrl's actions; with `--distribution` a Gaussian's mean is that action.
+/// convolutional encoder, an LSTM core with a Gaussian head; DQN's Q-network, SAC's squashed
+/// Gaussian and discrete SAC's categorical, with normalised observations) export to files
+/// that give fleetrl's actions; with `--distribution` a Gaussian's mean is that action, and
+/// the off-policy distributions (Q-values, SAC's mean and log-std) export too.
 #[test]
 fn every_family_exports_the_actions_fleetrl_takes() {
-    let families: [(&str, &str, &[&str]); 4] = [
+    let normalised: &[&str] = &["model.normalize_obs=true"];
+    let families: [(&str, &str, &[&str]); 7] = [
+        ("dqn", "cartpole-dqn", normalised),
+        ("sac", "pendulum-sac", normalised),
+        ("sac-discrete", "cartpole-sac", &[]),
         ("mlp", "cartpole-ppo", &["model.normalize_obs=true"]),
         (
             "mlp-gaussian",
@@ -206,9 +207,14 @@ fn every_family_exports_the_actions_fleetrl_takes() {
         std::fs::create_dir_all(&dir).expect("a directory");
         let checkpoint = fresh_checkpoint(preset, sets, &dir);
         let mut files = export(&checkpoint, &dir, false, &BOTH);
-        if family == "mlp-gaussian" {
+        match family {
             // The distribution's first parameter, the mean, is the deterministic action.
-            files.extend(export(&checkpoint, &dir, true, &BOTH[..1]));
+            "mlp-gaussian" => files.extend(export(&checkpoint, &dir, true, &BOTH[..1])),
+            // Q-values, and SAC's mean before the squash: written, not the action.
+            "dqn" | "sac" => {
+                export(&checkpoint, &dir, true, &BOTH[..1]);
+            }
+            _ => {}
         }
         record(&checkpoint, &dir, &files);
         dirs.push((family, dir));
@@ -218,6 +224,42 @@ fn every_family_exports_the_actions_fleetrl_takes() {
         assert_agrees(family, &report[dir.display().to_string()]);
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// `fleetrl train ARGS --out OUT`; its summary.json, with the run's figures on stderr under
+/// `label`.
+fn train(label: &str, args: &[&str], out: &Path) -> serde_json::Value {
+    let run = fleetrl_command(&[&["train"], args].concat())
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("fleetrl runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "fleetrl train failed: {stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).expect("summary"))
+            .expect("JSON");
+    eprintln!(
+        "{label}: {} env steps in {} s ({} steps/s), final return {}",
+        summary["total_env_steps"],
+        summary["wall_seconds"],
+        summary["env_steps_per_second"],
+        summary["final_eval_return"]
+    );
+    summary
+}
+
+/// Writes `network` of examples/residual_offpolicy.py (`q`, `actor` or `critic`) for `obs_dim`
+/// observations and `actions` actions to `dir/<network>.pt`; the `--set` that points `key` at it.
+fn offpolicy_module(dir: &Path, network: &str, obs_dim: &str, actions: &str, key: &str) -> String {
+    let module = dir.join(format!("{network}.pt"));
+    let example = repo_root().join("examples/residual_offpolicy.py");
+    let args = [network, "--obs-dim", obs_dim, "--actions", actions, "--out"];
+    let mut argv = vec![example.as_os_str()];
+    argv.extend(args.map(std::ffi::OsStr::new));
+    argv.push(module.as_os_str());
+    python(&argv);
+    format!("{key}={}", module.display())
 }
 
 /// The user's residual MLP with layer norm, scripted in PyTorch, learns CartPole with the PPO
@@ -238,25 +280,18 @@ fn a_torchscript_module_learns_cartpole_and_exports() {
         "--out".as_ref(),
         module.as_os_str(),
     ]);
-    let out = dir.join("run");
     let set_module = format!("model.torchscript={}", module.display());
-    let run = fleetrl_command(&["train", "--config", "cartpole-ppo", "--set", "seed=1"])
-        .args(["--set", &set_module])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("fleetrl runs");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "fleetrl train failed: {stderr}");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("summary.json")).expect("summary"))
-            .expect("JSON");
-    eprintln!(
-        "torchscript cartpole: {} env steps in {} s ({} steps/s), final return {}",
-        summary["total_env_steps"],
-        summary["wall_seconds"],
-        summary["env_steps_per_second"],
-        summary["final_eval_return"]
+    let summary = train(
+        "torchscript cartpole",
+        &[
+            "--config",
+            "cartpole-ppo",
+            "--set",
+            "seed=1",
+            "--set",
+            &set_module,
+        ],
+        &dir.join("run"),
     );
     assert_eq!(summary["solved"], true, "CartPole not solved: {summary:#}");
     let checkpoint = PathBuf::from(summary["checkpoint"].as_str().expect("a checkpoint"));
@@ -286,5 +321,104 @@ fn a_torchscript_module_learns_cartpole_and_exports() {
         let mean = played["mean_return"].as_f64().expect("mean_return");
         assert_eq!(mean, fleetrl_mean, "{played} vs fleetrl eval {report}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SAC with the user's residual actor and critic (examples/residual_offpolicy.py; layer norm
+/// and skip connections no `[model]` key builds) solves Pendulum with the pendulum-sac preset
+/// within 15,000 env steps through the real binaries; `fleetrl export` gives its actions in
+/// PyTorch and onnxruntime, and `fleetrl eval` plays the checkpoint.
+#[test]
+fn torchscript_sac_modules_solve_pendulum() {
+    let dir = fleetrl_tests::scratch("fleetrl-torchscript-sac");
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let actor = offpolicy_module(&dir, "actor", "3", "1", "model.torchscript");
+    let critic = offpolicy_module(&dir, "critic", "3", "1", "model.torchscript_critic");
+    let summary = train(
+        "torchscript sac pendulum",
+        &[
+            "--config",
+            "pendulum-sac",
+            "--set",
+            "seed=1",
+            "--set",
+            &actor,
+            "--set",
+            &critic,
+        ]
+        .iter()
+        .chain(&["--set", "stop.total_env_steps=15000"])
+        .copied()
+        .collect::<Vec<_>>(),
+        &dir.join("run"),
+    );
+    assert_eq!(summary["solved"], true, "Pendulum not solved: {summary:#}");
+    let checkpoint = summary["checkpoint"].as_str().expect("a checkpoint");
+    let files = export(Path::new(checkpoint), &dir, false, &BOTH);
+    record(Path::new(checkpoint), &dir, &files);
+    assert_agrees(
+        "torchscript sac",
+        &check(&[&dir])[dir.display().to_string()],
+    );
+    fleetrl_ok(&[
+        "eval",
+        "--checkpoint",
+        checkpoint,
+        "--episodes",
+        "5",
+        "--seed",
+        "0",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(Path::new(checkpoint).join("eval.json")).expect("fleetrl eval's report"),
+    )
+    .expect("JSON");
+    let mean = report["mean_return"].as_f64().expect("mean_return");
+    assert!(mean > -400.0, "fleetrl eval of the solved policy: {report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// DQN with the user's residual Q-network learns CartPole with the cartpole-dqn preset: 10,000
+/// env steps, then resumed (with the checkpoint's own config, which names the module) to
+/// 24,000, the greedy policy returns well above a random one's ~22 (measured, seed 1: 109 and
+/// 156 at 10,000 on two runs, 500 at 24,000 on both).
+#[test]
+fn a_torchscript_q_network_learns_cartpole_across_a_resume() {
+    let dir = fleetrl_tests::scratch("fleetrl-torchscript-dqn");
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let module = offpolicy_module(&dir, "q", "4", "2", "model.torchscript");
+    let out = dir.join("run");
+    let budget = |steps: &str| format!("stop.total_env_steps={steps}");
+    let first = budget("10000");
+    let args = [
+        "--config",
+        "cartpole-dqn",
+        "--set",
+        "seed=1",
+        "--set",
+        &module,
+    ];
+    let no_target = ["--set", "stop.target_return=1e9"];
+    let summary = train(
+        "torchscript dqn cartpole, first half",
+        &[&args[..], &no_target, &["--set", &first]].concat(),
+        &out,
+    );
+    assert!(summary["checkpoint"].is_string(), "{summary:#}");
+    let second = budget("24000");
+    let resumed = train(
+        "torchscript dqn cartpole, resumed",
+        &["--resume", "latest", "--set", &second],
+        &out,
+    );
+    let steps = resumed["total_env_steps"].as_u64().expect("env steps");
+    assert!((24_000..28_000).contains(&steps), "{resumed:#}");
+    let ret = resumed["final_eval_return"]
+        .as_f64()
+        .expect("a final evaluation");
+    assert!(
+        ret >= 200.0,
+        "DQN with the module did not learn: {resumed:#}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,7 @@ use crate::algos::Model;
 use crate::checkpoint::{self, CheckpointError};
 use crate::config::RunConfig;
 use crate::envs::{self, EnvError};
-use crate::models::{ActorCritic, ModelError, PearlModel, Policy};
+use crate::models::{ActorCritic, ModelError, OffPolicyModel, PearlModel, Policy};
 use fleetrl_proto::space::Space;
 
 /// Why a checkpoint's policy could not be loaded.
@@ -106,6 +106,24 @@ pub fn load_actor_critic(path: &Path) -> Result<(ActorCritic, RunConfig), LoadPo
             });
         }
         ActorCritic::new(&config.model, obs, action, tch::Device::Cpu)
+    })
+}
+
+/// The off-policy model (DQN, SAC, TD3, DDPG, BC) saved in checkpoint `path`, on the CPU, and
+/// its run config; an error naming the algorithm when the checkpoint is not one.
+pub fn load_offpolicy(path: &Path) -> Result<(OffPolicyModel, RunConfig), LoadPolicyError> {
+    load_model(path, |config, obs, action| {
+        if spec(config).family != Family::OffPolicy || config.algo.as_pearl().is_some() {
+            return Err(ModelError::Config {
+                key: "algo.name",
+                message: format!(
+                    "the checkpoint was trained by {}, whose model is not an off-policy \
+                     policy and critics (dqn, sac, td3, ddpg, bc)",
+                    config.algo.name()
+                ),
+            });
+        }
+        build_model(config, obs, action, tch::Device::Cpu)
     })
 }
 

@@ -306,6 +306,10 @@ impl Model for OffPolicyModel {
     fn load_named(&mut self, weights: &[(String, Tensor)]) -> Result<(), ModelError> {
         OffPolicyModel::load_named(self, weights)
     }
+
+    fn observe(&self, obs: &Tensor) {
+        OffPolicyModel::observe(self, obs)
+    }
 }
 
 /// What an algorithm holds besides its losses: the model it trains and how many updates it

@@ -51,6 +51,18 @@ pub enum TaskAgnostic {
     AsPearl,
 }
 
+/// Which of the user's TorchScript modules an algorithm trains (docs/torchscript.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scripted {
+    /// `model.torchscript` is the actor-critic: `forward(obs) -> (policy, value)`.
+    ActorCritic,
+    /// `model.torchscript` is the Q-network: `forward(obs) -> q`.
+    QNetwork,
+    /// `model.torchscript` is the actor and `model.torchscript_critic` every critic (each
+    /// optional: the other networks are fleetrl's).
+    ActorAndCritics,
+}
+
 /// What the rest of the system needs to know about an algorithm, without building it.
 #[derive(Debug, Clone)]
 pub struct Spec<'a> {
@@ -80,6 +92,8 @@ pub struct Spec<'a> {
     /// How its actors act step by step and what they insert: the n-step transition
     /// collectors' settings (`None`: the algorithm's actors collect rollouts or rounds).
     pub acting: Option<StepActing>,
+    /// Which TorchScript modules it trains; `None`: only fleetrl's own networks.
+    pub scripted: Option<Scripted>,
 }
 
 /// What an off-policy algorithm's actors add to its policy and insert: exploration, the
@@ -143,6 +157,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         plain_rollouts: true,
         task_agnostic: Some(TaskAgnostic::AsMaml),
         acting: None,
+        scripted: None,
     };
     let off_policy = |replay, interval: u64, shape, acting| Spec {
         family: Family::OffPolicy,
@@ -155,11 +170,13 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         plain_rollouts: false,
         task_agnostic: Some(TaskAgnostic::AsPearl),
         acting: Some(acting),
+        scripted: None,
     };
     match &config.algo {
         AlgoConfig::Ppo(_) | AlgoConfig::A2c(_) => Spec {
             recurrence: Some(Recurrence::Rollouts),
             masks_padding: true,
+            scripted: Some(Scripted::ActorCritic),
             ..on_policy
         },
         AlgoConfig::Impala(_) => Spec {
@@ -175,6 +192,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         AlgoConfig::Dqn(c) => Spec {
             recurrence: Some(Recurrence::Sequences),
             demo_dir: c.replay.initial_demo_dir(),
+            scripted: Some(Scripted::QNetwork),
             ..off_policy(
                 &c.replay,
                 c.publish_interval,
@@ -188,6 +206,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         // A categorical policy where the actions are discrete (see `build_model`).
         AlgoConfig::Sac(c) => Spec {
             demo_dir: c.replay.initial_demo_dir(),
+            scripted: Some(Scripted::ActorAndCritics),
             ..off_policy(
                 &c.replay,
                 c.publish_interval,
@@ -197,6 +216,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         },
         AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => Spec {
             demo_dir: c.replay.initial_demo_dir(),
+            scripted: Some(Scripted::ActorAndCritics),
             ..off_policy(
                 &c.replay,
                 c.publish_interval,
@@ -224,6 +244,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
             plain_rollouts: false,
             task_agnostic: None,
             acting: None,
+            scripted: None,
         },
     }
 }

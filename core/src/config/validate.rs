@@ -3,7 +3,7 @@
 
 use super::{check, AlgoConfig, ConfigError, RunConfig, Vectorization, CONFIG_VERSION};
 use super::{ActorsConfig, EnvConfig, LearnerConfig, ModelConfig};
-use crate::algos::registry::{self, Recurrence, Spec};
+use crate::algos::registry::{self, Recurrence, Scripted, Spec};
 use crate::models::config::RecurrentCell;
 
 impl RunConfig {
@@ -43,6 +43,7 @@ impl RunConfig {
             "must be >= 1",
         )?;
         let registered = registry::spec(self);
+        self.check_torchscript(registered.scripted)?;
         self.check_padding(&registered)?;
         self.check_alternating(&registered)?;
         self.check_recurrence(registered.recurrence)?;
@@ -51,6 +52,56 @@ impl RunConfig {
         self.check_on_policy_ranks(&registered)?;
         self.check_tasks(&registered)?;
         self.algo.validate(self.batch_env_steps())
+    }
+
+    /// `model.torchscript` and `model.torchscript_critic` with an algorithm that trains them
+    /// (`scripted`, its registry entry), and without the keys that shape fleetrl's own layers
+    /// (they would be silently ignored).
+    fn check_torchscript(&self, scripted: Option<Scripted>) -> Result<(), ConfigError> {
+        let (algo, model) = (self.algo.name(), &self.model);
+        let keys = [
+            ("model.torchscript", model.torchscript.is_some()),
+            (
+                "model.torchscript_critic",
+                model.torchscript_critic.is_some(),
+            ),
+        ];
+        let Some(set) = keys.iter().find(|(_, set)| *set).map(|(key, _)| *key) else {
+            return Ok(());
+        };
+        check(
+            scripted.is_some(),
+            set,
+            &format!(
+                "algo.name = {algo:?} trains fleetrl's own networks only (docs/torchscript.md \
+                 lists the algorithms that train a module)"
+            ),
+        )?;
+        check(
+            model.torchscript_critic.is_none() || scripted == Some(Scripted::ActorAndCritics),
+            "model.torchscript_critic",
+            &format!(
+                "algo.name = {algo:?} has no separate critic (an actor-critic or a Q-network is \
+                 the one module in model.torchscript)"
+            ),
+        )?;
+        let own_layers = [
+            ("model.lstm_size", model.lstm_size > 0),
+            ("model.pre_lstm_sizes", !model.pre_lstm_sizes.is_empty()),
+            ("model.shared_trunk", model.shared_trunk),
+            ("model.channels", !model.channels.is_empty()),
+        ];
+        for (key, on) in own_layers {
+            check(
+                !on,
+                key,
+                &format!(
+                    "shapes fleetrl's own network; with {set} the module is the whole network \
+                     (unset it)"
+                ),
+            )?;
+        }
+        Ok(())
     }
 
     /// `actors.mid_batch_reset = false` pads rollouts: only for algorithms that mask padding.
@@ -397,7 +448,6 @@ impl ModelConfig {
              TD3/DDPG's deterministic policy ends in tanh",
         )?;
         self.validate_conv()?;
-        self.validate_torchscript(algo.name())?;
         if !self.shared_trunk {
             return Ok(());
         }

@@ -8,7 +8,7 @@ use tch::{Device, Tensor};
 
 use super::config::{Activation, ModelConfig};
 use super::conv::{image_frame, value_scale};
-use super::script::{PolicyOut, ScriptNet};
+use super::script::{Interface, PolicyOut, ScriptNet};
 use super::{
     weights, ConvEncoder, ConvSpec, Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState,
 };
@@ -467,7 +467,13 @@ impl ActorCritic {
             true => PolicyOut::Mean(n_actions),
             false => PolicyOut::Logits(n_actions),
         };
-        let script = ScriptNet::load(path, &(&root / "script"), obs_dim, policy)?;
+        let script = ScriptNet::load(
+            "model.torchscript",
+            path,
+            &(&root / "script"),
+            obs_dim,
+            Interface::ActorCritic(policy),
+        )?;
         let obs_norm = obs_norm(config, &root, obs_dim);
         let log_std =
             (gaussian && !script.own_log_std()).then(|| log_std(config, &root, n_actions));

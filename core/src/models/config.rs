@@ -111,10 +111,15 @@ pub struct ModelConfig {
     /// Fully connected widths after the convolutions (absent: [512]; [] : none).
     pub fc_sizes: Option<Vec<i64>>,
     /// Your own network instead of the layers above: a `torch.jit.script`ed `nn.Module` saved
-    /// with `torch.jit.save` (docs/torchscript.md), `forward(obs[N, D]) -> (logits or mean,
-    /// value)`, whose parameters the learner trains. PPO and A2C; every role reads the file
-    /// (absent: fleetrl builds the network).
+    /// with `torch.jit.save` (docs/torchscript.md), whose parameters the learner trains: PPO
+    /// and A2C's actor-critic `forward(obs[N, D]) -> (logits or mean, value)`, DQN's Q-network
+    /// `-> q[N, n]`, SAC's actor `-> (mean, log_std)`, TD3's and DDPG's `-> action`; every
+    /// role reads the file (absent: fleetrl builds the network).
     pub torchscript: Option<PathBuf>,
+    /// SAC's, TD3's and DDPG's critic as your own module (docs/torchscript.md), `forward(obs,
+    /// action in [-1, 1]) -> q[N, 1]` (discrete SAC: `forward(obs) -> q[N, n]`); each of
+    /// `algo.num_critics` is a copy with its own parameters (absent: fleetrl's critics).
+    pub torchscript_critic: Option<PathBuf>,
 }
 
 impl Default for ModelConfig {
@@ -141,6 +146,7 @@ impl Default for ModelConfig {
             use_maxpool: false,
             fc_sizes: None,
             torchscript: None,
+            torchscript_critic: None,
         }
     }
 }
@@ -180,36 +186,5 @@ impl ModelConfig {
             "model.fc_sizes",
             "entries must be >= 1",
         )
-    }
-
-    /// `model.torchscript` with an algorithm that trains it, and without the keys that shape
-    /// fleetrl's own layers (they would be silently ignored).
-    pub(crate) fn validate_torchscript(&self, algo: &str) -> Result<(), ConfigError> {
-        if self.torchscript.is_none() {
-            return Ok(());
-        }
-        check(
-            matches!(algo, "ppo" | "a2c"),
-            "model.torchscript",
-            &format!(
-                "is trained by algo.name = \"ppo\" or \"a2c\" (the actor-critic interface); \
-                 algo.name is {algo:?}"
-            ),
-        )?;
-        let own_layers = [
-            ("model.lstm_size", self.lstm_size > 0),
-            ("model.pre_lstm_sizes", !self.pre_lstm_sizes.is_empty()),
-            ("model.shared_trunk", self.shared_trunk),
-            ("model.channels", !self.channels.is_empty()),
-        ];
-        for (key, set) in own_layers {
-            check(
-                !set,
-                key,
-                "shapes fleetrl's own network; with model.torchscript the module is the whole \
-                 network (unset it)",
-            )?;
-        }
-        Ok(())
     }
 }

@@ -1,21 +1,26 @@
-//! A trained actor-critic as a standalone TorchScript module (`fleetrl export`): libtorch's
-//! tracer records the policy's forward pass (observation normalisation, encoder, layers,
-//! the action or the distribution's parameters) with the trained weights as constants, so the
-//! file needs neither fleetrl nor its config: `torch.jit.load(file)(obs)` in Python, or any
-//! libtorch.
+//! A trained policy as a standalone TorchScript module (`fleetrl export`): libtorch's tracer
+//! records the policy's forward pass (observation normalisation, encoder, layers, the action
+//! or the distribution's parameters) with the trained weights as constants, so the file needs
+//! neither fleetrl nor its config: `torch.jit.load(file)(obs)` in Python, or any libtorch.
 //!
-//! Inputs and outputs, with `obs` f32 `[N, D]` (flattened observations):
+//! Inputs and outputs of an actor-critic, with `obs` f32 `[N, D]` (flattened observations):
 //! - feed-forward, action: `forward(obs) -> action` (i64 `[N]`, or f32 `[N, A]` unclipped);
 //! - feed-forward, distribution: `forward(obs) -> log_probs [N, n]` (normalised logits), or
 //!   `-> (mean [N, A], log_std [N, A])`;
 //! - recurrent (`model.lstm_size`): `forward(obs, h [N, H], c [N, H])` returns the same
 //!   followed by the next `(h, c)` (a GRU ignores and returns `c` as given).
+//!
+//! An off-policy model (DQN, SAC, TD3, DDPG, BC; feed-forward): `forward(obs) -> action`,
+//! greedy (i64 `[N]`) over Q-values or a categorical's probabilities, or the deterministic
+//! action (the squashed Gaussian's mean, TD3's tanh output) scaled to the action box (f32
+//! `[N, A]`); the distribution is the Q-values `q [N, n]` (DQN), `log_probs [N, n]`
+//! (discrete SAC), or `(mean [N, A], log_std [N, A])` before the squash (SAC).
 
 use std::path::Path;
 
 use tch::Tensor;
 
-use super::{ActorCritic, Dist, ModelError, RnnState};
+use super::{ActorCritic, Dist, ModelError, OffPolicyModel, PolicyKind, RnnState};
 
 /// What the exported module returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +77,77 @@ pub fn trace_policy(
         }
         _ => unreachable!("one or three inputs, built above"),
     };
+    trace.end(&outputs, path)
+}
+
+/// The names of what an export returns, in order (the ONNX outputs): `action`, or the
+/// distribution's parameters (`log_probs`, `q`, or `mean` and `log_std`).
+pub fn output_names(
+    output: ExportOutput,
+    discrete: bool,
+    q_values: bool,
+) -> &'static [&'static str] {
+    match (output, discrete, q_values) {
+        (ExportOutput::Action, _, _) => &["action"],
+        (ExportOutput::Distribution, true, true) => &["q"],
+        (ExportOutput::Distribution, true, false) => &["log_probs"],
+        (ExportOutput::Distribution, false, _) => &["mean", "log_std"],
+    }
+}
+
+/// What an off-policy model's export returns on `obs`: what `fleetrl eval` plays (see
+/// [`crate::models::Policy::act`], deterministic), or the distribution's parameters; a
+/// deterministic policy has none.
+fn offpolicy_outputs(
+    model: &OffPolicyModel,
+    obs: &Tensor,
+    output: ExportOutput,
+) -> Result<Vec<Tensor>, ModelError> {
+    Ok(match (model.kind(), output) {
+        (PolicyKind::QValues, ExportOutput::Action) => {
+            vec![model.q_values(obs).max_dim(1, false).1]
+        }
+        (PolicyKind::QValues, ExportOutput::Distribution) => vec![model.q_values(obs)],
+        (PolicyKind::Categorical, ExportOutput::Action) => {
+            vec![model.categorical(obs).0.argmax(1, false)]
+        }
+        (PolicyKind::Categorical, ExportOutput::Distribution) => vec![model.categorical(obs).1],
+        (PolicyKind::SquashedGaussian | PolicyKind::Deterministic, ExportOutput::Action) => {
+            vec![model.to_env_scale(&model.mean_action(obs))]
+        }
+        (PolicyKind::SquashedGaussian, ExportOutput::Distribution) => {
+            let (mean, log_std) = model.gaussian(obs);
+            vec![mean, log_std]
+        }
+        (PolicyKind::Deterministic, ExportOutput::Distribution) => {
+            return Err(ModelError::Config {
+                key: "algo.name",
+                message: "a deterministic policy (TD3, DDPG) has no distribution to export: \
+                          drop --distribution"
+                    .into(),
+            })
+        }
+    })
+}
+
+/// [`trace_policy`] for an off-policy model (feed-forward; a recurrent Q-network is refused).
+pub fn trace_offpolicy(
+    model: &OffPolicyModel,
+    example: &Tensor,
+    output: ExportOutput,
+    path: &Path,
+) -> Result<(), ModelError> {
+    if model.recurrent().is_some() {
+        return Err(ModelError::Config {
+            key: "model.lstm_size",
+            message: "a recurrent Q-network (R2D2) does not export yet".into(),
+        });
+    }
+    let _guard = tch::no_grad_guard();
+    // Checked before the trace starts: an error inside it would leave it open.
+    offpolicy_outputs(model, example, output)?;
+    let trace = shim::Trace::begin(&[example.shallow_clone()])?;
+    let outputs = offpolicy_outputs(model, example, output)?;
     trace.end(&outputs, path)
 }
 

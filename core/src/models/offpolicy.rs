@@ -13,10 +13,14 @@
 //!   outputs one logit per action; each critic `qf<i>` maps observation features to one Q
 //!   value per action (no action input).
 //!
-//! Paths: `pi.*`, `q.*`, `qf<i>.*`, each with its own `obs.*`/`act.*`/`common.*` layers.
+//! Paths: `pi.*`, `q.*`, `qf<i>.*`, each with its own `obs.*`/`act.*`/`common.*` layers, or
+//! the user's TorchScript module under `<net>.script.*` (`model.torchscript` for `pi` or `q`,
+//! `model.torchscript_critic` for every `qf<i>`; docs/torchscript.md).
 //! With `model.lstm_size > 0` a `QValues` model is recurrent instead (R2D2): `q` is then a
 //! [`RecurrentQ`] (`q.encoder.*`, `q.core.*`, `q.head.*`) and the policy carries its state.
 //! Target networks are a second model of the same shape (see [`OffPolicyModel::copy_from`]).
+
+use std::path::Path;
 
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
@@ -24,11 +28,17 @@ use tch::{Device, Kind, Tensor};
 use super::config::{Activation, ModelConfig};
 use super::conv::{image_frame, value_scale};
 use super::recurrent_q::RecurrentQ;
+use super::script::{Interface, ScriptNet};
 use super::{
     weights, ConvEncoder, ConvSpec, FrameShape, Mlp, ModelError, ObsNorm, Policy, PolicyStep,
     RnnState,
 };
 use fleetrl_proto::space::Space;
+
+/// The key of the user's policy or Q-network module.
+const POLICY_KEY: &str = "model.torchscript";
+/// The key of the user's critic module.
+const CRITIC_KEY: &str = "model.torchscript_critic";
 
 /// The log-std range of the squashed Gaussian (SAC's usual bounds).
 const LOG_STD_RANGE: (f64, f64) = (-20.0, 2.0);
@@ -46,12 +56,28 @@ pub enum PolicyKind {
     Categorical,
 }
 
-/// One network: a convolutional encoder for image observations, observation features,
-/// optional action features, a common trunk.
+/// One network: its observation statistics, then fleetrl's layers or the user's module.
 #[derive(Debug)]
 struct Net {
     /// The model's running observation statistics (one set, shared by every network).
     norm: Option<ObsNorm>,
+    body: Body,
+}
+
+/// What a network computes with.
+#[derive(Debug)]
+enum Body {
+    /// fleetrl's own layers (`[model]`).
+    Layers(Layers),
+    /// The user's TorchScript module (`model.torchscript`, `model.torchscript_critic`), in
+    /// the layout of the layers it replaces (see [`ScriptNet::joined`]).
+    Script(ScriptNet),
+}
+
+/// A convolutional encoder for image observations, observation features, optional action
+/// features, a common trunk.
+#[derive(Debug)]
+struct Layers {
     encoder: Option<ConvEncoder>,
     obs: Option<Mlp>,
     act: Option<Mlp>,
@@ -59,14 +85,62 @@ struct Net {
     activation: Activation,
 }
 
+/// Where a network comes from the user's module: the key, its file, and the interface.
+type ScriptSource<'a> = Option<(&'static str, &'a Path, Interface)>;
+
 impl Net {
+    /// The network at `path`: the user's module when `script` names one, otherwise fleetrl's
+    /// layers reading `act_dim` action values (0: none) and giving `out` values per row.
+    fn new(
+        path: &nn::Path,
+        config: &ModelConfig,
+        input: &Input,
+        (act_dim, out): (i64, i64),
+        script: ScriptSource<'_>,
+    ) -> Result<Net, ModelError> {
+        let body = match script {
+            Some((key, file, interface)) => Body::Script(ScriptNet::load(
+                key,
+                file,
+                &(path / "script"),
+                input.flat,
+                interface,
+            )?),
+            None => Body::Layers(Layers::new(path, config, input, act_dim, out)?),
+        };
+        Ok(Net {
+            norm: input.norm.as_ref().map(ObsNorm::shallow_clone),
+            body,
+        })
+    }
+
+    fn forward(&self, obs: &Tensor, action: Option<&Tensor>) -> Tensor {
+        let normalised = self.norm.as_ref().map(|n| n.apply(obs));
+        let obs = normalised.as_ref().unwrap_or(obs);
+        match &self.body {
+            Body::Layers(layers) => layers.forward(obs, action),
+            Body::Script(script) => script.joined(obs, action),
+        }
+    }
+
+    /// A second or later critic from the user's file starts elsewhere than the first (see
+    /// [`ScriptNet::shuffle_parameters`]); fleetrl's layers draw their own initialisation.
+    fn decorrelate(&self) -> Result<(), ModelError> {
+        match &self.body {
+            Body::Script(script) => script.shuffle_parameters(),
+            Body::Layers(_) => Ok(()),
+        }
+    }
+}
+
+impl Layers {
     fn new(
         path: &nn::Path,
         config: &ModelConfig,
         input: &Input,
         act_dim: i64,
         out: i64,
-    ) -> Result<Net, ModelError> {
+    ) -> Result<Layers, ModelError> {
         let activation = config.activation;
         let encoder = match input.frame {
             Some(frame) => Some(ConvEncoder::new(
@@ -99,8 +173,7 @@ impl Net {
             activation,
             None,
         );
-        Ok(Net {
-            norm: input.norm.as_ref().map(ObsNorm::shallow_clone),
+        Ok(Layers {
             encoder,
             obs,
             act,
@@ -109,13 +182,12 @@ impl Net {
         })
     }
 
+    /// The layers on (normalised) observations.
     fn forward(&self, obs: &Tensor, action: Option<&Tensor>) -> Tensor {
         let features = |net: &Option<Mlp>, x: &Tensor| match net {
             Some(m) => self.activation.apply(&m.forward(x)),
             None => x.shallow_clone(),
         };
-        let normalised = self.norm.as_ref().map(|n| n.apply(obs));
-        let obs = normalised.as_ref().unwrap_or(obs);
         let encoded = self.encoder.as_ref().map(|cnn| cnn.forward(obs));
         let x = features(&self.obs, encoded.as_ref().unwrap_or(obs));
         let x = match action {
@@ -199,6 +271,21 @@ impl OffPolicyModel {
                     .into(),
             });
         }
+        let policy_file = config.torchscript.as_deref();
+        let critic_file = config.torchscript_critic.as_deref();
+        let rows = |width: i64, what: &'static str| Interface::Rows { width, what };
+        // `num_critics` critics, each with its own parameters.
+        let critics = |count: u32, shape: (i64, i64), script: ScriptSource<'_>| {
+            let mut nets = Vec::new();
+            for i in 0..count.max(1) {
+                let net = Net::new(&(&root / format!("qf{i}")), config, &input, shape, script)?;
+                if i > 0 {
+                    net.decorrelate()?;
+                }
+                nets.push(net);
+            }
+            Ok::<_, ModelError>(nets)
+        };
         let mut recurrent = None;
         let (pi, critics, scale, bias) = match (kind, action_space) {
             (PolicyKind::QValues, Space::Discrete { n }) if config.lstm_size > 0 => {
@@ -211,7 +298,8 @@ impl OffPolicyModel {
                 )
             }
             (PolicyKind::QValues, Space::Discrete { n }) => {
-                let q = Net::new(&(&root / "q"), config, &input, 0, *n)?;
+                let script = policy_file.map(|f| (POLICY_KEY, f, rows(*n, "q")));
+                let q = Net::new(&(&root / "q"), config, &input, (0, *n), script)?;
                 (
                     None,
                     vec![q],
@@ -220,10 +308,10 @@ impl OffPolicyModel {
                 )
             }
             (PolicyKind::Categorical, Space::Discrete { n }) => {
-                let pi = Net::new(&(&root / "pi"), config, &input, 0, *n)?;
-                let critics = (0..num_critics.max(1))
-                    .map(|i| Net::new(&(&root / format!("qf{i}")), config, &input, 0, *n))
-                    .collect::<Result<_, _>>()?;
+                let script = policy_file.map(|f| (POLICY_KEY, f, rows(*n, "logits")));
+                let pi = Net::new(&(&root / "pi"), config, &input, (0, *n), script)?;
+                let script = critic_file.map(|f| (CRITIC_KEY, f, rows(*n, "q")));
+                let critics = critics(num_critics, (0, *n), script)?;
                 (
                     Some(pi),
                     critics,
@@ -241,10 +329,15 @@ impl OffPolicyModel {
                 } else {
                     a
                 };
-                let pi = Net::new(&(&root / "pi"), config, &input, 0, out)?;
-                let critics = (0..num_critics.max(1))
-                    .map(|i| Net::new(&(&root / format!("qf{i}")), config, &input, a, 1))
-                    .collect::<Result<_, _>>()?;
+                let interface = if kind == PolicyKind::SquashedGaussian {
+                    Interface::Gaussian(a)
+                } else {
+                    rows(a, "action (before fleetrl's tanh)")
+                };
+                let script = policy_file.map(|f| (POLICY_KEY, f, interface));
+                let pi = Net::new(&(&root / "pi"), config, &input, (0, out), script)?;
+                let script = critic_file.map(|f| (CRITIC_KEY, f, Interface::Critic(a)));
+                let critics = critics(num_critics, (a, 1), script)?;
                 let finite = |v: &f32| if v.is_finite() { *v } else { 1.0 };
                 let low: Vec<f32> = low
                     .iter()
@@ -299,6 +392,11 @@ impl OffPolicyModel {
     /// The variable store (for optimisers and checkpoints).
     pub fn var_store(&self) -> &nn::VarStore {
         &self.vs
+    }
+
+    /// Stops every parameter from requiring gradients (a policy to export or only to run).
+    pub fn freeze(&mut self) {
+        self.vs.freeze();
     }
 
     /// Number of Q networks.
@@ -413,7 +511,7 @@ impl OffPolicyModel {
     }
 
     /// The squashed Gaussian's mean and clamped log-std before the squash, `[N, A]` each.
-    fn gaussian(&self, obs: &Tensor) -> (Tensor, Tensor) {
+    pub(crate) fn gaussian(&self, obs: &Tensor) -> (Tensor, Tensor) {
         let out = self.policy_net().forward(obs, None);
         let parts = out.chunk(2, 1);
         let log_std = parts[1].clamp(LOG_STD_RANGE.0, LOG_STD_RANGE.1);
