@@ -3,7 +3,9 @@ trains on a fixed env-step budget, watches the peer's own running mean of traini
 returns, and prints one JSON line: env steps, wall time, training env steps/s, the first time
 and env step at which that mean reached the target, and the last mean.
 
-    python bench/peers.py sf|rllib GAME SEED BUDGET ENVS_PER_WORKER WORKERS
+    python bench/peers.py sf|rllib GAME SEED BUDGET ENVS_PER_WORKER WORKERS [MAX_SECONDS]
+
+MAX_SECONDS (default 600) ends a run early on a slow machine, as fleetrl's stop.max_wall_seconds.
 
 GAME is `cartpole` (CartPole-v1, target 475) or `breakout` (the `minatar` package's
 MinAtar/Breakout-v1, sticky actions 0.1, no target: the return at the budget is the measure).
@@ -20,11 +22,15 @@ Torch uses one thread per process, as fleetrl's roles do.
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import tempfile
 import time
 
 T0 = time.time()
+
+import torch  # noqa: E402
 TARGETS = {"cartpole": 475.0, "breakout": None}
 GYM_IDS = {"cartpole": "CartPole-v1", "breakout": "MinAtar/Breakout-v1"}
 
@@ -32,7 +38,7 @@ GYM_IDS = {"cartpole": "CartPole-v1", "breakout": "MinAtar/Breakout-v1"}
 def report(system, game, seed, curve, wall, budget_steps):
     """curve: (env steps, wall seconds, mean training return) in time order."""
     target = TARGETS[game]
-    hit = next((c for c in curve if target is not None and c[2] >= target), None)
+    hit = next((c for c in curve if None not in (target, c[2]) and c[2] >= target), None)
     steps = curve[-1][0] if curve else 0
     print(json.dumps({
         "system": system, "env": GYM_IDS[game], "seed": seed, "budget": budget_steps,
@@ -54,42 +60,52 @@ def make_minatar():
 
 
 # ---------------------------------------------------------------- Sample Factory 2.1.1 (APPO)
+# Its workers are spawned processes: what it calls there must be importable from this module.
 
-def sf_run(game, seed, budget, envs, workers):
-    import torch
+try:
+    from sample_factory.model.encoder import Encoder
+except ImportError:  # another peer's venv
+    Encoder = torch.nn.Module
+
+
+def sf_make_cartpole(full_env_name, cfg=None, env_config=None, render_mode=None):
+    import gymnasium as gym
+
+    return gym.make("CartPole-v1", render_mode=render_mode)
+
+
+def sf_make_breakout(full_env_name, cfg=None, env_config=None, render_mode=None):
+    return make_minatar()
+
+
+class MinAtarEncoder(Encoder):
+    """The MinAtar paper's body: conv 16x3x3 stride 1 on the [10, 10, C] grid, then 128 units."""
+
+    def __init__(self, cfg, obs_space):
+        super().__init__(cfg)
+        h, w, c = obs_space["obs"].shape
+        self.conv = torch.nn.Sequential(torch.nn.Conv2d(c, 16, 3, 1), torch.nn.ReLU(), torch.nn.Flatten())
+        self.fc = torch.nn.Sequential(torch.nn.Linear(16 * (h - 2) * (w - 2), 128), torch.nn.ReLU())
+
+    def forward(self, obs_dict):
+        return self.fc(self.conv(obs_dict["obs"].float().permute(0, 3, 1, 2)))
+
+    def get_out_size(self):
+        return 128
+
+
+def sf_run(game, seed, budget, envs, workers, max_seconds):
     from sample_factory.algo.utils.context import global_model_factory
     from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
     from sample_factory.envs.env_utils import register_env
-    from sample_factory.model.encoder import Encoder
     from sample_factory.train import run_rl
 
     torch.set_num_threads(1)
 
-    def make_env(full_env_name, cfg=None, env_config=None, render_mode=None):
-        import gymnasium as gym
-        if game == "cartpole":
-            return gym.make("CartPole-v1", render_mode=render_mode)
-        return make_minatar()
-
-    class MinAtarEncoder(Encoder):
-        """The MinAtar paper's body: conv 16x3x3 stride 1 on the [10, 10, C] grid, then 128."""
-
-        def __init__(self, cfg, obs_space):
-            super().__init__(cfg)
-            h, w, c = obs_space["obs"].shape
-            self.conv = torch.nn.Sequential(torch.nn.Conv2d(c, 16, 3, 1), torch.nn.ReLU(), torch.nn.Flatten())
-            self.fc = torch.nn.Sequential(torch.nn.Linear(16 * (h - 2) * (w - 2), 128), torch.nn.ReLU())
-
-        def forward(self, obs_dict):
-            return self.fc(self.conv(obs_dict["obs"].float().permute(0, 3, 1, 2)))
-
-        def get_out_size(self):
-            return 128
-
-    register_env(GYM_IDS[game], make_env)
+    register_env(GYM_IDS[game], sf_make_cartpole if game == "cartpole" else sf_make_breakout)
     common = [
         f"--env={GYM_IDS[game]}", f"--seed={seed}", "--device=cpu", f"--num_workers={workers}",
-        f"--num_envs_per_worker={envs}", f"--train_for_env_steps={budget}", "--algo=APPO",
+        f"--num_envs_per_worker={envs}", f"--train_for_env_steps={budget}", f"--train_for_seconds={max_seconds}", "--algo=APPO",
         "--use_rnn=False", "--recurrence=1", "--with_vtrace=False", "--save_every_sec=100000",
         "--experiment_summaries_interval=2", "--serial_mode=False", "--async_rl=True",
         f"--train_dir={tempfile.mkdtemp(prefix='peers-sf-')}", f"--experiment=peers_{game}_{seed}",
@@ -99,9 +115,10 @@ def sf_run(game, seed, budget, envs, workers):
         extra = ["--batch_size=512", "--reward_scale=0.1"]
     else:
         global_model_factory().register_encoder_factory(MinAtarEncoder)
-        # configs/minatar-breakout-ppo.toml: 8 envs x 128 steps a batch in 4 minibatches of 256.
+        # configs/minatar-breakout-ppo.toml: 8 envs x 128 steps a batch in 4 minibatches of 256;
+        # a constant learning rate (Sample Factory 2.1.1 has no linear decay).
         extra = ["--rollout=128", "--batch_size=256", "--num_batches_per_epoch=4", "--num_epochs=4",
-                 "--learning_rate=2.5e-4", "--lr_schedule=linear_decay", "--gamma=0.99",
+                 "--learning_rate=2.5e-4", "--gamma=0.99",
                  "--gae_lambda=0.95", "--ppo_clip_ratio=0.2", "--exploration_loss_coeff=0.01",
                  "--value_loss_coeff=0.5", "--max_grad_norm=0.5", "--normalize_input=False"]
     argv = common + extra
@@ -124,18 +141,35 @@ def sf_run(game, seed, budget, envs, workers):
                 curve.append((state["frames"], time.time() - T0, float(m.group(1))))
 
     logging.getLogger("rl").addHandler(Watch())
-    start = time.time()
+    # Sample Factory's shutdown can take minutes on a loaded machine: the report is made when
+    # the budget (or the time limit) is reached, and its processes are ended 20 s after that.
+    os.setpgrp()
+
+    def watchdog():
+        while state["frames"] < budget and time.time() - T0 < max_seconds:
+            time.sleep(0.5)
+        state["end"] = time.time() - T0
+        time.sleep(20)
+        finish()
+        os.killpg(0, signal.SIGKILL)
+
+    def finish():
+        if state.get("reported"):
+            return
+        state["reported"] = True
+        wall = state.get("end", time.time() - T0)
+        if state["frames"] > (curve[-1][0] if curve else 0):
+            curve.append((state["frames"], wall, curve[-1][2] if curve else None))
+        report("sample-factory 2.1.1 APPO", game, seed, curve, wall, budget)
+
+    threading.Thread(target=watchdog, daemon=True).start()
     run_rl(cfg)
-    wall = time.time() - T0
-    if curve and state["frames"] > curve[-1][0]:
-        curve.append((state["frames"], wall, curve[-1][2]))
-    report("sample-factory 2.1.1 APPO", game, seed, curve, wall, budget)
-    print(f"[peers] sf training {time.time() - start:.1f} s", file=sys.stderr)
+    finish()
 
 
 # ---------------------------------------------------------------- RLlib 2.60 (PPO, new API stack)
 
-def rllib_run(game, seed, budget, envs, workers):
+def rllib_run(game, seed, budget, envs, workers, max_seconds):
     import ray
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
@@ -167,7 +201,7 @@ def rllib_run(game, seed, budget, envs, workers):
                       head_fcnet_hiddens=[128], head_fcnet_activation="relu", vf_share_layers=False)))
     algo = config.build_algo()
     curve, steps = [], 0
-    while steps < budget:
+    while steps < budget and time.time() - T0 < max_seconds:
         result = algo.train()
         runners = result.get("env_runners", {})
         steps = int(result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime", 0))
@@ -181,5 +215,7 @@ def rllib_run(game, seed, budget, envs, workers):
 
 
 if __name__ == "__main__":
-    peer, game, seed, budget, envs, workers = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
-    {"sf": sf_run, "rllib": rllib_run}[peer](game, seed, budget, envs, workers)
+    peer, game = sys.argv[1], sys.argv[2]
+    seed, budget, envs, workers = map(int, sys.argv[3:7])
+    max_seconds = int(sys.argv[7]) if len(sys.argv) > 7 else 600
+    {"sf": sf_run, "rllib": rllib_run}[peer](game, seed, budget, envs, workers, max_seconds)

@@ -10,7 +10,8 @@
 # its own evaluation (20 deterministic episodes, confirmed on 100 fresh ones), and it stops at
 # the target. bench/peers.py holds the peers' settings and why.
 #   bash bench/peers.sh                                  # seed 0, 2 workers x 4 envs
-#   SEED=1 CARTPOLE_STEPS=100000 BREAKOUT_STEPS=200000 PEERS="sf rllib" bash bench/peers.sh
+#   SEED=1 CARTPOLE_STEPS=100000 BREAKOUT_STEPS=200000 MAX_SECONDS=240 PEERS="sf rllib" \
+#     bash bench/peers.sh
 # The first run installs the peers (about 3-5 min each, mostly PyTorch's wheels).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +20,7 @@ bash scripts/setup.sh >&2
 source bench/peers_install.sh
 SEED="${SEED:-0}" ENVS="${ENVS:-4}" WORKERS="${WORKERS:-2}"
 CARTPOLE_STEPS="${CARTPOLE_STEPS:-100000}" BREAKOUT_STEPS="${BREAKOUT_STEPS:-200000}"
+MAX_SECONDS="${MAX_SECONDS:-240}"   # per run, every system alike (a slow machine ends runs early)
 PEERS="${PEERS:-sf rllib puffer}"
 log() { printf '[peers] %s\n' "$*" >&2; }
 
@@ -46,13 +48,14 @@ for game in cartpole breakout; do
   target/release/fleetrl train --config "$preset" --set seed="$SEED" --set actors.count="$WORKERS" \
     --set actors.envs_per_actor="$ENVS" --set stop.total_env_steps="$budget" \
     --set eval.interval_env_steps=$(( budget / 4 < 50000 ? 5000 : 50000 )) \
+    --set stop.max_wall_seconds="$MAX_SECONDS" \
     --out "$out/fleetrl-$game" >/dev/null 2>"$out/fleetrl-$game.log" || true
   for peer in $PEERS; do
     [ "$peer" = puffer ] && continue   # no PufferLib runner: see the table's notes
     grep -q '^ok' "$peers_dir/$peer.status" 2>/dev/null || continue
     log "$peer $game, $budget steps"
-    timeout 900 "$peers_dir/$peer/bin/python" -W ignore bench/peers.py "$peer" "$game" "$SEED" \
-      "$budget" "$ENVS" "$WORKERS" >"$out/$peer-$game.json" 2>"$out/$peer-$game.log" \
+    timeout $(( MAX_SECONDS + 300 )) "$peers_dir/$peer/bin/python" -W ignore bench/peers.py "$peer" \
+      "$game" "$SEED" "$budget" "$ENVS" "$WORKERS" "$MAX_SECONDS" >"$out/$peer-$game.json" 2>"$out/$peer-$game.log" \
       || log "$peer $game failed: $(tail -n 3 "$out/$peer-$game.log")"
   done
 done
