@@ -35,15 +35,16 @@ TARGETS = {"cartpole": 475.0, "breakout": None}
 GYM_IDS = {"cartpole": "CartPole-v1", "breakout": "MinAtar/Breakout-v1"}
 
 
-def report(system, game, seed, curve, wall, budget_steps):
-    """curve: (env steps, wall seconds, mean training return) in time order."""
+def report(system, game, seed, curve, wall, budget_steps, train_from=(0, 0.0)):
+    """curve: (env steps, wall seconds, mean training return) in time order; train_from: the env
+    steps and wall second at which training began (steps/s leaves out the imports and start-up)."""
     target = TARGETS[game]
     hit = next((c for c in curve if None not in (target, c[2]) and c[2] >= target), None)
     steps = curve[-1][0] if curve else 0
     print(json.dumps({
         "system": system, "env": GYM_IDS[game], "seed": seed, "budget": budget_steps,
         "env_steps": steps, "wall_seconds": wall,
-        "env_steps_per_second": steps / wall if wall > 0 else 0.0,
+        "env_steps_per_second": (steps - train_from[0]) / max(wall - train_from[1], 1e-9),
         "solved": hit is not None,
         "steps_to_target": hit[0] if hit else None, "seconds_to_target": hit[1] if hit else None,
         "final_return": curve[-1][2] if curve else None,
@@ -137,6 +138,7 @@ def sf_run(game, seed, budget, envs, workers, max_seconds):
             msg = record.getMessage()
             if m := frames_re.search(msg):
                 state["frames"] = int(m.group(1))
+                state.setdefault("first", (state["frames"], time.time() - T0))
             if m := reward_re.search(msg):
                 curve.append((state["frames"], time.time() - T0, float(m.group(1))))
 
@@ -160,7 +162,7 @@ def sf_run(game, seed, budget, envs, workers, max_seconds):
         wall = state.get("end", time.time() - T0)
         if state["frames"] > (curve[-1][0] if curve else 0):
             curve.append((state["frames"], wall, curve[-1][2] if curve else None))
-        report("sample-factory 2.1.1 APPO", game, seed, curve, wall, budget)
+        report("sample-factory 2.1.1 APPO", game, seed, curve, wall, budget, state.get("first", (0, 0.0)))
 
     threading.Thread(target=watchdog, daemon=True).start()
     run_rl(cfg)
@@ -200,7 +202,7 @@ def rllib_run(game, seed, budget, envs, workers, max_seconds):
                       conv_filters=[[16, [3, 3], 1]], conv_activation="relu",
                       head_fcnet_hiddens=[128], head_fcnet_activation="relu", vf_share_layers=False)))
     algo = config.build_algo()
-    curve, steps = [], 0
+    curve, steps, started = [], 0, time.time() - T0
     while steps < budget and time.time() - T0 < max_seconds:
         result = algo.train()
         runners = result.get("env_runners", {})
@@ -211,7 +213,7 @@ def rllib_run(game, seed, budget, envs, workers, max_seconds):
     wall = time.time() - T0
     algo.stop()
     ray.shutdown()
-    report("rllib 2.60.0 PPO", game, seed, curve, wall, budget)
+    report("rllib 2.60.0 PPO", game, seed, curve, wall, budget, (0, started))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/setup.sh >&2
+[ "${SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh >&2   # SKIP_SETUP=1: binaries already built
 source bench/peers_install.sh
 SEED="${SEED:-0}" ENVS="${ENVS:-4}" WORKERS="${WORKERS:-2}"
 CARTPOLE_STEPS="${CARTPOLE_STEPS:-100000}" BREAKOUT_STEPS="${BREAKOUT_STEPS:-200000}"

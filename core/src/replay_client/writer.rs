@@ -115,7 +115,10 @@ impl Shared {
     fn pick(&self) -> usize {
         let state = |i: usize| {
             let shard = &self.shards[i];
-            (shard.up.load(Ordering::SeqCst), shard.load.load(Ordering::SeqCst))
+            (
+                shard.up.load(Ordering::SeqCst),
+                shard.load.load(Ordering::SeqCst),
+            )
         };
         let start = self.next.load(Ordering::Relaxed);
         let index = pick(self.shards.len(), start, self.max_in_flight, state);
