@@ -138,7 +138,8 @@ def sf_run(game, seed, budget, envs, workers, max_seconds):
             msg = record.getMessage()
             if m := frames_re.search(msg):
                 state["frames"] = int(m.group(1))
-                state.setdefault("first", (state["frames"], time.time() - T0))
+                if state["frames"] == 0:  # training starts after the last report of none
+                    state["first"] = (0, time.time() - T0)
             if m := reward_re.search(msg):
                 curve.append((state["frames"], time.time() - T0, float(m.group(1))))
 

@@ -12,7 +12,8 @@
 #   bash bench/peers.sh                                  # seed 0, 2 workers x 4 envs
 #   SEED=1 CARTPOLE_STEPS=100000 BREAKOUT_STEPS=200000 MAX_SECONDS=240 PEERS="sf rllib" \
 #     bash bench/peers.sh
-# The first run installs the peers (about 3-5 min each, mostly PyTorch's wheels).
+# The first run installs the peers (3-5 min each on an idle machine, 19-24 min under load; mostly
+# PyTorch's wheels). SKIP_SETUP=1 skips scripts/setup.sh when the binaries are already built.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
