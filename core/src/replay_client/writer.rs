@@ -1,15 +1,22 @@
-//! Inserting into K shards: a dispatcher hands items to per-shard sessions, each of which
-//! coalesces what is queued into stacked requests and keeps a bounded window unacknowledged.
+//! Inserting into K shards. [`Writer::insert`] places each item straight on a shard session's
+//! queue (round-robin over the shards that are up and have room); each session coalesces what
+//! is queued into stacked requests and keeps a bounded window unacknowledged. A session whose
+//! stream breaks hands its unacknowledged items to the shards that are up, or keeps them for
+//! its own reconnection when none is.
+//!
+//! One hop from the caller to the session that encodes the request: the earlier design passed
+//! every item through a dispatcher task first, a third queue and a task wake-up per item that
+//! cost the Atari insert path about half its throughput (docs/benchmarks.md, issue 59).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use fleetrl_proto::v1::InsertRequest;
 use fleetrl_proto::{Tensor, TensorMap};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -52,10 +59,9 @@ struct Item {
 /// all acknowledged when every clone is dropped and [`Writer::finish`] returns.
 #[derive(Debug, Clone)]
 pub struct Writer {
-    items: mpsc::Sender<Item>,
-    acked: Arc<AtomicU64>,
-    reconnects: Arc<AtomicU64>,
-    permits: Arc<Semaphore>,
+    shared: Arc<Shared>,
+    /// Held by every clone: the supervisor hears the last one go when this channel closes.
+    _open: mpsc::Sender<()>,
 }
 
 /// The background side of a [`Writer`]: finishes when every item is acknowledged.
@@ -64,39 +70,141 @@ pub struct WriterTask {
     task: JoinHandle<anyhow::Result<()>>,
 }
 
+/// What the writers, the shard sessions and the supervisor share.
+#[derive(Debug)]
+struct Shared {
+    shards: Vec<ShardQueue>,
+    /// Where the round-robin goes next.
+    next: AtomicUsize,
+    /// Most items a shard takes before the next one is preferred.
+    max_in_flight: usize,
+    /// A permit per item the writer may still take; a session returns one per acknowledged item.
+    permits: Semaphore,
+    /// Items inserted but not yet acknowledged, over all shards.
+    outstanding: AtomicU64,
+    /// Woken when `outstanding` reaches zero.
+    drained: Notify,
+    acked: Arc<AtomicU64>,
+    reconnects: Arc<AtomicU64>,
+    /// The error that ends the writer (an item no shard will take).
+    fatal: watch::Sender<Option<String>>,
+}
+
+/// One shard's queue as the writers see it.
+#[derive(Debug)]
+struct ShardQueue {
+    items: mpsc::UnboundedSender<Item>,
+    /// Whether the session's insert stream is open (true until its first attempt fails).
+    up: AtomicBool,
+    /// Items queued for the shard or in its window: the round-robin skips a shard at
+    /// `max_in_flight`.
+    load: AtomicUsize,
+}
+
+impl Shared {
+    /// Puts `item` on the queue [`pick`] chooses.
+    fn place(&self, item: Item) {
+        let shard = &self.shards[self.pick()];
+        shard.load.fetch_add(1, Ordering::SeqCst);
+        // The receiver lives as long as the supervisor, which holds `Shared` too: a send fails
+        // only once the writer has ended, when the item no longer matters.
+        let _ = shard.items.send(item);
+    }
+
+    /// The shard for the next item (and advances the round-robin).
+    fn pick(&self) -> usize {
+        let state = |i: usize| {
+            let shard = &self.shards[i];
+            (
+                shard.up.load(Ordering::SeqCst),
+                shard.load.load(Ordering::SeqCst),
+            )
+        };
+        let start = self.next.load(Ordering::Relaxed);
+        let index = pick(self.shards.len(), start, self.max_in_flight, state);
+        self.next
+            .store((index + 1) % self.shards.len(), Ordering::Relaxed);
+        index
+    }
+}
+
+/// Round-robin from `start` over `(up, load)` shard states: the first shard that is up and
+/// below `max_in_flight`; else the least loaded shard that is up (the permits bound the whole
+/// writer, so a shard past its share only while another is down); else `start`, whose session
+/// keeps the item until it, or another shard, is up.
+fn pick(
+    shards: usize,
+    start: usize,
+    max_in_flight: usize,
+    state: impl Fn(usize) -> (bool, usize),
+) -> usize {
+    let order = || (0..shards).map(|offset| (start + offset) % shards);
+    let has_room = |i: usize| {
+        let (up, load) = state(i);
+        up && load < max_in_flight
+    };
+    if let Some(index) = order().find(|&i| has_room(i)) {
+        return index;
+    }
+    order()
+        .filter(|&i| state(i).0)
+        .min_by_key(|&i| state(i).1)
+        .unwrap_or(start % shards)
+}
+
 impl Writer {
     /// Starts a writer over `shards`; items are distributed round-robin over the shards that
     /// are up. Returns the writer and the task to await (after dropping the writer) for the
     /// final acknowledgement or the error that ended it.
     pub fn spawn(shards: Vec<String>, options: WriterOptions) -> (Writer, WriterTask) {
-        let window = options.max_in_flight.max(1) * shards.len().max(1);
-        let (items, inbox) = mpsc::channel(window);
-        let counters = Counters {
+        let max_in_flight = options.max_in_flight.max(1);
+        let window = max_in_flight * shards.len().max(1);
+        let mut queues = Vec::new();
+        let mut receivers = Vec::new();
+        for _ in &shards {
+            let (items, queued) = mpsc::unbounded_channel();
+            queues.push(ShardQueue {
+                items,
+                up: AtomicBool::new(true),
+                load: AtomicUsize::new(0),
+            });
+            receivers.push(queued);
+        }
+        let shared = Arc::new(Shared {
+            shards: queues,
+            next: AtomicUsize::new(0),
+            max_in_flight,
+            permits: Semaphore::new(window),
+            outstanding: AtomicU64::new(0),
+            drained: Notify::new(),
             acked: Arc::new(AtomicU64::new(0)),
             reconnects: Arc::new(AtomicU64::new(0)),
-            permits: Arc::new(Semaphore::new(window)),
-        };
-        let Counters {
-            acked,
-            reconnects,
-            permits,
-        } = counters.clone();
-        // However the dispatcher ends, an insert waiting for a permit must hear of it: with
-        // every permit held by items that will never be acknowledged, it would wait forever.
-        let task = tokio::spawn({
-            let permits = permits.clone();
-            async move {
-                let ended = dispatch(shards, options, inbox, counters).await;
-                permits.close();
-                ended
-            }
+            fatal: watch::channel(None).0,
         });
+        let sessions = shards
+            .into_iter()
+            .zip(receivers)
+            .enumerate()
+            .map(|(index, (addr, queued))| {
+                tokio::spawn(shard_loop(ShardLoop {
+                    index,
+                    addr,
+                    options: WriterOptions {
+                        max_in_flight,
+                        ..options.clone()
+                    },
+                    queued,
+                    backlog: VecDeque::new(),
+                    shared: shared.clone(),
+                }))
+            })
+            .collect();
+        let (open, closed) = mpsc::channel(1);
+        let task = tokio::spawn(supervise(shared.clone(), sessions, closed));
         (
             Writer {
-                items,
-                acked,
-                reconnects,
-                permits,
+                shared,
+                _open: open,
             },
             WriterTask { task },
         )
@@ -107,22 +215,25 @@ impl Writer {
     pub async fn insert(&self, tensors: TensorMap, priority: f64) -> anyhow::Result<()> {
         let stopped = || anyhow::anyhow!("the replay writer stopped (see its error)");
         // A permit per unacknowledged item, returned by the shard session on the ack.
-        self.permits
+        self.shared
+            .permits
             .acquire()
             .await
             .map_err(|_| stopped())?
             .forget();
-        self.items
-            .send(Item { tensors, priority })
-            .await
-            .map_err(|_| stopped())
+        if self.shared.fatal.borrow().is_some() {
+            return Err(stopped());
+        }
+        self.shared.outstanding.fetch_add(1, Ordering::SeqCst);
+        self.shared.place(Item { tensors, priority });
+        Ok(())
     }
 
     /// The writer's counters, readable while an insert waits (and after the writer is gone).
     pub fn progress(&self) -> WriterProgress {
         WriterProgress {
-            acked: self.acked.clone(),
-            reconnects: self.reconnects.clone(),
+            acked: self.shared.acked.clone(),
+            reconnects: self.shared.reconnects.clone(),
         }
     }
 }
@@ -154,139 +265,100 @@ impl WriterTask {
     }
 }
 
-/// A shard's session state as the dispatcher sees it.
-struct Shard {
-    queue: mpsc::Sender<Item>,
-    up: Arc<AtomicBool>,
-}
-
-async fn dispatch(
-    addrs: Vec<String>,
-    options: WriterOptions,
-    mut inbox: mpsc::Receiver<Item>,
-    counters: Counters,
+/// Ends the writer: with the error a session reported, or once every writer is dropped and
+/// every item acknowledged. Either way it stops the sessions, and closes the permits so that
+/// an insert waiting for one hears of it (with every permit held by items that will never be
+/// acknowledged, it would wait forever).
+async fn supervise(
+    shared: Arc<Shared>,
+    sessions: Vec<JoinHandle<()>>,
+    mut closed: mpsc::Receiver<()>,
 ) -> anyhow::Result<()> {
-    let (requeue_tx, mut requeue) = mpsc::unbounded_channel::<Item>();
-    let (fatal_tx, mut fatal) = watch::channel::<Option<String>>(None);
-    let outstanding = Arc::new(AtomicU64::new(0));
-    let mut shards = Vec::new();
-    let mut sessions = Vec::new();
-    for addr in &addrs {
-        let (queue, queued) = mpsc::channel(options.max_in_flight.max(1));
-        let up = Arc::new(AtomicBool::new(true));
-        sessions.push(tokio::spawn(shard_loop(ShardLoop {
-            addr: addr.clone(),
-            options: options.clone(),
-            queued,
-            requeue: requeue_tx.clone(),
-            up: up.clone(),
-            counters: counters.clone(),
-            outstanding: outstanding.clone(),
-            fatal: fatal_tx.clone(),
-        })));
-        shards.push(Shard { queue, up });
-    }
-    drop(requeue_tx);
-    let mut next = 0usize;
-    let mut inbox_open = true;
+    let mut fatal = shared.fatal.subscribe();
+    let mut writers_open = true;
     let result = loop {
-        if let Some(message) = fatal.borrow().clone() {
+        if let Some(message) = fatal.borrow_and_update().clone() {
             break Err(anyhow::anyhow!(message));
         }
-        if !inbox_open && outstanding.load(Ordering::SeqCst) == 0 {
+        if !writers_open && shared.outstanding.load(Ordering::SeqCst) == 0 {
             break Ok(());
         }
-        let item = tokio::select! {
-            biased;
-            _ = fatal.changed() => continue,
-            Some(item) = requeue.recv() => item,
-            item = inbox.recv(), if inbox_open => match item {
-                Some(item) => {
-                    outstanding.fetch_add(1, Ordering::SeqCst);
-                    item
-                }
-                None => {
-                    inbox_open = false;
-                    continue;
-                }
-            },
-            () = tokio::time::sleep(Duration::from_millis(50)) => continue,
-        };
-        // Round-robin over shards that are up; wait for room when all are busy or down.
-        let mut pending = Some(item);
-        while let Some(item) = pending.take() {
-            pending = place(&shards, &mut next, item);
-            if pending.is_none() || fatal.borrow().is_some() {
-                break;
-            }
-            // Every shard is busy or down: wait for room on the next one that is up.
-            let up = (0..shards.len())
-                .map(|offset| (next + offset) % shards.len())
-                .find(|&i| shards[i].up.load(Ordering::SeqCst));
-            match up {
-                Some(i) => {
-                    let wait =
-                        tokio::time::timeout(Duration::from_millis(20), shards[i].queue.reserve());
-                    if let Ok(Ok(permit)) = wait.await {
-                        permit.send(pending.take().expect("still pending"));
-                        next = (i + 1) % shards.len();
-                    }
-                }
-                None => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
+        tokio::select! {
+            _ = fatal.changed() => {}
+            _ = closed.recv(), if writers_open => writers_open = false,
+            () = shared.drained.notified() => {}
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
         }
     };
+    shared.permits.close();
     for session in sessions {
         session.abort();
     }
     result
 }
 
-/// Hands `item` to the first shard from `next` on that is up and has room; gives it back if
-/// none has.
-fn place(shards: &[Shard], next: &mut usize, item: Item) -> Option<Item> {
-    let mut item = item;
-    for offset in 0..shards.len() {
-        let index = (*next + offset) % shards.len();
-        if !shards[index].up.load(Ordering::SeqCst) {
-            continue;
-        }
-        match shards[index].queue.try_send(item) {
-            Ok(()) => {
-                *next = (index + 1) % shards.len();
-                return None;
-            }
-            Err(mpsc::error::TrySendError::Full(back))
-            | Err(mpsc::error::TrySendError::Closed(back)) => item = back,
-        }
-    }
-    Some(item)
-}
-
 struct ShardLoop {
+    index: usize,
     addr: String,
     options: WriterOptions,
-    queued: mpsc::Receiver<Item>,
-    requeue: mpsc::UnboundedSender<Item>,
-    up: Arc<AtomicBool>,
-    counters: Counters,
-    outstanding: Arc<AtomicU64>,
-    fatal: watch::Sender<Option<String>>,
+    queued: mpsc::UnboundedReceiver<Item>,
+    /// Items this shard's broken stream never acknowledged, sent first once it is back (when
+    /// no other shard was up to take them).
+    backlog: VecDeque<Item>,
+    shared: Arc<Shared>,
 }
 
-/// What shard sessions report back to the [`Writer`].
-#[derive(Debug, Clone)]
-struct Counters {
-    acked: Arc<AtomicU64>,
-    reconnects: Arc<AtomicU64>,
-    permits: Arc<Semaphore>,
+impl ShardLoop {
+    fn queue(&self) -> &ShardQueue {
+        &self.shared.shards[self.index]
+    }
+
+    /// The next item to send: the backlog's first, then the queue's.
+    fn next_ready(&mut self) -> Option<Item> {
+        self.backlog
+            .pop_front()
+            .or_else(|| self.queued.try_recv().ok())
+    }
+
+    /// Hands this shard's backlog and queue to the shards that are up; keeps them when no
+    /// other shard is.
+    fn requeue(&mut self) {
+        while let Ok(item) = self.queued.try_recv() {
+            self.backlog.push_back(item);
+        }
+        let others_up = self
+            .shared
+            .shards
+            .iter()
+            .enumerate()
+            .any(|(i, s)| i != self.index && s.up.load(Ordering::SeqCst));
+        if !others_up {
+            return;
+        }
+        let moved = self.backlog.len();
+        self.queue().load.fetch_sub(moved, Ordering::SeqCst);
+        for item in self.backlog.drain(..) {
+            self.shared.place(item);
+        }
+    }
+
+    /// Counts `n` items of this shard's window acknowledged.
+    fn acknowledge(&self, n: usize) {
+        let shared = &self.shared;
+        shared.acked.fetch_add(n as u64, Ordering::Relaxed);
+        self.queue().load.fetch_sub(n, Ordering::SeqCst);
+        shared.permits.add_permits(n);
+        if shared.outstanding.fetch_sub(n as u64, Ordering::SeqCst) == n as u64 {
+            shared.drained.notify_one();
+        }
+    }
 }
 
-/// Requests sent to one shard but not yet acknowledged, oldest first.
-type Window = VecDeque<Vec<Item>>;
-
-fn in_window(window: &Window) -> usize {
-    window.iter().map(Vec::len).sum()
+/// Requests sent to one shard but not yet acknowledged, oldest first, and their item count.
+#[derive(Default)]
+struct Window {
+    requests: VecDeque<Vec<Item>>,
+    items: usize,
 }
 
 async fn shard_loop(mut shard: ShardLoop) {
@@ -294,17 +366,15 @@ async fn shard_loop(mut shard: ShardLoop) {
     // Since when the shard has answered that the table does not exist.
     let mut missing_since: Option<std::time::Instant> = None;
     loop {
-        let mut window = Window::new();
+        let mut window = Window::default();
         let ended = session(&mut shard, &mut window, patience).await;
-        // Whatever this shard never acknowledged goes to the others.
-        shard.up.store(false, Ordering::SeqCst);
-        let unacked = in_window(&window);
-        for item in window.into_iter().flatten() {
-            let _ = shard.requeue.send(item);
-        }
-        while let Ok(item) = shard.queued.try_recv() {
-            let _ = shard.requeue.send(item);
-        }
+        // Whatever this shard never acknowledged goes to the others (or waits for this one).
+        shard.queue().up.store(false, Ordering::SeqCst);
+        let unacked = window.items;
+        let mut unsent = std::mem::take(&mut shard.backlog);
+        shard.backlog = window.requests.into_iter().flatten().collect();
+        shard.backlog.append(&mut unsent);
+        shard.requeue();
         // A shard that restarted without a checkpoint has lost its tables until the learner
         // declares them again: wait for that (within the connect patience), as for a restart.
         let missing = matches!(&ended, Err(status) if status.code() == tonic::Code::NotFound);
@@ -319,7 +389,7 @@ async fn shard_loop(mut shard: ShardLoop) {
         };
         match ended {
             Err(status) if missing && waited < shard.options.connect_patience => {
-                shard.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                shard.shared.reconnects.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(replay = %shard.addr, table = %shard.options.table, error = %status.message(), "table missing (replay server restarted?); retrying until it is declared again");
             }
             Err(status) if is_client_fault(&status) => {
@@ -329,16 +399,18 @@ async fn shard_loop(mut shard: ShardLoop) {
                     shard.options.table,
                     status.message()
                 );
-                let _ = shard.fatal.send(Some(message));
+                let _ = shard.shared.fatal.send(Some(message));
                 return;
             }
             Err(status) => {
-                shard.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                shard.shared.reconnects.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(replay = %shard.addr, error = %status.message(), unacked, "insert stream broke; its items go to other shards while reconnecting")
             }
             Ok(()) => {}
         }
         tokio::time::sleep(RECONNECT_DELAY).await;
+        // Items placed here while it was down go to a shard that came up meanwhile.
+        shard.requeue();
         patience = Duration::from_millis(100);
     }
 }
@@ -357,38 +429,59 @@ async fn session(
         .insert(ReceiverStream::new(outbound))
         .await?
         .into_inner();
-    shard.up.store(true, Ordering::SeqCst);
+    shard.queue().up.store(true, Ordering::SeqCst);
+    let max_in_flight = shard.options.max_in_flight;
     loop {
+        // Send what is ready while the window has room, then wait for an item or an ack.
+        while window.items < max_in_flight {
+            let Some(first) = shard.next_ready() else {
+                break;
+            };
+            send(shard, window, &requests, first).await?;
+        }
         tokio::select! {
-            first = shard.queued.recv(), if in_window(window) < shard.options.max_in_flight => {
+            first = shard.queued.recv(), if window.items < max_in_flight => {
+                // The writer holds a sender as long as this session runs.
                 let Some(first) = first else { return Ok(()) };
-                let mut batch = vec![first];
-                let room = shard.options.max_in_flight - in_window(window);
-                while batch.len() < shard.options.max_items_per_request.min(room) {
-                    match shard.queued.try_recv() {
-                        Ok(item) => batch.push(item),
-                        Err(_) => break,
-                    }
-                }
-                let request = stack(&shard.options.table, &batch)
-                    .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
-                window.push_back(batch);
-                if requests.send(request).await.is_err() {
-                    return Err(tonic::Status::unavailable("insert stream closed"));
-                }
+                send(shard, window, &requests, first).await?;
             }
             ack = acks.message() => match ack? {
                 Some(response) => {
-                    let batch = window.pop_front().ok_or_else(|| tonic::Status::internal("an ack for nothing sent"))?;
+                    let batch = window.requests.pop_front().ok_or_else(|| tonic::Status::internal("an ack for nothing sent"))?;
                     debug_assert_eq!(batch.len(), response.keys.len());
-                    shard.counters.acked.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    shard.counters.permits.add_permits(batch.len());
-                    shard.outstanding.fetch_sub(batch.len() as u64, Ordering::SeqCst);
+                    window.items -= batch.len();
+                    shard.acknowledge(batch.len());
                 }
                 None => return Err(tonic::Status::unavailable("the server ended the insert stream")),
             },
         }
     }
+}
+
+/// Stacks `first` and whatever else is ready (up to a request's size and the window's room)
+/// into one request and sends it.
+async fn send(
+    shard: &mut ShardLoop,
+    window: &mut Window,
+    requests: &mpsc::Sender<InsertRequest>,
+    first: Item,
+) -> Result<(), tonic::Status> {
+    let room = shard.options.max_in_flight - window.items;
+    let mut batch = vec![first];
+    while batch.len() < shard.options.max_items_per_request.min(room) {
+        match shard.next_ready() {
+            Some(item) => batch.push(item),
+            None => break,
+        }
+    }
+    let request = stack(&shard.options.table, &batch)
+        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+    window.items += batch.len();
+    window.requests.push_back(batch);
+    if requests.send(request).await.is_err() {
+        return Err(tonic::Status::unavailable("insert stream closed"));
+    }
+    Ok(())
 }
 
 /// Stacks items into one request: every field gains a leading item dimension.
@@ -414,4 +507,34 @@ fn stack(table: &str, batch: &[Item]) -> anyhow::Result<InsertRequest> {
         items: Some(items),
         priorities,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick;
+
+    fn pick_in(states: &[(bool, usize)], start: usize) -> usize {
+        pick(states.len(), start, 2, |i| states[i])
+    }
+
+    #[test]
+    fn round_robin_skips_shards_that_are_down_or_full() {
+        let states = [(true, 0), (false, 0), (true, 2), (true, 1)];
+        assert_eq!(pick_in(&states, 0), 0);
+        assert_eq!(pick_in(&states, 1), 3, "1 is down, 2 is at its window");
+        assert_eq!(pick_in(&states, 2), 3);
+        assert_eq!(pick_in(&states, 3), 3);
+    }
+
+    #[test]
+    fn with_every_shard_full_the_least_loaded_one_that_is_up_takes_it() {
+        let states = [(true, 4), (false, 0), (true, 3)];
+        assert_eq!(pick_in(&states, 0), 2);
+    }
+
+    #[test]
+    fn with_no_shard_up_the_item_waits_on_the_next_in_turn() {
+        let states = [(false, 0), (false, 5)];
+        assert_eq!(pick_in(&states, 1), 1);
+    }
 }

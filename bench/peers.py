@@ -1,0 +1,224 @@
+"""One peer's PPO/APPO run for bench/peers.sh, in that peer's own virtualenv (target/peers/NAME):
+trains on a fixed env-step budget, watches the peer's own running mean of training-episode
+returns, and prints one JSON line: env steps, wall time, training env steps/s, the first time
+and env step at which that mean reached the target, and the last mean.
+
+    python bench/peers.py sf|rllib GAME SEED BUDGET ENVS_PER_WORKER WORKERS [MAX_SECONDS]
+
+MAX_SECONDS (default 600) ends a run early on a slow machine, as fleetrl's stop.max_wall_seconds.
+
+GAME is `cartpole` (CartPole-v1, target 475) or `breakout` (the `minatar` package's
+MinAtar/Breakout-v1, sticky actions 0.1, no target: the return at the budget is the measure).
+
+Settings: each peer's own published CartPole recipe where it has one (Sample Factory's
+`sf_examples/train_gym_env.py` command line: APPO, no RNN, batch 512, reward scale 0.1, no
+V-trace; RLlib's `tuned_examples/ppo/cartpole_ppo.py`: lr 3e-4, 6 epochs, value loss 0.01, one
+linear 32-unit layer shared by policy and value). Neither publishes a MinAtar recipe, so on
+Breakout both take configs/minatar-breakout-ppo.toml's hyperparameters and the MinAtar paper's
+network (16 3x3 filters, then 128 units). Envs and workers are the caller's, as fleetrl's.
+Torch uses one thread per process, as fleetrl's roles do.
+"""
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import tempfile
+import time
+
+T0 = time.time()
+
+import torch  # noqa: E402
+TARGETS = {"cartpole": 475.0, "breakout": None}
+GYM_IDS = {"cartpole": "CartPole-v1", "breakout": "MinAtar/Breakout-v1"}
+
+
+def report(system, game, seed, curve, wall, budget_steps, train_from=(0, 0.0)):
+    """curve: (env steps, wall seconds, mean training return) in time order; train_from: the env
+    steps and wall second at which training began (steps/s leaves out the imports and start-up)."""
+    target = TARGETS[game]
+    hit = next((c for c in curve if None not in (target, c[2]) and c[2] >= target), None)
+    steps = curve[-1][0] if curve else 0
+    print(json.dumps({
+        "system": system, "env": GYM_IDS[game], "seed": seed, "budget": budget_steps,
+        "env_steps": steps, "wall_seconds": wall,
+        "env_steps_per_second": (steps - train_from[0]) / max(wall - train_from[1], 1e-9),
+        "solved": hit is not None,
+        "steps_to_target": hit[0] if hit else None, "seconds_to_target": hit[1] if hit else None,
+        "final_return": curve[-1][2] if curve else None,
+        "return_measure": "running mean of training episodes",
+    }), flush=True)
+
+
+def make_minatar():
+    import gymnasium as gym
+    from minatar.gym import register_envs
+
+    register_envs()
+    return gym.make("MinAtar/Breakout-v1")
+
+
+# ---------------------------------------------------------------- Sample Factory 2.1.1 (APPO)
+# Its workers are spawned processes: what it calls there must be importable from this module.
+
+try:
+    from sample_factory.model.encoder import Encoder
+except ImportError:  # another peer's venv
+    Encoder = torch.nn.Module
+
+
+def sf_make_cartpole(full_env_name, cfg=None, env_config=None, render_mode=None):
+    import gymnasium as gym
+
+    return gym.make("CartPole-v1", render_mode=render_mode)
+
+
+def sf_make_breakout(full_env_name, cfg=None, env_config=None, render_mode=None):
+    return make_minatar()
+
+
+class MinAtarEncoder(Encoder):
+    """The MinAtar paper's body: conv 16x3x3 stride 1 on the [10, 10, C] grid, then 128 units."""
+
+    def __init__(self, cfg, obs_space):
+        super().__init__(cfg)
+        h, w, c = obs_space["obs"].shape
+        self.conv = torch.nn.Sequential(torch.nn.Conv2d(c, 16, 3, 1), torch.nn.ReLU(), torch.nn.Flatten())
+        self.fc = torch.nn.Sequential(torch.nn.Linear(16 * (h - 2) * (w - 2), 128), torch.nn.ReLU())
+
+    def forward(self, obs_dict):
+        return self.fc(self.conv(obs_dict["obs"].float().permute(0, 3, 1, 2)))
+
+    def get_out_size(self):
+        return 128
+
+
+def sf_run(game, seed, budget, envs, workers, max_seconds):
+    from sample_factory.algo.utils.context import global_model_factory
+    from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
+    from sample_factory.envs.env_utils import register_env
+    from sample_factory.train import run_rl
+
+    torch.set_num_threads(1)
+
+    register_env(GYM_IDS[game], sf_make_cartpole if game == "cartpole" else sf_make_breakout)
+    common = [
+        f"--env={GYM_IDS[game]}", f"--seed={seed}", "--device=cpu", f"--num_workers={workers}",
+        f"--num_envs_per_worker={envs}", f"--train_for_env_steps={budget}", f"--train_for_seconds={max_seconds}", "--algo=APPO",
+        "--use_rnn=False", "--recurrence=1", "--with_vtrace=False", "--save_every_sec=100000",
+        "--experiment_summaries_interval=2", "--serial_mode=False", "--async_rl=True",
+        f"--train_dir={tempfile.mkdtemp(prefix='peers-sf-')}", f"--experiment=peers_{game}_{seed}",
+    ]
+    if game == "cartpole":
+        # sf_examples/train_gym_env.py's CartPole command line (less its 20 envs a worker).
+        extra = ["--batch_size=512", "--reward_scale=0.1"]
+    else:
+        global_model_factory().register_encoder_factory(MinAtarEncoder)
+        # configs/minatar-breakout-ppo.toml: 8 envs x 128 steps a batch in 4 minibatches of 256;
+        # a constant learning rate (Sample Factory 2.1.1 has no linear decay).
+        extra = ["--rollout=128", "--batch_size=256", "--num_batches_per_epoch=4", "--num_epochs=4",
+                 "--learning_rate=2.5e-4", "--gamma=0.99",
+                 "--gae_lambda=0.95", "--ppo_clip_ratio=0.2", "--exploration_loss_coeff=0.01",
+                 "--value_loss_coeff=0.5", "--max_grad_norm=0.5", "--normalize_input=False"]
+    argv = common + extra
+    parser, _ = parse_sf_args(argv=argv)
+    cfg = parse_full_cfg(parser, argv)
+
+    # Sample Factory reports through the `rl` logger: total frames and the running mean
+    # of episode returns, every few seconds.
+    import logging
+    curve, state = [], {"frames": 0}
+    frames_re = re.compile(r"Total num frames: (\d+)")
+    reward_re = re.compile(r"Avg episode reward: \[\(0, '([-0-9.eE+]+)'\)\]")
+
+    class Watch(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            if m := frames_re.search(msg):
+                state["frames"] = int(m.group(1))
+                if state["frames"] == 0:  # training starts after the last report of none
+                    state["first"] = (0, time.time() - T0)
+            if m := reward_re.search(msg):
+                curve.append((state["frames"], time.time() - T0, float(m.group(1))))
+
+    logging.getLogger("rl").addHandler(Watch())
+    # Sample Factory's shutdown can take minutes on a loaded machine: the report is made when
+    # the budget (or the time limit) is reached, and its processes are ended 20 s after that.
+    os.setpgrp()
+
+    def watchdog():
+        while state["frames"] < budget and time.time() - T0 < max_seconds:
+            time.sleep(0.5)
+        state["end"] = time.time() - T0
+        time.sleep(20)
+        finish()
+        os.killpg(0, signal.SIGKILL)
+
+    def finish():
+        if state.get("reported"):
+            return
+        state["reported"] = True
+        wall = state.get("end", time.time() - T0)
+        if state["frames"] > (curve[-1][0] if curve else 0):
+            curve.append((state["frames"], wall, curve[-1][2] if curve else None))
+        report("sample-factory 2.1.1 APPO", game, seed, curve, wall, budget, state.get("first", (0, 0.0)))
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    run_rl(cfg)
+    finish()
+
+
+# ---------------------------------------------------------------- RLlib 2.60 (PPO, new API stack)
+
+def rllib_run(game, seed, budget, envs, workers, max_seconds):
+    import ray
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.tune.registry import register_env
+
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    register_env("minatar-breakout", lambda _cfg: make_minatar())
+    config = (
+        PPOConfig()
+        .env_runners(num_env_runners=workers, num_envs_per_env_runner=envs)
+        .debugging(seed=seed)
+    )
+    if game == "cartpole":
+        # tuned_examples/ppo/cartpole_ppo.py
+        config = (config.environment("CartPole-v1")
+                  .training(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01)
+                  .rl_module(model_config=DefaultModelConfig(
+                      fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)))
+    else:
+        # configs/minatar-breakout-ppo.toml's settings (RLlib has no MinAtar recipe).
+        batch = 128 * envs * max(workers, 1)
+        config = (config.environment("minatar-breakout")
+                  .training(lr=[[0, 2.5e-4], [budget, 0.0]], num_epochs=4, minibatch_size=batch // 4,
+                            train_batch_size_per_learner=batch, gamma=0.99, lambda_=0.95,
+                            clip_param=0.2, entropy_coeff=0.01, vf_loss_coeff=0.5, grad_clip=0.5,
+                            use_kl_loss=False)
+                  .rl_module(model_config=DefaultModelConfig(
+                      conv_filters=[[16, [3, 3], 1]], conv_activation="relu",
+                      head_fcnet_hiddens=[128], head_fcnet_activation="relu", vf_share_layers=False)))
+    algo = config.build_algo()
+    curve, steps, started = [], 0, time.time() - T0
+    while steps < budget and time.time() - T0 < max_seconds:
+        result = algo.train()
+        runners = result.get("env_runners", {})
+        steps = int(result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime", 0))
+        mean = runners.get("episode_return_mean")
+        if mean is not None and mean == mean:
+            curve.append((steps, time.time() - T0, float(mean)))
+    wall = time.time() - T0
+    algo.stop()
+    ray.shutdown()
+    report("rllib 2.60.0 PPO", game, seed, curve, wall, budget, (0, started))
+
+
+if __name__ == "__main__":
+    peer, game = sys.argv[1], sys.argv[2]
+    seed, budget, envs, workers = map(int, sys.argv[3:7])
+    max_seconds = int(sys.argv[7]) if len(sys.argv) > 7 else 600
+    {"sf": sf_run, "rllib": rllib_run}[peer](game, seed, budget, envs, workers, max_seconds)
