@@ -93,7 +93,25 @@ pub enum CollectiveError {
         /// What c10d said.
         message: String,
     },
+    /// Other ranks left the group on purpose ([`Group::leave`]: a shutdown).
+    #[error(
+        "learner rank {rank} of {world_size}: learner rank{} {} left the group (a shutdown), so \
+         this rank stops too",
+        if left.len() > 1 { "s" } else { "" },
+        left.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    Left {
+        /// This rank.
+        rank: u32,
+        /// The group size.
+        world_size: u32,
+        /// The ranks that left.
+        left: Vec<u32>,
+    },
 }
+
+/// How many counts each rank states in an agreement ([`Group::agree`]).
+pub const COUNTS: usize = 6;
 
 /// A process group joined through a store, shared by the optimisers of one learner.
 ///
@@ -185,9 +203,9 @@ impl Group {
     /// update's rows, `rows / (sum of every rank's rows)`: one all-reduce of the count, so
     /// ranks may train on batches of different sizes. Returns the rows over all ranks.
     pub fn weigh_rows(&self, rows: usize) -> Result<f64, CollectiveError> {
-        let count = Tensor::from_slice(&[rows as f64]);
-        self.all_reduce_sum(&count, "all-reduce of the batch rows")?;
-        let total = count.double_value(&[0]);
+        let mut counts = [0.0; COUNTS];
+        counts[0] = rows as f64;
+        let total = self.agree(counts)?[0];
         let weight = if total > 0.0 {
             rows as f64 / total
         } else {
@@ -195,6 +213,54 @@ impl Group {
         };
         self.weight.store(weight.to_bits(), Ordering::Relaxed);
         Ok(total)
+    }
+
+    /// Sums `counts` over the group: the one exchange ranks make between updates (the row
+    /// counts of [`Group::weigh_rows`], the learner's on-policy ticks), which also carries
+    /// [`Group::leave`], so a rank that leaves is seen by the others whichever of them they
+    /// are in. Once a rank has left, returns [`CollectiveError::Left`] naming it, and so does
+    /// every later collective.
+    pub fn agree(&self, counts: [f64; COUNTS]) -> Result<[f64; COUNTS], CollectiveError> {
+        self.exchange(counts, false)
+    }
+
+    /// Tells the other ranks that this one stops (a shutdown): their next agreement fails
+    /// with [`CollectiveError::Left`] naming it, instead of a lost connection later. Blocks
+    /// until they reach that agreement, or the collective timeout.
+    pub fn leave(&self) -> Result<(), CollectiveError> {
+        self.exchange([0.0; COUNTS], true).map(|_| ())
+    }
+
+    /// `counts` then one flag per rank (set by a rank that leaves), summed over the group.
+    fn exchange(
+        &self,
+        counts: [f64; COUNTS],
+        leaving: bool,
+    ) -> Result<[f64; COUNTS], CollectiveError> {
+        let mut values = counts.to_vec();
+        values.extend((0..self.world_size).map(|r| f64::from(u8::from(leaving && r == self.rank))));
+        let summed = Tensor::from_slice(&values);
+        self.all_reduce_sum(&summed, "agreement between the ranks")?;
+        let mut sums = [0.0; COUNTS];
+        for (i, sum) in sums.iter_mut().enumerate() {
+            *sum = summed.double_value(&[i as i64]);
+        }
+        let left: Vec<u32> = (0..self.world_size)
+            .filter(|&r| summed.double_value(&[(COUNTS as u32 + r) as i64]) > 0.5)
+            .collect();
+        if left.is_empty() {
+            return Ok(sums);
+        }
+        let error = CollectiveError::Left {
+            rank: self.rank,
+            world_size: self.world_size,
+            left,
+        };
+        *self.failed.lock().expect("group lock poisoned") = Some(error.clone());
+        if leaving {
+            return Ok(sums);
+        }
+        Err(error)
     }
 
     /// Scales `flat_grads` by this rank's row share and sums it over the group, in place: the

@@ -45,19 +45,6 @@ pub(crate) fn build_algorithm(
     let Some(spec) = config.learner.group_spec(restored.device)? else {
         return Ok(restored);
     };
-    // The algorithms train across ranks (core's exactness tests), but this binary's on-policy
-    // batches are what the actors send per version, which the ranks would have to split
-    // evenly; until they do, a rank short of its share would stall the others' all-reduce.
-    if registry::spec(config).family == registry::Family::OnPolicy {
-        bail!(
-            "learner.world_size = {}: algo.name = \"{}\" is on-policy, and this learner does \
-             not yet split the actors' per-version rollouts between its ranks; run it with \
-             learner.world_size = 1 (learner.devices for several devices), or train an \
-             off-policy algorithm (dqn, sac, td3, ddpg, bc) across learner processes",
-            spec.world_size,
-            config.algo.name()
-        );
-    }
     tracing::info!(rank = spec.rank, world_size = spec.world_size, rendezvous = %spec.rendezvous, backend = ?spec.backend, "joining the other learner processes");
     let group = Arc::new(Group::join(&spec, &config.to_toml())?);
     fleetrl_core::algos::join_ranks(restored.algo.as_mut(), &group)?;

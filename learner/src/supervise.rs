@@ -61,15 +61,7 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
         closing,
     } = roles;
     let mut trainer = tokio::task::spawn_blocking(move || trainer.join());
-    let trainer_ended = |joined: Result<
-        std::thread::Result<Result<(), TrainerStop>>,
-        tokio::task::JoinError,
-    >| match joined {
-        Ok(Ok(Ok(()))) => "the trainer thread ended".to_string(),
-        Ok(Ok(Err(stop))) => stop.to_string(),
-        Ok(Err(panic)) => format!("the trainer thread panicked: {}", panic_message(&*panic)),
-        Err(error) => format!("the trainer thread could not be joined: {error}"),
-    };
+    let mut trainer_done = false;
     let mut server_done = false;
     let fault = tokio::select! {
         _ = net::shutdown_signal() => None,
@@ -81,16 +73,22 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
                 Err(error) => format!("the server task failed: {error}"),
             })
         }
-        joined = &mut trainer => Some(trainer_ended(joined)),
-        ended = &mut sampler => Some(match ended {
+        joined = &mut trainer => {
+            trainer_done = true;
+            trainer_ended(joined)
+        }
+        ended = &mut sampler => match ended {
             // The trainer dropped its queue: say why it did.
             Ok(Ended::TrainerGone) => match tokio::time::timeout(DRAIN, &mut trainer).await {
-                Ok(joined) => trainer_ended(joined),
-                Err(_) => "the trainer stopped taking batches".to_string(),
+                Ok(joined) => {
+                    trainer_done = true;
+                    trainer_ended(joined)
+                }
+                Err(_) => Some("the trainer stopped taking batches".to_string()),
             },
-            Ok(Ended::Failed(error)) => format!("sampling failed: {error}"),
-            Err(error) => format!("the sampler task failed: {error}"),
-        }),
+            Ok(Ended::Failed(error)) => Some(format!("sampling failed: {error}")),
+            Err(error) => Some(format!("the sampler task failed: {error}")),
+        },
     };
     sampler.abort();
     for helper in helpers {
@@ -129,10 +127,29 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
     }
     let Some(cause) = fault else {
         // The trainer ends once the server (holding the last work sender) is gone.
-        let _ = tokio::time::timeout(DRAIN, trainer).await;
+        if !trainer_done {
+            let _ = tokio::time::timeout(DRAIN, trainer).await;
+        }
         return Ok(());
     };
     Err(anyhow::anyhow!(cause)).context("the learner stops")
+}
+
+/// Why the trainer thread ended, as a fault; `None` when another learner rank left the
+/// group (a shutdown), which this rank follows.
+fn trainer_ended(
+    joined: Result<std::thread::Result<Result<(), TrainerStop>>, tokio::task::JoinError>,
+) -> Option<String> {
+    Some(match joined {
+        Ok(Ok(Ok(()))) => "the trainer thread ended".to_string(),
+        Ok(Ok(Err(TrainerStop::Left(source)))) => {
+            tracing::info!(cause = %source, "shutting down with the other learner ranks");
+            return None;
+        }
+        Ok(Ok(Err(stop))) => stop.to_string(),
+        Ok(Err(panic)) => format!("the trainer thread panicked: {}", panic_message(&*panic)),
+        Err(error) => format!("the trainer thread could not be joined: {error}"),
+    })
 }
 
 /// The message a panic carried, when it is text.

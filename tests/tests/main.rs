@@ -28,6 +28,7 @@ mod idle_sockets;
 mod init_from;
 mod interrupt;
 mod k8s_manifests;
+mod learner_ranks;
 mod learner_restart;
 mod meta_learns;
 mod metrics;

@@ -56,12 +56,23 @@ pub(crate) async fn train(
     run_token(out)?;
     let mut config = config;
     let demos_root = demos_root(&mut config.ppod)?;
+    if config.learner.world_size > 1 {
+        // Every rank on this machine: rank 0's store on a free loopback port.
+        config.learner.rendezvous = format!("127.0.0.1:{}", cluster::free_loopback_port()?);
+    }
     let config_path = out.join("config.toml");
     std::fs::write(&config_path, config.to_toml())
         .with_context(|| format!("writing {}", config_path.display()))?;
     let started = Instant::now();
-    let (mut cluster, addrs) =
-        Cluster::start(&config_path, &demos_root, out, config.actors.count, resume).await?;
+    let (mut cluster, addrs) = Cluster::start(
+        &config_path,
+        &demos_root,
+        out,
+        config.actors.count,
+        config.learner.world_size,
+        resume,
+    )
+    .await?;
     let channel = net::connect(&addrs.learner, START_PATIENCE).await?;
     let mut learner = LearnerServiceClient::new(channel);
     let mut run = Running {

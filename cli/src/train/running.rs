@@ -182,9 +182,17 @@ impl Running<'_> {
         error: anyhow::Error,
         evaluations: Vec<Evaluation>,
     ) -> anyhow::Result<LoopResult> {
-        let signal = signalled(&mut self.interrupts, 1);
-        if tokio::time::timeout(SIGNAL_GRACE, signal).await.is_ok() {
-            return self.interrupted(evaluations).await;
+        // Meanwhile the roles that exit are noted in order: the first is the one named.
+        let grace = Instant::now();
+        while grace.elapsed() < SIGNAL_GRACE {
+            let signal = signalled(&mut self.interrupts, 1);
+            if tokio::time::timeout(Duration::from_millis(100), signal)
+                .await
+                .is_ok()
+            {
+                return self.interrupted(evaluations).await;
+            }
+            self.cluster.note_exits();
         }
         // A server that is stopping refuses connections before its process exits; its exit
         // and log say why (a diverged update, say) better than "connection refused" does.

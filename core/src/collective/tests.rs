@@ -354,3 +354,41 @@ fn a_rank_that_dies_stops_the_others_within_the_timeout_naming_it() {
     assert!(error.contains("rank 1 stopped answering"), "{error}");
     assert!(took < timeout + Duration::from_secs(2), "took {took:?}");
 }
+
+#[test]
+fn counts_are_summed_and_a_rank_that_leaves_is_named_by_the_others() {
+    let port = free_port();
+    let results = ranks(3, |rank| {
+        let group = Group::join(&spec(port, rank, 3, Duration::from_secs(5)), "").expect("joining");
+        let mut counts = [0.0; super::COUNTS];
+        counts[0] = f64::from(rank + 1);
+        counts[5] = 1.0;
+        let sums = group.agree(counts).expect("the first agreement");
+        if rank == 2 {
+            group.leave().expect("leaving");
+            // The rank that left does not go on either.
+            return (sums, group.agree(counts).map(|_| ()).unwrap_err());
+        }
+        (sums, group.agree(counts).map(|_| ()).unwrap_err())
+    });
+    for (rank, (sums, error)) in results.iter().enumerate() {
+        assert_eq!(sums[0], 6.0, "rank {rank}");
+        assert_eq!(sums[5], 3.0, "rank {rank}");
+        assert_eq!(
+            *error,
+            CollectiveError::Left {
+                rank: rank as u32,
+                world_size: 3,
+                left: vec![2]
+            }
+        );
+    }
+    assert!(
+        results[0]
+            .1
+            .to_string()
+            .contains("learner rank 2 left the group"),
+        "{}",
+        results[0].1
+    );
+}

@@ -593,3 +593,23 @@ fn a_nested_algo_table_keeps_its_algorithms_defaults_for_what_it_leaves_out() {
     .unwrap_err();
     assert!(err.to_string().contains("random_stepz"), "{err}");
 }
+
+#[test]
+fn on_policy_ranks_need_a_rollout_each_and_the_same_minibatch_count() {
+    let ranks = "[learner]\nworld_size = 2\nbatch_rollouts = 2\n";
+    assert!(RunConfig::from_toml(ranks, "t").is_ok());
+    let err = RunConfig::from_toml("[learner]\nworld_size = 3\nbatch_rollouts = 2\n", "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("learner.batch_rollouts") && err.contains("learner.world_size (3)"),
+        "{err}"
+    );
+    let err = RunConfig::from_toml(&format!("{ranks}[algo]\nminibatch_size = 64\n"), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("algo.minibatch_size"), "{err}");
+    // Off-policy ranks sample on their own.
+    let sac = "[algo]\nname = \"sac\"\n[learner]\nworld_size = 3\n";
+    assert!(RunConfig::from_toml(sac, "t").is_ok());
+}

@@ -48,6 +48,7 @@ impl RunConfig {
         self.check_recurrence(registered.recurrence)?;
         self.check_budget(&registered)?;
         self.check_recurrent_ppo()?;
+        self.check_on_policy_ranks(&registered)?;
         self.check_tasks(&registered)?;
         self.algo.validate(self.batch_env_steps())
     }
@@ -180,6 +181,30 @@ impl RunConfig {
             )?;
         }
         Ok(())
+    }
+
+    /// On-policy learner ranks each train on their part of a version's rollouts, in the same
+    /// number of optimiser steps (one all-reduce each).
+    fn check_on_policy_ranks(&self, registered: &Spec<'_>) -> Result<(), ConfigError> {
+        let ranks = self.learner.world_size;
+        if ranks <= 1 || registered.family != registry::Family::OnPolicy {
+            return Ok(());
+        }
+        check(
+            self.learner.batch_rollouts >= ranks,
+            "learner.batch_rollouts",
+            &format!(
+                "must be at least learner.world_size ({ranks}): every learner rank trains on at \
+                 least one rollout of each update"
+            ),
+        )?;
+        let per_rows = self.algo.as_ppo().and_then(|ppo| ppo.minibatch_size);
+        check(
+            per_rows.is_none(),
+            "algo.minibatch_size",
+            "with learner.world_size > 1 every rank must take the same number of minibatch \
+             steps, whatever its share of the rows; set algo.minibatches instead",
+        )
     }
 
     /// A recurrent PPO model splits whole sequences into minibatches.

@@ -87,6 +87,10 @@ pub fn transitions(config: &RunConfig, replay: &ReplayOptions) -> Result<TableSp
     if env.byte_observations() {
         observations_as_bytes(&mut signature);
     }
+    // Each learner rank samples a batch for every update (their union is the update), so the
+    // table serves `world_size` times the samples per insert: updates per env step stay one
+    // learner's.
+    let ranks = f64::from(config.learner.world_size.max(1));
     Ok(TableSpec {
         name: config.replay.table.clone(),
         max_size: replay.capacity,
@@ -94,9 +98,9 @@ pub fn transitions(config: &RunConfig, replay: &ReplayOptions) -> Result<TableSp
         remover: SelectorKind::Fifo,
         max_times_sampled: 0,
         rate_limiter: RateLimiterSpec::SamplesPerInsert {
-            samples_per_insert: replay.samples_per_insert,
+            samples_per_insert: replay.samples_per_insert * ranks,
             min_size_to_sample: replay.min_size,
-            error_buffer: replay.effective_error_buffer(),
+            error_buffer: replay.effective_error_buffer() * ranks,
         },
         allow_non_finite: false,
         signature,

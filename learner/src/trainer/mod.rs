@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use fleetrl_core::algos::registry::{self, Family};
 use fleetrl_core::algos::{self, Algorithm, Batch, BatchError, Metrics, TrainsOn};
 use fleetrl_core::checkpoint::{self, CheckpointMeta};
+use fleetrl_core::collective::CollectiveError;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::items::check::{check_items, check_task, ItemError};
 use fleetrl_core::models::{weights, ModelError};
@@ -31,6 +32,7 @@ use crate::priorities::{KeyChange, KeyUpdate};
 use crate::screen::Refused;
 use crate::stats::Stats;
 
+mod ranks;
 mod rollouts;
 mod sampled;
 
@@ -120,8 +122,11 @@ pub(crate) enum TrainerStop {
         /// The update's number.
         update: u64,
         /// Which collective, and which rank stopped answering.
-        source: fleetrl_core::collective::CollectiveError,
+        source: CollectiveError,
     },
+    /// Another learner rank left the group (a shutdown): not a failure.
+    #[error("{0}")]
+    Left(CollectiveError),
     /// The update's CUDA graph could not be captured or replayed.
     #[error("update {update}: {source}")]
     Graph {
@@ -137,6 +142,8 @@ enum Next {
     Work(Work),
     /// The wait for the rest of a batch is over: train on what is pending.
     Flush,
+    /// On-policy across learner ranks: agree with the others, and update when they are ready.
+    Tick,
 }
 
 /// Where the trainer thread's time goes: waiting for data or updating.
@@ -189,7 +196,13 @@ impl Trainer {
                     TrainsOn::Rollouts => self.train_rollout(sample),
                     _ => self.train_sampled(sample),
                 },
-                Next::Flush => self.take_pending().is_some_and(|b| self.train_rollouts(b)),
+                Next::Flush => self
+                    .take_pending()
+                    .is_some_and(|b| self.train_rollouts(b, None)),
+                Next::Tick => match self.group.clone() {
+                    Some(group) => self.tick(&group),
+                    None => false,
+                },
                 Next::Work(Work::Checkpoint(reply)) => {
                     let _ = reply.send(self.checkpoint());
                     false
@@ -212,6 +225,13 @@ impl Trainer {
         }
         if let Some(events) = self.events.as_mut() {
             let _ = events.flush();
+        }
+        if let (None, Some(group)) = (&self.stopped, &self.group) {
+            // The work queue closed (a shutdown): the other ranks stop at their next agreement
+            // instead of losing this one in a collective.
+            if let Err(error) = group.leave() {
+                tracing::info!(%error, "the other learner ranks were gone first");
+            }
         }
         self.stopped.take().map_or(Ok(()), Err)
     }
@@ -266,6 +286,9 @@ impl Trainer {
     /// The next piece of work; while a batch waits for the rest of the actors' shares, a
     /// [`Next::Flush`] when that wait is over. `None` once every sender is gone.
     fn next(&mut self, work: &mut mpsc::Receiver<Work>) -> Option<Next> {
+        if self.ticks() {
+            return self.next_tick(work);
+        }
         let Some(until) = self.filling.until else {
             return work.blocking_recv().map(Next::Work);
         };
@@ -371,7 +394,18 @@ impl Trainer {
     }
 
     /// A collective failed: no rank can go on alone.
-    fn stop_collective(&mut self, source: fleetrl_core::collective::CollectiveError) {
+    fn stop_collective(&mut self, source: CollectiveError) {
+        if let CollectiveError::Left { .. } = source {
+            // A shutdown: rank 0 keeps where the group got to.
+            if self.leads() {
+                if let Err(error) = self.checkpoint() {
+                    tracing::error!(%error, "checkpoint failed");
+                }
+            }
+            tracing::info!(cause = %source, "training stops");
+            self.stopped = Some(TrainerStop::Left(source));
+            return;
+        }
         let update = self.algo.trained().updates() + 1;
         let stop = TrainerStop::Collective { update, source };
         tracing::error!(cause = %stop, "training stops");

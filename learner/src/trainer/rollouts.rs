@@ -15,6 +15,13 @@ const MAX_SHARE_WAIT: Duration = Duration::from_millis(250);
 /// Shortest such wait: arrivals come in bursts (the queue, the sampler, the scheduler).
 const MIN_SHARE_WAIT: Duration = Duration::from_millis(20);
 
+/// What one on-policy update trained on, over every learner rank.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Counted {
+    pub(super) env_steps: u64,
+    pub(super) rollouts: u64,
+}
+
 /// Whether a rollout acted by policy `version` (from the wire) is one the learner trains on
 /// while at `current`: not negative, at most `max_lag` behind, and not from further ahead
 /// than a restarted learner's actors can be (`max_lag`); the arithmetic cannot overflow
@@ -31,6 +38,18 @@ fn plausible_version(version: i64, current: i64, max_lag: i64) -> bool {
 pub(crate) struct Filling {
     pub(super) since: Instant,
     pub(super) until: Option<Instant>,
+}
+
+impl Filling {
+    /// `arrived` rollouts (at least `batch_rollouts`, not yet every actor's share) are
+    /// pending: wait on while they keep coming, up to four of their mean gaps so far after
+    /// each one (a big fleet's shares trickle through the queue for a while).
+    pub(super) fn wait_for_more(&mut self, arrived: usize) {
+        let now = Instant::now();
+        let gap = (now - self.since) / arrived.max(1) as u32;
+        let wait = (gap * 4).clamp(MIN_SHARE_WAIT, MAX_SHARE_WAIT);
+        self.until = Some(now + wait);
+    }
 }
 
 impl Default for Filling {
@@ -54,9 +73,24 @@ impl Trainer {
     /// between arrivals after each (an actor that stopped sending, or a subscriber that never
     /// sends, costs one such wait, never a stall).
     fn admit(&mut self, rollout: TensorMap) -> Option<RolloutBatch> {
+        self.keep(rollout);
+        let least = self.config.learner.batch_rollouts.max(1) as usize;
+        if self.pending.len() < least {
+            return None;
+        }
+        if self.pending.len() < self.batch_target() {
+            self.filling.wait_for_more(self.pending.len());
+            return None;
+        }
+        self.take_pending()
+    }
+
+    /// Adds `rollout` to the pending ones if it passes the learner's checks, and drops those
+    /// that now lag the current policy by more than `max_policy_lag` versions.
+    pub(super) fn keep(&mut self, rollout: TensorMap) {
         self.metrics.rollouts_received.inc();
         if !self.accepts(&rollout) {
-            return None;
+            return;
         }
         let max_lag = self.config.actors.max_policy_lag as i64;
         let mut stats = self.stats.lock().expect("stats lock poisoned");
@@ -79,27 +113,12 @@ impl Trainer {
         let dropped = (before - self.pending.len()) as u64;
         stats.rollouts_dropped += dropped;
         self.metrics.rollouts_dropped.add(dropped as f64);
-        drop(stats);
-        let least = self.config.learner.batch_rollouts.max(1) as usize;
-        if self.pending.len() < least {
-            return None;
-        }
-        if self.pending.len() < self.batch_target() {
-            // Wait on while rollouts keep coming: up to four of their mean gaps so far after
-            // each one (a big fleet's shares trickle through the queue for a while).
-            let now = Instant::now();
-            let gap = (now - self.filling.since) / self.pending.len() as u32;
-            let wait = (gap * 4).clamp(MIN_SHARE_WAIT, MAX_SHARE_WAIT);
-            self.filling.until = Some(now + wait);
-            return None;
-        }
-        self.take_pending()
     }
 
     /// Every actor's share of a version: `ceil(batch_rollouts / S) * S` for `S` acting actors
     /// (actors subscribed by name that report: a subscriber that names no actor, or whose
     /// actor stopped reporting, is not waited for).
-    fn batch_target(&self) -> usize {
+    pub(super) fn batch_target(&self) -> usize {
         let least = self.config.learner.batch_rollouts.max(1);
         let actors = self.fleet.acting();
         (least.div_ceil(actors) * actors) as usize
@@ -131,16 +150,23 @@ impl Trainer {
     pub(super) fn train_rollout(&mut self, sample: ShardBatch) -> bool {
         let rollout = sample.response.batch.unwrap_or_default();
         self.admit(rollout)
-            .is_some_and(|batch| self.train_rollouts(batch))
+            .is_some_and(|batch| self.train_rollouts(batch, None))
     }
 
     /// On-policy: one update on `batch` unless the step budget is spent. True when it ran.
-    pub(super) fn train_rollouts(&mut self, batch: RolloutBatch) -> bool {
+    /// `union` counts the update's env steps and rollouts over every learner rank (`None`:
+    /// this learner's batch is the whole update).
+    pub(super) fn train_rollouts(&mut self, batch: RolloutBatch, union: Option<Counted>) -> bool {
         if self.stats().env_steps_trained >= self.config.stop.total_env_steps {
             return false;
         }
-        let env_steps = batch.env_steps();
-        let rollouts = batch.policy_version.len() as u64;
+        let Counted {
+            env_steps,
+            rollouts,
+        } = union.unwrap_or(Counted {
+            env_steps: batch.env_steps(),
+            rollouts: batch.policy_version.len() as u64,
+        });
         let behaviour = batch.policy_version.iter().map(|&v| v as f64).sum::<f64>()
             / batch.policy_version.len().max(1) as f64;
         let Some(mut metrics) = self.update(&Batch::Rollouts(Box::new(batch)), None) else {
