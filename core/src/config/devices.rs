@@ -355,14 +355,14 @@ mod tests {
     #[test]
     fn rank_is_a_number_or_a_statefulset_pod_name() {
         let rank = |value: &str| {
-            let text = format!("[learner]\nworld_size = 3\nrank = {value}\n");
+            let text = format!("[learner]\nworld_size = 2\nrank = {value}\n");
             RunConfig::from_toml(&text, "test").map(|c| c.learner)
         };
-        assert_eq!(rank("2").unwrap().rank, 2);
+        assert_eq!(rank("1").unwrap().rank, 1);
         assert_eq!(rank("\"fleetrl-learner-0\"").unwrap().rank, 0);
-        assert_eq!(rank("\"fleetrl-learner-2\"").unwrap().rank, 2);
-        let beyond = rank("\"fleetrl-learner-3\"").unwrap_err().to_string();
-        assert!(beyond.contains("below learner.world_size (3)"), "{beyond}");
+        assert_eq!(rank("\"fleetrl-learner-1\"").unwrap().rank, 1);
+        let beyond = rank("\"fleetrl-learner-2\"").unwrap_err().to_string();
+        assert!(beyond.contains("below learner.world_size (2)"), "{beyond}");
         for bad in [
             "\"learner\"",
             "\"learner-\"",
