@@ -1,8 +1,9 @@
 //! Builds core's c10d shim (core/csrc/c10d.cpp) against the libtorch tch links: `TCPStore`
 //! and `ProcessGroupGloo` from libtorch_cpu always (cfg `fleetrl_c10d`), and
 //! `ProcessGroupNCCL` too (cfg `fleetrl_c10d_nccl`) when that libtorch has CUDA and the CUDA
-//! runtime and NCCL headers are at hand (the PyPI wheel's `nvidia` packages ship them beside
-//! torch; else `CUDA_HOME`). The wheel ships c10d's headers but not gloo's, which they include:
+//! runtime, CCCL and NCCL headers are at hand (the PyPI wheel's `nvidia` packages ship the
+//! runtime's and NCCL's beside torch, scripts/setup.sh adds CCCL's from `nvidia-cuda-cccl`;
+//! else `CUDA_HOME`). The wheel ships c10d's headers but not gloo's, which they include:
 //! core/csrc/gloo_decls declares the few names they take from it. Without `fleetrl_c10d` a
 //! `learner.world_size > 1` is refused with an error saying this build has no collectives.
 
@@ -46,8 +47,9 @@ fn nccl_includes(libtorch: &Path) -> Option<(PathBuf, PathBuf)> {
     let cuda = holding(cuda_dirs(libtorch), "cuda_runtime_api.h")?;
     if !cuda.join("nv/target").exists() {
         println!(
-            "cargo:warning=libtorch has CUDA but {} lacks CCCL's nv/target (set CUDA_HOME to a \
-             CUDA toolkit): this build's collectives are gloo only",
+            "cargo:warning=libtorch has CUDA but {} lacks CCCL's nv/target (run scripts/setup.sh, \
+             which installs nvidia-cuda-cccl, or set CUDA_HOME to a CUDA toolkit): this \
+             build's collectives are gloo only",
             cuda.display()
         );
         return None;

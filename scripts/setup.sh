@@ -9,6 +9,7 @@ cd "$root"
 TORCH_VERSION="2.11.0"
 GYMNASIUM_VERSION="1.4.0"
 CUDA_CRT_VERSION="13.0.88"
+CUDA_CCCL_VERSION="13.0.85"
 ENVPOOL_VERSION="1.2.5"
 SB3_VERSION="2.9.2"
 ONNX_VERSION="1.23.2"
@@ -52,11 +53,13 @@ fi
 # The CUDA graph shim (core/csrc/cuda_graph.cpp, `learner.cuda_graph`) compiles against
 # libtorch's CUDA headers, which include the CUDA runtime's; the wheels torch pulls in ship
 # those but not the `crt/` headers they include, which come in this 130 KB wheel of headers.
+# The c10d shim's ProcessGroupNCCL (core/csrc/c10d.cpp, `learner.collective_backend = "nccl"`)
+# also needs CCCL's `nv/target`, from a 3 MB wheel of headers (nccl.h comes with torch).
 if [ -d "$venv/lib/python"*/site-packages/nvidia/cu13 ] &&
-  ! "$venv/bin/python" -c 'import importlib.metadata as m; assert m.version("nvidia-cuda-crt") == "'"$CUDA_CRT_VERSION"'"' >/dev/null 2>&1; then
-  log "installing nvidia-cuda-crt==$CUDA_CRT_VERSION (CUDA runtime headers) into $venv"
+  ! "$venv/bin/python" -c 'import importlib.metadata as m; assert m.version("nvidia-cuda-crt") == "'"$CUDA_CRT_VERSION"'"; assert m.version("nvidia-cuda-cccl") == "'"$CUDA_CCCL_VERSION"'"' >/dev/null 2>&1; then
+  log "installing nvidia-cuda-crt==$CUDA_CRT_VERSION and nvidia-cuda-cccl==$CUDA_CCCL_VERSION (CUDA headers) into $venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-    "nvidia-cuda-crt==$CUDA_CRT_VERSION"
+    "nvidia-cuda-crt==$CUDA_CRT_VERSION" "nvidia-cuda-cccl==$CUDA_CCCL_VERSION"
 fi
 
 torch_dir="$("$venv/bin/python" -W ignore -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)"
