@@ -96,14 +96,10 @@ fn load_model<M: Model>(
 pub fn load_actor_critic(path: &Path) -> Result<(ActorCritic, RunConfig), LoadPolicyError> {
     load_model(path, |config, obs, action| {
         if spec(config).family != Family::OnPolicy {
-            return Err(ModelError::Config {
-                key: "algo.name",
-                message: format!(
-                    "the checkpoint was trained by {}, whose model is not an on-policy \
-                     actor-critic (ppo, a2c, impala, vpg, trpo, maml)",
-                    config.algo.name()
-                ),
-            });
+            return Err(trained_by(
+                config,
+                "whose model is not an on-policy actor-critic (ppo, a2c, impala, vpg, trpo, maml)",
+            ));
         }
         ActorCritic::new(&config.model, obs, action, tch::Device::Cpu)
     })
@@ -114,14 +110,10 @@ pub fn load_actor_critic(path: &Path) -> Result<(ActorCritic, RunConfig), LoadPo
 pub fn load_offpolicy(path: &Path) -> Result<(OffPolicyModel, RunConfig), LoadPolicyError> {
     load_model(path, |config, obs, action| {
         if spec(config).family != Family::OffPolicy || config.algo.as_pearl().is_some() {
-            return Err(ModelError::Config {
-                key: "algo.name",
-                message: format!(
-                    "the checkpoint was trained by {}, whose model is not an off-policy \
-                     policy and critics (dqn, sac, td3, ddpg, bc)",
-                    config.algo.name()
-                ),
-            });
+            return Err(trained_by(
+                config,
+                "whose model is not an off-policy policy and critics (dqn, sac, td3, ddpg, bc)",
+            ));
         }
         build_model(config, obs, action, tch::Device::Cpu)
     })
@@ -132,12 +124,18 @@ pub fn load_offpolicy(path: &Path) -> Result<(OffPolicyModel, RunConfig), LoadPo
 pub fn load_pearl(path: &Path) -> Result<(PearlModel, RunConfig), LoadPolicyError> {
     load_model(path, |config, obs, action| match config.algo.as_pearl() {
         Some(pearl) => PearlModel::new(&config.model, pearl, obs, action, tch::Device::Cpu),
-        None => Err(ModelError::Config {
-            key: "algo.name",
-            message: format!(
-                "the checkpoint was trained by {}, not pearl",
-                config.algo.name()
-            ),
-        }),
+        None => Err(trained_by(config, "not pearl")),
     })
+}
+
+/// The refusal of a checkpoint whose algorithm (`config`'s) does not build the model asked
+/// for: "the checkpoint was trained by <algo>, <why>".
+fn trained_by(config: &RunConfig, why: &str) -> ModelError {
+    ModelError::Config {
+        key: "algo.name",
+        message: format!(
+            "the checkpoint was trained by {}, {why}",
+            config.algo.name()
+        ),
+    }
 }
