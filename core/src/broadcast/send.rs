@@ -1,7 +1,7 @@
 //! The learner's side of the broadcast: a version prepared once for every subscriber, cut into
 //! chunk messages on tensor boundaries, and the stream each subscriber gets.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -261,30 +261,47 @@ impl Counts {
     /// Counts one more open subscription; its events, which uncount it when dropped.
     pub fn open(&self) -> impl SubscriberEvents {
         self.open.fetch_add(1, Ordering::Relaxed);
-        Counted(self.clone())
+        Counted {
+            counts: self.clone(),
+            open: AtomicBool::new(true),
+        }
     }
 }
 
-/// One open subscription of a [`Counts`].
-struct Counted(Counts);
+/// One subscription of a [`Counts`], open until it is dropped or reports itself dropped.
+struct Counted {
+    counts: Counts,
+    open: AtomicBool,
+}
+
+impl Counted {
+    fn close(&self) {
+        if self.open.swap(false, Ordering::Relaxed) {
+            self.counts.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.close();
     }
 }
 
 impl SubscriberEvents for Counted {
     fn subscribers(&self) -> u32 {
-        self.0.open.load(Ordering::Relaxed).max(1)
+        self.counts.open.load(Ordering::Relaxed).max(1)
     }
 
     fn skipped(&self, versions: u64) {
-        self.0.skipped.fetch_add(versions, Ordering::Relaxed);
+        self.counts.skipped.fetch_add(versions, Ordering::Relaxed);
     }
 
+    /// Uncounts the subscription before counting the drop, so that whoever reads `dropped`
+    /// then `open` never sees the dropped subscriber as still open.
     fn dropped(&self, _: Duration) {
-        self.0.dropped.fetch_add(1, Ordering::Relaxed);
+        self.close();
+        self.counts.dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
 

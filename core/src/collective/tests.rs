@@ -15,7 +15,9 @@ use crate::items::transition::TransitionBatch;
 /// Updates in each exactness run.
 const UPDATES: usize = 50;
 
-/// Models are built one at a time from a seed: libtorch's generator is the process's.
+/// Models of this file are built one at a time from a seed: libtorch's generator is the
+/// process's. The crate's other tests draw from it too, so where two learners must start from
+/// the same weights one is copied into the other ([`Start`]).
 static BUILD: Mutex<()> = Mutex::new(());
 
 fn free_port() -> u16 {
@@ -89,6 +91,58 @@ fn build(config: &RunConfig, seed: i64) -> Box<dyn Algorithm> {
         &[Device::Cpu],
     )
     .expect("algorithm")
+}
+
+/// Where every learner of one exactness check starts: a model's parameters and the rest of its
+/// state (target networks, optimiser), copied into each one rather than drawn again from a
+/// seed, which another test's draws between `manual_seed` and the build would change. (Behind
+/// a lock: tensors are not `Sync`, and every rank's thread reads them.)
+struct Start(Mutex<Snapshot>);
+
+struct Snapshot {
+    params: Vec<(String, Tensor)>,
+    state: Vec<(String, Tensor)>,
+}
+
+fn copies(named: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    named.into_iter().map(|(n, t)| (n, t.copy())).collect()
+}
+
+impl Start {
+    fn of(config: &RunConfig) -> Start {
+        let algo = build(config, 7);
+        Start(Mutex::new(Snapshot {
+            params: copies(algo.trained().model().named_parameters()),
+            state: copies(algo.state()),
+        }))
+    }
+
+    fn snapshot(&self) -> std::sync::MutexGuard<'_, Snapshot> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The starting parameters.
+    fn params(&self) -> Vec<(String, Tensor)> {
+        copies(
+            self.snapshot()
+                .params
+                .iter()
+                .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                .collect(),
+        )
+    }
+
+    /// The algorithm `config` names, starting here.
+    fn build(&self, config: &RunConfig) -> Box<dyn Algorithm> {
+        let mut algo = build(config, 7);
+        let start = self.snapshot();
+        let model = algo.trained_mut().model_mut();
+        model
+            .load_named(&start.params)
+            .expect("the start's parameters");
+        algo.load_state(&start.state).expect("the start's state");
+        algo
+    }
 }
 
 /// A deterministic CartPole rollout batch `[T = 8, B = 6]` for update `k`.
@@ -196,16 +250,21 @@ fn share(n: usize, rank: u32, world: u32) -> (usize, usize) {
 }
 
 /// Trains `UPDATES` updates; `part(k, rank)` is the rank's batch of update `k` and its rows.
-/// Returns each rank's parameters (one learner without a group when `world` is 1).
+/// Returns each rank's parameters (one learner without a group when `world` is 1). Rank 0
+/// starts at `start`.
 fn train(
     config: &RunConfig,
+    start: &Start,
     world: u32,
     part: impl Fn(usize, u32) -> (Batch, usize) + Sync,
 ) -> Vec<Vec<(String, Tensor)>> {
     let port = free_port();
     ranks(world, |rank| {
-        // Every rank starts from other weights: rank 0's must reach the others.
-        let mut algo = build(config, 7 + i64::from(rank));
+        // Every other rank starts from other weights: rank 0's must reach them.
+        let mut algo = match rank {
+            0 => start.build(config),
+            _ => build(config, 7 + i64::from(rank)),
+        };
         let group = (world > 1).then(|| {
             let group = Group::join(&spec(port, rank, world, Duration::from_secs(30)), "")
                 .expect("joining");
@@ -264,27 +323,28 @@ fn assert_exact(
 fn ranks_on_parts_of_a_batch_train_exactly_like_one_learner_on_all_of_it() {
     let started = Instant::now();
     let ppo = ppo();
-    let start = build(&ppo, 7).trained().model().named_parameters();
+    let start = Start::of(&ppo);
     let whole = |k, _| (Batch::Rollouts(Box::new(rollouts(k))), 48);
-    let one = train(&ppo, 1, whole).remove(0);
+    let one = train(&ppo, &start, 1, whole).remove(0);
     for world in [2, 3] {
-        let many = train(&ppo, world, |k, rank| {
+        let many = train(&ppo, &start, world, |k, rank| {
             let (c0, len) = share(6, rank, world);
             let part = columns(&rollouts(k), c0..c0 + len);
             (Batch::Rollouts(Box::new(part)), len * 8)
         });
-        assert_exact("ppo", &one, &start, &many, 1e-6);
+        assert_exact("ppo", &one, &start.params(), &many, 1e-6);
     }
     let ddpg = ddpg();
-    let start = build(&ddpg, 7).trained().model().named_parameters();
-    let one = train(&ddpg, 1, |k, _| (Batch::Transitions(transitions(k)), 48)).remove(0);
+    let start = Start::of(&ddpg);
+    let whole = |k, _| (Batch::Transitions(transitions(k)), 48);
+    let one = train(&ddpg, &start, 1, whole).remove(0);
     for world in [2, 3] {
-        let many = train(&ddpg, world, |k, rank| {
+        let many = train(&ddpg, &start, world, |k, rank| {
             let (s, len) = share(48, rank, world);
             let part = rows_of(&transitions(k), s as i64, len as i64);
             (Batch::Transitions(part), len)
         });
-        assert_exact("ddpg", &one, &start, &many, 1e-6);
+        assert_exact("ddpg", &one, &start.params(), &many, 1e-6);
     }
     eprintln!("exactness: {:.1} s", started.elapsed().as_secs_f64());
 }
@@ -294,12 +354,15 @@ fn ranks_on_parts_of_a_batch_train_exactly_like_one_learner_on_all_of_it() {
 #[test]
 fn sac_ranks_stay_identical_on_their_own_batches() {
     let sac = sac();
-    let start = build(&sac, 7).trained().model().named_parameters();
-    let many = train(&sac, 2, |k, rank| {
+    let start = Start::of(&sac);
+    let many = train(&sac, &start, 2, |k, rank| {
         let part = rows_of(&transitions(k + 100 * rank as usize), 0, 24);
         (Batch::Transitions(part), 24)
     });
-    assert!(max_diff(&many[0], &start).1 > 1e-2, "SAC barely moved");
+    assert!(
+        max_diff(&many[0], &start.params()).1 > 1e-2,
+        "SAC barely moved"
+    );
     let (name, diff) = max_diff(&many[0], &many[1]);
     assert!(
         diff < 1e-6,
