@@ -4,10 +4,15 @@
 # a PyTorch process doing matmuls with its default intra-op threads (one per core, spinning in
 # OpenMP between ops: what an SB3 or Sample Factory run on the same machine looks like). Per
 # run: training env steps/s, wall time, the learner's mean update time, and the slowdown
-# against the same seed alone, in one table.
+# against the same seed alone, in one table. Each with one learner intra-op thread, and with
+# two whose OpenMP threads wait passively (what the learner sets for itself) or spin (libgomp's
+# default, which collapses beside a neighbour: a thread spins at a barrier for one that is
+# descheduled).
 #   bash bench/contention.sh                     # seeds 0 1, 30k env steps
 #   SEEDS="0 1 2" STEPS=60000 bash bench/contention.sh
 #   NEIGHBOURS="busy" bash bench/contention.sh   # only the busy loops (none, busy, torch)
+#   THREADS="2" WAITS="spin" bash bench/contention.sh   # learner.torch_threads, and how its
+#                                                      # OpenMP threads wait (passive, spin)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -37,14 +42,23 @@ while True:
   esac
   sleep 1
 }
-echo "| neighbour | seed | env steps/s | wall s | learner update ms (mean) | slowdown vs alone |"
-echo "|---|---|---|---|---|---|"
+echo "| torch threads | OpenMP wait | neighbour | seed | env steps/s | wall s | learner update ms (mean) | slowdown vs alone |"
+echo "|---|---|---|---|---|---|---|---|"
 declare -A alone
+for threads in ${THREADS:-1 2}; do
+for wait in ${WAITS:-passive spin}; do
+  # One thread runs no OpenMP team: its wait policy changes nothing.
+  [ "$threads" = 1 ] && [ "$wait" = spin ] && continue
+  # passive: what the learner sets itself (learner.torch_threads > 1); spin: libgomp's
+  # default when nobody sets it (ACTIVE with its default spin count, 300,000).
+  wait_env=()
+  [ "$wait" = spin ] && wait_env=(OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000)
 for neighbour in ${NEIGHBOURS:-none busy torch}; do
   for seed in ${SEEDS:-0 1}; do
     start_neighbour "$neighbour"
-    run="$out/$neighbour-$seed"
-    target/release/fleetrl train --config cartpole-ppo --set seed="$seed" \
+    run="$out/$threads-$wait-$neighbour-$seed"
+    env "${wait_env[@]}" target/release/fleetrl train --config cartpole-ppo --set seed="$seed" \
+      --set learner.torch_threads="$threads" \
       --set stop.target_return=inf --set stop.total_env_steps="$steps" --out "$run" \
       >/dev/null 2>"$run.log"
     stop_neighbour
@@ -59,11 +73,14 @@ print(f"{s['env_steps_per_second']:.0f} {s['wall_seconds']:.1f} {mean:.1f}")
 PY
 )
     read -r sps wall ms <<<"$row"
-    [ "$neighbour" = none ] && alone[$seed]=$wall
+    key="$threads-$wait-$seed"
+    [ "$neighbour" = none ] && alone[$key]=$wall
     slow="-"
-    [ -n "${alone[$seed]:-}" ] && slow=$(awk -v a="${alone[$seed]}" -v b="$wall" 'BEGIN { printf "%.2fx", b / a }')
-    echo "| $neighbour | $seed | $sps | $wall | $ms | $slow |"
+    [ -n "${alone[$key]:-}" ] && slow=$(awk -v a="${alone[$key]}" -v b="$wall" 'BEGIN { printf "%.2fx", b / a }')
+    echo "| $threads | $wait | $neighbour | $seed | $sps | $wall | $ms | $slow |"
   done
+done
+done
 done
 echo
 echo "raw outputs: $out ($cores cores)"

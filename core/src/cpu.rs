@@ -42,3 +42,33 @@ pub fn keep_tensor_memory() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
     }
 }
+
+/// The variable libgomp (libtorch's OpenMP) reads once, as it loads, for how its idle threads
+/// wait for the next parallel region.
+pub const OPENMP_WAIT_POLICY: &str = "OMP_WAIT_POLICY";
+
+/// Where libtorch runs `threads` intra-op threads (more than one), makes its OpenMP threads
+/// sleep while they wait instead of spinning. Returns at once when `threads` is 1 or the
+/// user set [`OPENMP_WAIT_POLICY`] themselves; otherwise runs this program again in this
+/// process with the variable set to `PASSIVE` (`exec`: same pid, arguments, environment and
+/// open files), because libgomp read its settings before `main`. It returns only the error of
+/// an `exec` that failed. Call it before any thread that trains starts.
+///
+/// Spinning is libgomp's default, and it collapses beside a busy neighbour: a team's threads
+/// spin at every barrier for one that the kernel has descheduled. Measured on the 2-core VM
+/// beside a pip install and a release build, the PEARL update of `point-robot-sparse-pearl`
+/// (`THREADS=2 core/examples/pearl_update`) took 147-389 ms spinning and 7.6-9.0 ms passive
+/// (one thread: 14-16 ms).
+pub fn wait_passively(threads: u32) -> std::io::Result<()> {
+    if threads <= 1 || std::env::var_os(OPENMP_WAIT_POLICY).is_some() {
+        return Ok(());
+    }
+    use std::os::unix::process::CommandExt;
+    tracing::info!(threads, "starting again with {OPENMP_WAIT_POLICY}=PASSIVE");
+    let mut args = std::env::args_os();
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    if let Some(arg0) = args.next() {
+        command.arg0(arg0);
+    }
+    Err(command.args(args).env(OPENMP_WAIT_POLICY, "PASSIVE").exec())
+}

@@ -80,6 +80,8 @@ async fn run() -> anyhow::Result<()> {
     }
     let config =
         RunConfig::load(&args.config, &args.overrides).context("loading the run config")?;
+    fleetrl_core::cpu::wait_passively(config.learner.torch_threads)
+        .context("starting again with OMP_WAIT_POLICY=PASSIVE")?;
     tracing::info!(config = %config.to_toml(), "effective config");
     tracing::info!(
         cuda_available = tch::Cuda::is_available(),
