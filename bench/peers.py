@@ -60,6 +60,14 @@ def make_minatar():
     return gym.make("MinAtar/Breakout-v1")
 
 
+def float_frames(env):
+    import gymnasium as gym
+    import numpy as np
+
+    space = gym.spaces.Box(0.0, 1.0, env.observation_space.shape, np.float32)
+    return gym.wrappers.TransformObservation(env, lambda obs: obs.astype(np.float32), space)
+
+
 # ---------------------------------------------------------------- Sample Factory 2.1.1 (APPO)
 # Its workers are spawned processes: what it calls there must be importable from this module.
 
@@ -179,7 +187,9 @@ def rllib_run(game, seed, budget, envs, workers, max_seconds):
     from ray.tune.registry import register_env
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    register_env("minatar-breakout", lambda _cfg: make_minatar())
+    # MinAtar's frames are bool; RLlib's conv encoder takes them as they come and fails
+    # ("Input type (bool) and bias type (float) should be the same"), so they become floats.
+    register_env("minatar-breakout", lambda _cfg: float_frames(make_minatar()))
     config = (
         PPOConfig()
         .env_runners(num_env_runners=workers, num_envs_per_env_runner=envs)
