@@ -226,7 +226,8 @@ def rllib_run(game, seed, budget, envs, workers, max_seconds):
 # ---------------------------------------------------------------- PufferLib (pufferlib-core 3.0.23)
 # pufferlib-core is Metta-AI's packaging of PufferLib 3.0: its trainer (`pufferlib.pufferl.PuffeRL`,
 # the clean_pufferl PPO: V-trace-corrected GAE from its `_C` kernel, prioritized segment
-# sampling, reward clipping to [-1, 1]), its vector layer and its gymnasium emulation, but none of
+# sampling, reward clipping to [-1, 1], truncations not told apart from running episodes:
+# "TODO: Handle truncations"), its vector layer and its gymnasium emulation, but none of
 # PufferLib's Ocean envs (no native C CartPole) and none of its config/*.ini files. So both games
 # are gymnasium envs through `pufferlib.emulation.GymnasiumPufferEnv` (with PufferLib's
 # `EpisodeStats` wrapper for returns) on `pufferlib.vector.Multiprocessing`: WORKERS processes of
