@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # fleetrl side by side with the RL systems its users compare it with, in one run on this
-# machine: Sample Factory 2.1.1 (APPO), RLlib 2.60.0 (PPO) and PufferLib, each installed from
-# PyPI into its own virtualenv under target/peers/ (skipped, with pip's error in the table's
-# notes, where it does not install cleanly). Each trains PPO on CartPole-v1 and on MinAtar
-# Breakout at the same number of envs and workers as fleetrl (WORKERS actors/workers of ENVS
-# envs each) on a fixed env-step budget: training env steps/s, and the wall time and env steps
-# at which the target (CartPole: 475) was first reached, or the return at the budget
-# (Breakout). Peers are measured on their running mean of training-episode returns; fleetrl on
-# its own evaluation (20 deterministic episodes, confirmed on 100 fresh ones), and it stops at
-# the target. bench/peers.py holds the peers' settings and why.
+# machine: Sample Factory 2.1.1 (APPO), RLlib 2.60.0 (PPO) and PufferLib (pufferlib-core 3.0.23,
+# its PuffeRL PPO, with its own torch 2.9.0), each installed from PyPI into its own virtualenv
+# under target/peers/ (skipped, with pip's error in the table's notes, where it does not install
+# cleanly). Each trains PPO on CartPole-v1 and on MinAtar Breakout at the same number of envs and
+# workers as fleetrl (WORKERS actors/workers of ENVS envs each) on a fixed env-step budget:
+# training env steps/s, and the wall time and env steps at which the target (CartPole: 475) was
+# first reached, or the return at the budget (Breakout). Peers are measured on their running
+# mean of training-episode returns; fleetrl on its own evaluation (20 deterministic episodes,
+# confirmed on 100 fresh ones), and it stops at the target. bench/peers.py holds the peers'
+# settings and why.
 #   bash bench/peers.sh                                  # seed 0, 2 workers x 4 envs
 #   SEED=1 CARTPOLE_STEPS=100000 BREAKOUT_STEPS=200000 MAX_SECONDS=240 PEERS="sf rllib" \
 #     bash bench/peers.sh
+#   PEERS=puffer PUFFER_BACKEND=Serial bash bench/peers.sh  # PufferLib's envs in its trainer's
+#                                                          # process, not WORKERS processes
 # The first run installs the peers (3-5 min each on an idle machine, 19-24 min under load; mostly
 # PyTorch's wheels). SKIP_SETUP=1 skips scripts/setup.sh when the binaries are already built.
 set -euo pipefail
@@ -32,8 +35,8 @@ for peer in $PEERS; do
           sample-factory==2.1.1 torch==2.11.0 minatar==1.0.15 || true ;;
     rllib) install_peer rllib 'import ray.rllib, minatar, torch' \
           'ray[rllib]==2.60.0' torch==2.11.0 minatar==1.0.15 || true ;;
-    puffer) install_peer puffer "import pufferlib.vector" \
-          pufferlib-core==3.0.23 || true ;;
+    puffer) install_peer puffer 'import pufferlib.pufferl, minatar' \
+          pufferlib-core==3.0.23 minatar==1.0.15 || true ;;
   esac
   log "$peer: $(head -n 1 "$peers_dir/$peer.status")"
 done
@@ -52,7 +55,6 @@ for game in cartpole breakout; do
     --set stop.max_wall_seconds="$MAX_SECONDS" \
     --out "$out/fleetrl-$game" >/dev/null 2>"$out/fleetrl-$game.log" || true
   for peer in $PEERS; do
-    [ "$peer" = puffer ] && continue   # no PufferLib runner: see the table's notes
     grep -q '^ok' "$peers_dir/$peer.status" 2>/dev/null || continue
     log "$peer $game, $budget steps"
     timeout $(( MAX_SECONDS + 300 )) "$peers_dir/$peer/bin/python" -W ignore bench/peers.py "$peer" \
