@@ -77,7 +77,9 @@ PY
     [ "$neighbour" = none ] && alone[$key]=$wall
     slow="-"
     [ -n "${alone[$key]:-}" ] && slow=$(awk -v a="${alone[$key]}" -v b="$wall" 'BEGIN { printf "%.2fx", b / a }')
-    echo "| $threads | $wait | $neighbour | $seed | $sps | $wall | $ms | $slow |"
+    label=$wait
+    [ "$threads" = 1 ] && label="- (no team)"
+    echo "| $threads | $label | $neighbour | $seed | $sps | $wall | $ms | $slow |"
   done
 done
 done

@@ -71,6 +71,44 @@ fn fleetrl_train_learns_cartpole() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A learner on two intra-op threads starts itself again with its OpenMP threads waiting
+/// passively (spinning, the default, collapses beside a busy neighbour: docs/benchmarks.md,
+/// "Beside a busy neighbour"), trains, and keeps the one process the launcher watches.
+#[test]
+fn a_learner_on_two_threads_waits_passively() -> anyhow::Result<()> {
+    let out = fleetrl_tests::scratch("passive-openmp");
+    let run = fleetrl_command(&[
+        "train",
+        "--config",
+        "cartpole-ppo",
+        "--set",
+        "learner.torch_threads=2",
+        "--set",
+        "stop.total_env_steps=4000",
+    ])
+    .env_remove("OMP_WAIT_POLICY")
+    .arg("--out")
+    .arg(&out)
+    .output()?;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "fleetrl train failed: {stderr}");
+    let log = std::fs::read_to_string(out.join("logs/learner.log"))?;
+    assert_eq!(
+        log.matches("starting again with OMP_WAIT_POLICY=PASSIVE")
+            .count(),
+        1,
+        "{log}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json"))?)?;
+    assert!(
+        summary["total_env_steps"].as_u64() >= Some(4000),
+        "{summary:#}"
+    );
+    std::fs::remove_dir_all(&out)?;
+    Ok(())
+}
+
 /// `fleetrl eval --checkpoint checkpoint flags...`: the mean return its `eval.json` holds.
 fn eval_mean(checkpoint: &str, flags: &[&str]) -> f64 {
     let mut args = vec!["eval", "--checkpoint", checkpoint];

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 /// The README's size limit, in bytes.
 const README_LIMIT: usize = 40_000;
 
-/// Directories that hold no documentation of ours.
-const SKIPPED: [&str; 4] = ["target", ".venv", ".git", "node_modules"];
+/// Directories that hold no documentation of ours (besides every hidden one: `.git`, the
+/// virtualenvs `.venv` and the benches' `bench/.venv-*`, whose packages ship their own docs).
+const SKIPPED: [&str; 2] = ["target", "node_modules"];
 
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -22,7 +23,10 @@ fn markdown_files(dir: &Path, found: &mut Vec<PathBuf>) {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         if path.is_dir() {
-            if !SKIPPED.contains(&name.as_str()) && !name.starts_with("target") {
+            let ours = !(SKIPPED.contains(&name.as_str())
+                || name.starts_with("target")
+                || name.starts_with('.'));
+            if ours {
                 markdown_files(&path, found);
             }
         } else if name.ends_with(".md") {
