@@ -19,6 +19,7 @@ pub mod pearl;
 pub mod pg;
 pub mod ppo;
 pub mod r2d2;
+pub mod recurrent_sac;
 pub mod registry;
 pub mod replicas;
 pub mod returns;

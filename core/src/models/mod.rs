@@ -13,7 +13,7 @@ mod mlp;
 mod obs_norm;
 mod offpolicy;
 mod pearl;
-pub(crate) mod recurrent_q;
+pub(crate) mod recurrent_net;
 mod script;
 pub mod weights;
 
@@ -27,7 +27,7 @@ pub use mlp::Mlp;
 pub use obs_norm::ObsNorm;
 pub use offpolicy::{OffPolicyModel, PolicyKind};
 pub use pearl::{kl_from_prior, product_of_gaussians, PearlModel};
-pub use recurrent_q::{RecurrentQ, Unrolled};
+pub use recurrent_net::{RecurrentNet, Unrolled};
 
 use fleetrl_proto::space::Space;
 
