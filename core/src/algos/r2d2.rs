@@ -61,6 +61,25 @@ pub fn n_step_targets(
     Tensor::stack(&targets, 0)
 }
 
+/// [`n_step_targets`] `[T - 1, B]` of `batch`'s rewards and episode ends.
+pub fn sequence_targets(
+    batch: &SequenceBatch,
+    boot: &Tensor,
+    boot_final: &Tensor,
+    gamma: f64,
+    n: u32,
+) -> Tensor {
+    n_step_targets(
+        &batch.reward,
+        &batch.terminated,
+        &batch.truncated,
+        boot,
+        boot_final,
+        gamma,
+        n as usize,
+    )
+}
+
 /// R2D2's priority of each sequence from its |TD errors| `[T, B]`: `[B]`.
 pub fn sequence_priorities(td_abs: &Tensor, eta: f64) -> Tensor {
     let max = td_abs.amax(0, false);
@@ -141,15 +160,7 @@ pub fn sequence_loss(
             &target.head(&target.final_obs_core(&batch.final_obs, &slow), None),
             config.double_q,
         );
-        n_step_targets(
-            &batch.reward,
-            &batch.terminated,
-            &batch.truncated,
-            &boot,
-            &boot_final,
-            config.discount,
-            replay.n_step as usize,
-        )
+        sequence_targets(batch, &boot, &boot_final, config.discount, replay.n_step)
     });
     let trained = y.size()[0] - burn_in;
     let action = batch.action.narrow(0, burn_in, trained).unsqueeze(2);

@@ -12,7 +12,7 @@
 //!    `a'_t ~ pi` at every step, and at each episode's final observation by one more core step
 //!    from the state the sequence reached.
 //! 3. n-step targets inside the sequence for steps `burn_in .. L - 1`, as R2D2's
-//!    ([`n_step_targets`]): cut at a terminal step, bootstrapped from the final observation
+//!    ([`super::r2d2::n_step_targets`]): cut at a terminal step, bootstrapped from the final observation
 //!    at a time limit.
 //! 4. Critic loss `1/2 sum_k mean(w (Q_k(o_t, a_t) - y_t)^2)` over the trained steps; policy
 //!    loss `mean(alpha log pi(a~_t | o_t) - min_k Q_k(o_t, a~_t))` over the same steps, the
@@ -21,7 +21,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::r2d2::{n_step_targets, sequence_priorities, unroll_with_burn_in};
+use super::r2d2::{sequence_priorities, sequence_targets, unroll_with_burn_in};
 use super::sac::SacConfig;
 use super::td3::critic_loss;
 use crate::items::sequence::SequenceBatch;
@@ -97,15 +97,8 @@ fn targets(
         .map(|(net, run)| net.final_obs_core(&batch.final_obs, run))
         .collect();
     let boot_final = soft_values(online, target, &pi_final, &hs_final, alpha);
-    n_step_targets(
-        &batch.reward,
-        &batch.terminated,
-        &batch.truncated,
-        &boot,
-        &boot_final,
-        config.discount,
-        config.replay.n_step as usize,
-    )
+    let n = config.replay.n_step;
+    sequence_targets(batch, &boot, &boot_final, config.discount, n)
 }
 
 /// Recurrent SAC's losses on `batch` for `online` against `target` at temperature `alpha`
@@ -162,30 +155,25 @@ pub fn sequence_losses(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelConfig;
     use crate::models::PolicyKind;
-    use fleetrl_proto::space::Space;
     use tch::Device;
 
     fn model(seed: i64) -> OffPolicyModel {
         tch::manual_seed(seed);
-        let obs = Space::Box {
-            shape: vec![2],
-            low: vec![-1.0; 2],
-            high: vec![1.0; 2],
-        };
-        let act = Space::Box {
-            shape: vec![1],
-            low: vec![-2.0],
-            high: vec![2.0],
-        };
-        let config = ModelConfig {
-            hidden_sizes: vec![8],
-            lstm_size: 4,
-            ..ModelConfig::default()
-        };
-        let kind = PolicyKind::SquashedGaussian;
-        OffPolicyModel::new(&config, kind, 2, &obs, &act, Device::Cpu).unwrap()
+        crate::models::tiny_recurrent_sac(PolicyKind::SquashedGaussian).unwrap()
+    }
+
+    /// SAC with `burn_in` and `n_step` set.
+    fn config(burn_in: u32, n_step: u32) -> SacConfig {
+        let defaults = SacConfig::default();
+        SacConfig {
+            replay: crate::algos::offpolicy::ReplayOptions {
+                burn_in,
+                n_step,
+                ..defaults.replay.clone()
+            },
+            ..defaults
+        }
     }
 
     /// A batch of `b` sequences of `l` steps; the second ends an episode at step 2.
@@ -211,13 +199,7 @@ mod tests {
     #[test]
     fn losses_train_the_steps_after_the_burn_in_and_their_own_networks() {
         let (online, target) = (model(1), model(2));
-        let config = SacConfig {
-            replay: crate::algos::offpolicy::ReplayOptions {
-                burn_in: 3,
-                ..SacConfig::default().replay
-            },
-            ..SacConfig::default()
-        };
+        let config = config(3, 1);
         let batch = batch(8, 2);
         let alpha = Tensor::from(0.2f32);
         let out = sequence_losses(&config, &online, &target, &batch, &alpha);
@@ -269,14 +251,7 @@ mod tests {
     #[test]
     fn targets_are_one_step_soft_values_cut_at_terminals() {
         let (online, target) = (model(3), model(4));
-        let config = SacConfig {
-            replay: crate::algos::offpolicy::ReplayOptions {
-                burn_in: 0,
-                n_step: 1,
-                ..SacConfig::default().replay
-            },
-            ..SacConfig::default()
-        };
+        let config = config(0, 1);
         let batch = batch(5, 2);
         let alpha = Tensor::from(0.0f32);
         let pi = online.recurrent().unwrap();

@@ -32,7 +32,7 @@ use super::offpolicy::CapsOptions;
 use super::recurrent_sac::sequence_losses;
 use super::target::{priorities, read_metrics};
 use super::td3::critic_loss;
-use super::{Algorithm, Batch, BatchError, Trained, TrainsOn, Update};
+use super::{Algorithm, Trained, Update};
 use crate::checkpoint::state::TargetNet;
 use crate::config::error::{check, ConfigError};
 use crate::items::sequence::SequenceBatch;
@@ -458,22 +458,7 @@ impl Algorithm for Sac {
         Ok(())
     }
 
-    /// Transitions, or stored sequences for a recurrent model.
-    fn trains_on(&self) -> TrainsOn {
-        match self.trained.model.recurrent() {
-            Some(_) => TrainsOn::Sequences,
-            None => TrainsOn::Transitions,
-        }
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        match self.trains_on() {
-            TrainsOn::Sequences => Ok(self.update_sequences(batch.sequences()?)),
-            _ => Ok(self.train(batch.transitions()?)?),
-        }
-    }
-
-    super::algorithm_parts!(state: [pi_optim, qf_optim, alpha_optim, target, alpha_vs]);
+    super::algorithm_parts!(trains_on: TransitionsOrSequences, state: [pi_optim, qf_optim, alpha_optim, target, alpha_vs]);
 
     fn join_group(
         &mut self,

@@ -25,6 +25,8 @@ pub use dist::Dist;
 pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
 pub use obs_norm::ObsNorm;
+#[cfg(test)]
+pub(crate) use offpolicy::recurrent::tiny as tiny_recurrent_sac;
 pub use offpolicy::{OffPolicyModel, PolicyKind};
 pub use pearl::{kl_from_prior, product_of_gaussians, PearlModel};
 pub use recurrent_net::{RecurrentNet, Unrolled};

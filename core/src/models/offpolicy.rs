@@ -37,7 +37,7 @@ use super::{
 };
 use fleetrl_proto::space::Space;
 
-mod recurrent;
+pub(crate) mod recurrent;
 
 /// The key of the user's policy or Q-network module.
 const POLICY_KEY: &str = "model.torchscript";

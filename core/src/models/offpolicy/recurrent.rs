@@ -135,36 +135,43 @@ impl OffPolicyModel {
     }
 }
 
+/// A recurrent SAC model for tests (also the learner's): PendulumNoVel-v1's spaces (2
+/// observations, 1 action in [-2, 2]), 8-unit heads and 4-unit LSTM cores, two critics.
+#[cfg(test)]
+pub(crate) fn tiny(kind: PolicyKind) -> Result<OffPolicyModel, ModelError> {
+    tiny_with(kind, crate::models::config::RecurrentCell::Lstm)
+}
+
+/// [`tiny`] with `cell` cores.
+#[cfg(test)]
+fn tiny_with(
+    kind: PolicyKind,
+    cell: crate::models::config::RecurrentCell,
+) -> Result<OffPolicyModel, ModelError> {
+    let obs = fleetrl_proto::space::Space::Box {
+        shape: vec![2],
+        low: vec![-1.0; 2],
+        high: vec![1.0; 2],
+    };
+    let act = fleetrl_proto::space::Space::Box {
+        shape: vec![1],
+        low: vec![-2.0],
+        high: vec![2.0],
+    };
+    let config = ModelConfig {
+        hidden_sizes: vec![8],
+        lstm_size: 4,
+        recurrent_cell: cell,
+        ..ModelConfig::default()
+    };
+    OffPolicyModel::new(&config, kind, 2, &obs, &act, tch::Device::Cpu)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::models::Policy;
-    use fleetrl_proto::space::Space;
     use tch::{Device, Kind};
-
-    fn pendulum_novel() -> (Space, Space) {
-        let obs = Space::Box {
-            shape: vec![2],
-            low: vec![-1.0; 2],
-            high: vec![1.0; 2],
-        };
-        let act = Space::Box {
-            shape: vec![1],
-            low: vec![-2.0],
-            high: vec![2.0],
-        };
-        (obs, act)
-    }
-
-    pub(crate) fn tiny(kind: PolicyKind) -> Result<OffPolicyModel, ModelError> {
-        let (obs, act) = pendulum_novel();
-        let config = ModelConfig {
-            hidden_sizes: vec![8],
-            lstm_size: 4,
-            ..ModelConfig::default()
-        };
-        OffPolicyModel::new(&config, kind, 2, &obs, &act, Device::Cpu)
-    }
 
     /// The policy and both critics have their own core under their own path; the carried
     /// state is the three states side by side, and acting step by step matches the heads on
@@ -202,6 +209,19 @@ mod tests {
             .allclose(&Tensor::stack(&values, 0), 1e-5, 1e-5, false));
         let last = model.split_state(&state);
         assert!(last[0].h.allclose(&pi.h.get(4), 1e-6, 1e-6, false));
+    }
+
+    /// GRU cores (`model.recurrent_cell = "gru"`) build and act the same way.
+    #[test]
+    fn gru_cores_carry_their_state_too() {
+        let gru = crate::models::config::RecurrentCell::Gru;
+        let model = tiny_with(PolicyKind::SquashedGaussian, gru).unwrap();
+        let state = RnnState::zeros(3, model.state_size(), Device::Cpu);
+        let x = Tensor::randn([3, 2], (Kind::Float, Device::Cpu));
+        let (step, next) = model.act_recurrent(&x, &state, false);
+        assert_eq!(step.action.size(), vec![3, 1]);
+        assert_eq!(next.h.size(), vec![3, 12]);
+        assert!(!next.h.allclose(&state.h, 1e-6, 1e-6, false));
     }
 
     /// TD3's deterministic policy has no recurrent form: refused by the key.
