@@ -21,11 +21,12 @@ pub(crate) fn steps_per_item(config: &RunConfig) -> u64 {
     if let Some(pearl) = config.algo.as_pearl() {
         return pearl.round_steps().max(1);
     }
-    config.recurrent_dqn().map_or(1, |dqn| {
+    config.sequence_replay().map_or(1, |sequences| {
+        let replay = sequences.replay;
         u64::from(
-            dqn.replay
+            replay
                 .sequence_length
-                .saturating_sub(dqn.replay.sequence_overlap),
+                .saturating_sub(replay.sequence_overlap),
         )
         .max(1)
     })

@@ -32,6 +32,21 @@ pub fn fleetrl_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&run.stdout).into_owned()
 }
 
+/// Asserts that `fleetrl eval` of `checkpoint` (20 episodes, deterministic) gives `expected`,
+/// the run's final evaluation: a recurrent policy's state must be carried through each
+/// episode as the run's evaluator carries it.
+pub fn assert_eval_gives(checkpoint: &str, expected: f64) {
+    fleetrl_ok(&["eval", "--checkpoint", checkpoint, "--episodes", "20"]);
+    let path = PathBuf::from(checkpoint).join("eval.json");
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(path).expect("eval.json"))
+        .expect("eval.json is JSON");
+    let evaluated = eval["mean_return"].as_f64().expect("mean return");
+    assert!(
+        (evaluated - expected).abs() < 1e-6,
+        "fleetrl eval gave {evaluated}, the run's final evaluation {expected}"
+    );
+}
+
 /// A directory holding `MODULE.py`, a gymnasium env registered as `ID` that is CartPole with
 /// `step` replaced by `step_body` (Python, indented 8 spaces, with `action` in scope and
 /// `CartPoleEnv.step` as the original), for `gym:MODULE:ID` with the directory on PYTHONPATH.

@@ -9,9 +9,7 @@
 //! the same return as the run's final evaluation, and `fleetrl record` plays it. Fixed seed;
 //! assertions on returns, never on time.
 
-use std::path::PathBuf;
-
-use fleetrl_tests::cli::fleetrl_ok;
+use fleetrl_tests::cli::{assert_eval_gives, fleetrl_ok};
 
 #[test]
 fn r2d2_learns_cartpole_without_velocities() {
@@ -38,16 +36,7 @@ fn r2d2_learns_cartpole_without_velocities() {
     assert!(final_return >= 150.0, "{summary:#}");
 
     let checkpoint = summary["checkpoint"].as_str().expect("checkpoint");
-    fleetrl_ok(&["eval", "--checkpoint", checkpoint, "--episodes", "20"]);
-    let eval: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(PathBuf::from(checkpoint).join("eval.json")).expect("eval.json"),
-    )
-    .expect("eval.json is JSON");
-    let evaluated = eval["mean_return"].as_f64().expect("mean return");
-    assert!(
-        (evaluated - final_return).abs() < 1e-6,
-        "fleetrl eval gave {evaluated}, the run's final evaluation {final_return}"
-    );
+    assert_eval_gives(checkpoint, final_return);
     let demos = out.join("demos").display().to_string();
     fleetrl_ok(&[
         "record",

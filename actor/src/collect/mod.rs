@@ -109,7 +109,7 @@ pub(crate) trait Collector {
 }
 
 /// Builds the collector `config` calls for: rollouts (with demo replay when `demos` is
-/// given), R2D2 sequences, or n-step transitions. The one place that picks by algorithm.
+/// given), recurrent off-policy sequences (R2D2, recurrent SAC), or n-step transitions. The one place that picks by algorithm.
 pub(crate) fn collector(
     config: &RunConfig,
     actor_id: u32,
@@ -122,7 +122,7 @@ pub(crate) fn collector(
         Box::new(pearl::PearlCollector::new(config, pearl, seed)?)
     } else if !config.algo.is_off_policy() {
         Box::new(rollouts::RolloutCollector::new(config, seed, demos)?)
-    } else if config.recurrent_dqn().is_some() {
+    } else if config.sequence_replay().is_some() {
         Box::new(sequences::SequenceCollector::new(config, seed)?)
     } else {
         Box::new(transitions::TransitionCollector::new(config, seed)?)

@@ -1,25 +1,27 @@
-//! Sequences with burn-in for recurrent DQN (R2D2): the policy carries an LSTM state per env
-//! (zeroed at episode ends), and each env's steps are cut into overlapping sequences by a
-//! [`SequenceBuilder`], each stored with the state the actor had before its first step
-//! (Kapturowski et al. 2019, section 3). Sequences run across episode ends; their flags tell
-//! the learner where to reset. Epsilon-greedy as the feed-forward DQN actor; n-step targets
-//! are the learner's job here, so steps go in raw.
+//! Sequences with burn-in for recurrent off-policy algorithms (R2D2, recurrent SAC): the
+//! policy carries a recurrent state per env (zeroed at episode ends), and each env's steps
+//! are cut into overlapping sequences by a [`SequenceBuilder`], each stored with the state
+//! the actor had before its first step (Kapturowski et al. 2019, section 3). Sequences run
+//! across episode ends; their flags tell the learner where to reset. Exploration as the
+//! feed-forward actors' (R2D2: epsilon-greedy; SAC: its own samples); n-step targets are the
+//! learner's job here, so steps go in raw.
 
-use fleetrl_core::config::{AlgoConfig, DqnConfig, RunConfig};
+use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::Episode;
+use fleetrl_core::items::rollout::Actions;
 use fleetrl_core::items::sequence::{keep_first_state, SequenceStep};
 use fleetrl_core::models::{ModelError, Policy, RnnState};
 use fleetrl_core::replay_client::SequenceBuilder;
-use fleetrl_proto::space::Action;
 use tch::{Device, Tensor};
 
-use super::transitions::{clip, Stepping};
+use super::transitions::{actor_side, clip, Stepping};
 use super::{ActError, Collected, Collector, Pacing};
 
 /// Collects one step of every env per call; items when sequences fill.
 pub(super) struct SequenceCollector {
     on: Stepping,
-    dqn: DqnConfig,
+    deterministic: bool,
+    reward_clip: f64,
     builders: Vec<SequenceBuilder>,
     state: RnnState,
 }
@@ -27,21 +29,24 @@ pub(super) struct SequenceCollector {
 impl SequenceCollector {
     /// Envs and recurrent model for `config`, env i reset with seed `seed + i`.
     pub(super) fn new(config: &RunConfig, seed: u64) -> Result<SequenceCollector, ActError> {
-        let AlgoConfig::Dqn(dqn) = config.algo.clone() else {
+        let Some(sequences) = config.sequence_replay() else {
             return Err(ActError::Unsupported(
-                "recurrent off-policy acting is R2D2 (algo.name = \"dqn\") only",
+                "sequences are collected for recurrent DQN (R2D2) and recurrent SAC only",
             ));
         };
-        let on = Stepping::new(config, &dqn.explore, seed)?;
+        let side = actor_side(config)?;
+        let on = Stepping::new(config, &side.explore, seed)?;
         let m = on.envs.num_envs();
-        let (length, overlap) = (dqn.replay.sequence_length, dqn.replay.sequence_overlap);
+        let replay = sequences.replay;
+        let (length, overlap) = (replay.sequence_length, replay.sequence_overlap);
         let builders = (0..m)
             .map(|_| SequenceBuilder::new(length as usize, overlap as usize))
             .collect::<Result<_, _>>()?;
         let state = RnnState::zeros(m as i64, on.model.state_size(), Device::Cpu);
         Ok(SequenceCollector {
             on,
-            dqn,
+            deterministic: side.explore.deterministic,
+            reward_clip: side.reward_clip,
             builders,
             state,
         })
@@ -59,9 +64,13 @@ impl Collector for SequenceCollector {
         let batch = on.batch();
         // The state advances even during the random warm-up, so it matches what the
         // learner's unroll of the stored sequence will compute.
-        let (greedy, next) = on.model.act_recurrent(&batch, &self.state, true);
-        let greedy = Vec::<i64>::try_from(&greedy.action)?;
-        let actions = on.explorer.actions(&greedy, &[], m);
+        let (step, next) = on
+            .model
+            .act_recurrent(&batch, &self.state, self.deterministic);
+        let actions = match Actions::from_tensor(&step.action)? {
+            Actions::Discrete(a) => on.explorer.actions(&a, &[], m),
+            Actions::Continuous { values, .. } => on.explorer.actions(&[], &values, m),
+        };
         let out = on.envs.step(&actions)?;
         let h = Vec::<f32>::try_from(&self.state.h.view([-1]))?;
         let c = Vec::<f32>::try_from(&self.state.c.view([-1]))?;
@@ -72,8 +81,8 @@ impl Collector for SequenceCollector {
             let ended = out.terminated[i] || out.truncated[i];
             let step = SequenceStep {
                 obs: &on.obs[i * obs_dim..(i + 1) * obs_dim],
-                action: taken(&actions[i])?,
-                reward: clip(out.reward[i], self.dqn.reward_clip),
+                action: &actions[i],
+                reward: clip(out.reward[i], self.reward_clip),
                 terminated: out.terminated[i],
                 truncated: out.truncated[i],
                 final_obs: out.final_obs[i].as_deref().filter(|_| ended),
@@ -108,15 +117,5 @@ impl Collector for SequenceCollector {
 
     fn byte_observations(&self) -> bool {
         self.on.envs.byte_observations()
-    }
-}
-
-/// The discrete action taken (a Q-value model only builds for discrete actions).
-fn taken(action: &Action) -> Result<i64, ActError> {
-    match action {
-        Action::Discrete(a) => Ok(*a),
-        Action::Continuous(_) => Err(ActError::Unsupported(
-            "R2D2 acts in discrete action spaces only",
-        )),
     }
 }

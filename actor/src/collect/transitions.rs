@@ -23,7 +23,7 @@ use super::{model, ActError, Collected, Collector, Pacing};
 pub(super) const TRANSITIONS_PER_REQUEST: usize = 64;
 
 /// The algorithm's actor-side settings, from its registry entry.
-fn actor_side(config: &RunConfig) -> Result<StepActing, ActError> {
+pub(super) fn actor_side(config: &RunConfig) -> Result<StepActing, ActError> {
     registry::spec(config).acting.ok_or(ActError::Unsupported(
         "transitions are collected for off-policy algorithms only",
     ))

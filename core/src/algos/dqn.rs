@@ -21,7 +21,7 @@ use tch::{Kind, Tensor};
 
 use super::r2d2::sequence_loss;
 use super::target::{priorities, read_metrics, td_loss};
-use super::{Algorithm, Batch, BatchError, Trained, TrainsOn, Update};
+use super::{Algorithm, Trained, Update};
 use crate::checkpoint::state::TargetNet;
 use crate::config::error::{check, ConfigError};
 use crate::items::sequence::SequenceBatch;
@@ -273,22 +273,7 @@ impl Algorithm for Dqn {
         Ok(())
     }
 
-    /// Transitions, or stored sequences for a recurrent (R2D2) model.
-    fn trains_on(&self) -> TrainsOn {
-        match self.trained.model.recurrent() {
-            Some(_) => TrainsOn::Sequences,
-            None => TrainsOn::Transitions,
-        }
-    }
-
-    fn update(&mut self, batch: &Batch) -> Result<Update, BatchError> {
-        match self.trains_on() {
-            TrainsOn::Sequences => Ok(self.update_sequences(batch.sequences()?)),
-            _ => Ok(self.train(batch.transitions()?)?),
-        }
-    }
-
-    super::algorithm_parts!(state: [optim, target]);
+    super::algorithm_parts!(trains_on: TransitionsOrSequences, state: [optim, target]);
 
     fn join_group(
         &mut self,

@@ -19,6 +19,7 @@ pub mod pearl;
 pub mod pg;
 pub mod ppo;
 pub mod r2d2;
+pub mod recurrent_sac;
 pub mod registry;
 pub mod replicas;
 pub mod returns;
@@ -423,6 +424,30 @@ impl IntoUpdate for Result<Update, crate::optim::GraphError> {
 /// }
 /// ```
 macro_rules! algorithm_parts {
+    // Transitions through `train`, or stored sequences through `update_sequences` when the
+    // model is recurrent (R2D2, recurrent SAC).
+    (trains_on: TransitionsOrSequences, state: [$($part:ident),* $(,)?]) => {
+        fn trains_on(&self) -> $crate::algos::TrainsOn {
+            match self.trained.model.recurrent() {
+                Some(_) => $crate::algos::TrainsOn::Sequences,
+                None => $crate::algos::TrainsOn::Transitions,
+            }
+        }
+
+        fn update(
+            &mut self,
+            batch: &$crate::algos::Batch,
+        ) -> Result<$crate::algos::Update, $crate::algos::BatchError> {
+            match self.trains_on() {
+                $crate::algos::TrainsOn::Sequences => {
+                    Ok(self.update_sequences(batch.sequences()?))
+                }
+                _ => Ok(self.train(batch.transitions()?)?),
+            }
+        }
+
+        $crate::algos::algorithm_parts!(state: [$($part),*]);
+    };
     (trains_on: $kind:ident($batch:ident), state: [$($part:ident),* $(,)?]) => {
         fn trains_on(&self) -> $crate::algos::TrainsOn {
             $crate::algos::TrainsOn::$kind

@@ -19,7 +19,7 @@ use tch::{Kind, Tensor};
 use super::dqn::DqnConfig;
 use super::target::td_loss;
 use crate::items::sequence::SequenceBatch;
-use crate::models::{RecurrentQ, RnnState, Unrolled};
+use crate::models::{RecurrentNet, RnnState, Unrolled};
 
 /// `Q_target(s, argmax_a picker(s, a))` along the last dimension: `picker` is the online
 /// network's Q values with `double_q`, else the target's own.
@@ -61,6 +61,25 @@ pub fn n_step_targets(
     Tensor::stack(&targets, 0)
 }
 
+/// [`n_step_targets`] `[T - 1, B]` of `batch`'s rewards and episode ends.
+pub fn sequence_targets(
+    batch: &SequenceBatch,
+    boot: &Tensor,
+    boot_final: &Tensor,
+    gamma: f64,
+    n: u32,
+) -> Tensor {
+    n_step_targets(
+        &batch.reward,
+        &batch.terminated,
+        &batch.truncated,
+        boot,
+        boot_final,
+        gamma,
+        n as usize,
+    )
+}
+
 /// R2D2's priority of each sequence from its |TD errors| `[T, B]`: `[B]`.
 pub fn sequence_priorities(td_abs: &Tensor, eta: f64) -> Tensor {
     let max = td_abs.amax(0, false);
@@ -68,10 +87,10 @@ pub fn sequence_priorities(td_abs: &Tensor, eta: f64) -> Tensor {
     max * eta + mean * (1.0 - eta)
 }
 
-/// Unrolls `net` over the whole sequence, the first `burn_in` steps without gradient, then on
-/// from their (detached) state with gradient.
+/// Unrolls `net`'s core over the whole sequence, the first `burn_in` steps without gradient,
+/// then on from their (detached) state with gradient.
 pub fn unroll_with_burn_in(
-    net: &RecurrentQ,
+    net: &RecurrentNet,
     obs: &Tensor,
     init: &RnnState,
     resets: &Tensor,
@@ -100,23 +119,9 @@ pub fn unroll_with_burn_in(
     );
     let join = |a: &Tensor, b: &Tensor| Tensor::cat(&[a.detach(), b.shallow_clone()], 0);
     Unrolled {
-        q: join(&warm.q, &learn.q),
         h: join(&warm.h, &learn.h),
         c: join(&warm.c, &learn.c),
     }
-}
-
-/// Q values `[T, B, A]` at each step's final observation, one step on from the state `run`
-/// reached after that step.
-fn final_obs_q(net: &RecurrentQ, final_obs: &Tensor, run: &Unrolled) -> Tensor {
-    let (t, b, d) = final_obs.size3().expect("final_obs is [T, B, D]");
-    let h = run.h.size()[2];
-    let state = RnnState {
-        h: run.h.reshape([t * b, h]),
-        c: run.c.reshape([t * b, h]),
-    };
-    let (q, _) = net.step(&final_obs.reshape([t * b, d]), &state);
-    q.reshape([t, b, -1])
 }
 
 /// The loss of one batch and what DQN reports of it.
@@ -133,41 +138,33 @@ pub struct SequenceLoss {
 /// The R2D2 loss of `batch` for `online` against `target` (see the module doc).
 pub fn sequence_loss(
     config: &DqnConfig,
-    online: &RecurrentQ,
-    target: &RecurrentQ,
+    online: &RecurrentNet,
+    target: &RecurrentNet,
     batch: &SequenceBatch,
 ) -> SequenceLoss {
     let replay = &config.replay;
     let burn_in = replay.burn_in as i64;
     let resets = batch.resets();
     let run = unroll_with_burn_in(online, &batch.obs, &batch.state, &resets, burn_in);
+    let q_all = online.head(&run.h, None);
     let y = tch::no_grad(|| {
         let slow = target.unroll(&batch.obs, &batch.state, &resets);
-        let run_detached = Unrolled {
-            q: run.q.detach(),
-            h: run.h.detach(),
-            c: run.c.detach(),
-        };
-        let boot = bootstrap_values(&run_detached.q, &slow.q, config.double_q);
-        let boot_final = bootstrap_values(
-            &final_obs_q(online, &batch.final_obs, &run_detached),
-            &final_obs_q(target, &batch.final_obs, &slow),
+        let run = run.detach();
+        let boot = bootstrap_values(
+            &q_all.detach(),
+            &target.head(&slow.h, None),
             config.double_q,
         );
-        n_step_targets(
-            &batch.reward,
-            &batch.terminated,
-            &batch.truncated,
-            &boot,
-            &boot_final,
-            config.discount,
-            replay.n_step as usize,
-        )
+        let boot_final = bootstrap_values(
+            &online.head(&online.final_obs_core(&batch.final_obs, &run), None),
+            &target.head(&target.final_obs_core(&batch.final_obs, &slow), None),
+            config.double_q,
+        );
+        sequence_targets(batch, &boot, &boot_final, config.discount, replay.n_step)
     });
     let trained = y.size()[0] - burn_in;
     let action = batch.action.narrow(0, burn_in, trained).unsqueeze(2);
-    let q = run
-        .q
+    let q = q_all
         .narrow(0, burn_in, trained)
         .gather(2, &action, false)
         .squeeze_dim(2);
@@ -225,14 +222,14 @@ mod tests {
     #[test]
     fn burn_in_leaves_no_gradient() {
         let vs = nn::VarStore::new(Device::Cpu);
-        let net = crate::models::recurrent_q::tiny(&vs, 4);
+        let net = crate::models::recurrent_net::tiny(&vs, 4);
         let obs = Tensor::randn([6, 2, 3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
         let init = RnnState::zeros(2, 4, Device::Cpu);
         let resets = Tensor::zeros([6, 2], (Kind::Float, Device::Cpu));
         let run = unroll_with_burn_in(&net, &obs, &init, &resets, 2);
         let plain = tch::no_grad(|| net.unroll(&obs, &init, &resets));
-        assert!(run.q.allclose(&plain.q, 1e-6, 1e-6, false));
-        run.q.sum(Kind::Float).backward();
+        assert!(run.h.allclose(&plain.h, 1e-6, 1e-6, false));
+        run.h.sum(Kind::Float).backward();
         let grad = obs
             .grad()
             .abs()

@@ -37,7 +37,7 @@ pub enum Recurrence {
     /// Unrolls the LSTM over each rollout from the state the actor stored with it (and takes
     /// `model.pre_lstm_sizes`).
     Rollouts,
-    /// Replays stored sequences with burn-in (R2D2).
+    /// Replays stored sequences with burn-in (R2D2, recurrent SAC).
     Sequences,
 }
 
@@ -203,8 +203,10 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
                 },
             )
         },
-        // A categorical policy where the actions are discrete (see `build_model`).
+        // A categorical policy where the actions are discrete (see `build_model`); recurrent
+        // SAC replays sequences as R2D2 does.
         AlgoConfig::Sac(c) => Spec {
+            recurrence: Some(Recurrence::Sequences),
             demo_dir: c.replay.initial_demo_dir(),
             scripted: Some(Scripted::ActorAndCritics),
             ..off_policy(

@@ -15,6 +15,9 @@
 //! loss `mean_s sum_a pi(a|s) (alpha log pi(a|s) - min_k Q_k(s, a))`, temperature loss with
 //! `sum_a pi(a|s) log pi(a|s)` in place of `log pi(a~|s)`, and a default target entropy of
 //! `target_entropy_scale * ln |A|` (the paper's 0.98 of the uniform policy's entropy).
+//!
+//! With recurrent cores (`model.lstm_size > 0`) the same losses run over stored sequences
+//! with burn-in ([`super::recurrent_sac`]).
 
 use crate::algos::config::AlgoSection;
 use crate::algos::offpolicy::check_actor_critic;
@@ -26,11 +29,13 @@ use serde::{Deserialize, Serialize};
 use tch::{nn, Kind, Tensor};
 
 use super::offpolicy::CapsOptions;
+use super::recurrent_sac::sequence_losses;
 use super::target::{priorities, read_metrics};
 use super::td3::critic_loss;
 use super::{Algorithm, Trained, Update};
 use crate::checkpoint::state::TargetNet;
 use crate::config::error::{check, ConfigError};
+use crate::items::sequence::SequenceBatch;
 use crate::items::transition::TransitionBatch;
 use crate::models::{OffPolicyModel, PolicyKind};
 use crate::optim::{Adam, GraphError, UpdateGraph};
@@ -277,8 +282,16 @@ impl Sac {
         policy_loss.backward();
         self.pi_optim.step(self.config.policy_lr);
 
+        self.temperature_and_targets(&log_prob, with_target);
+        let metrics = metrics(&q_loss, &policy_loss, &caps, alpha, &log_prob, &qs);
+        vec![metrics, (qs.get(0) - &y).detach()]
+    }
+
+    /// The temperature's step (with `auto_alpha`) on the policy samples' log-likelihoods, and
+    /// the target networks' when `with_target`.
+    fn temperature_and_targets(&mut self, log_prob: &Tensor, with_target: bool) {
         if let Some(optim) = self.alpha_optim.as_mut() {
-            let loss = alpha_loss(&self.log_alpha, &log_prob, self.target_entropy);
+            let loss = alpha_loss(&self.log_alpha, log_prob, self.target_entropy);
             optim.zero_grad();
             loss.backward();
             optim.step(self.config.policy_lr);
@@ -287,19 +300,48 @@ impl Sac {
             self.target
                 .copy_from(&self.trained.model, self.config.target.tau);
         }
-        let detached = |t: &Tensor| t.detach().mean(Kind::Float);
-        let metrics = Tensor::stack(
-            &[
-                q_loss.detach(),
-                policy_loss.detach(),
-                caps.detach().mean(Kind::Float),
-                alpha,
-                -detached(&log_prob),
-                detached(&qs),
-            ],
-            0,
+    }
+
+    /// Recurrent SAC's update on a batch of stored sequences: both losses from the
+    /// parameters before the update (the policy's backward pass reads the critics' heads,
+    /// which the critics' step changes in place), then the steps. Runs as written, without
+    /// a CUDA graph, as R2D2's.
+    fn update_sequences(&mut self, batch: &SequenceBatch) -> Update {
+        let alpha = self.alpha();
+        let with_target = self.target_due();
+        let out = sequence_losses(
+            &self.config,
+            &self.trained.model,
+            &self.target,
+            batch,
+            &alpha,
         );
-        vec![metrics, (qs.get(0) - &y).detach()]
+        self.qf_optim.zero_grad();
+        self.pi_optim.zero_grad();
+        out.q_loss.backward();
+        out.policy_loss.backward();
+        self.qf_optim.step(self.config.qf_lr);
+        self.pi_optim.step(self.config.policy_lr);
+        self.temperature_and_targets(&out.log_prob, with_target);
+        let caps = Tensor::zeros([], (Kind::Float, alpha.device()));
+        let m = metrics(
+            &out.q_loss,
+            &out.policy_loss,
+            &caps,
+            alpha,
+            &out.log_prob,
+            &out.qs,
+        );
+        self.trained.updates += 1;
+        Update {
+            metrics: read_metrics(&METRICS, &m),
+            td_errors: priorities(&self.config.replay, || out.priorities.shallow_clone()),
+        }
+    }
+
+    /// Whether this update also moves the target networks.
+    fn target_due(&self) -> bool {
+        (self.trained.updates + 1).is_multiple_of(self.config.target.period)
     }
 
     /// The soft TD target from an action sampled at `next_obs`, `[B]`.
@@ -358,7 +400,7 @@ impl Sac {
     pub fn train(&mut self, batch: &TransitionBatch) -> Result<Update, GraphError> {
         // The observation statistics read their count back: outside the graph.
         self.trained.model.observe(&batch.obs);
-        let with_target = (self.trained.updates + 1).is_multiple_of(self.config.target.period);
+        let with_target = self.target_due();
         let out = UpdateGraph::train(
             self,
             |sac| &mut sac.graph,
@@ -374,7 +416,30 @@ impl Sac {
     }
 }
 
-/// What [`Sac::train`] reports, in the order `descend` stacks them.
+/// [`METRICS`] of an update, stacked on the device.
+fn metrics(
+    q_loss: &Tensor,
+    policy_loss: &Tensor,
+    caps: &Tensor,
+    alpha: Tensor,
+    log_prob: &Tensor,
+    qs: &Tensor,
+) -> Tensor {
+    let detached = |t: &Tensor| t.detach().mean(Kind::Float);
+    Tensor::stack(
+        &[
+            q_loss.detach(),
+            policy_loss.detach(),
+            caps.detach().mean(Kind::Float),
+            alpha,
+            -detached(log_prob),
+            detached(qs),
+        ],
+        0,
+    )
+}
+
+/// What [`Sac::train`] reports, in the order [`metrics`] stacks them.
 const METRICS: [&str; 6] = [
     "q_loss",
     "policy_loss",
@@ -393,7 +458,7 @@ impl Algorithm for Sac {
         Ok(())
     }
 
-    super::algorithm_parts!(trains_on: Transitions(transitions), state: [pi_optim, qf_optim, alpha_optim, target, alpha_vs]);
+    super::algorithm_parts!(trains_on: TransitionsOrSequences, state: [pi_optim, qf_optim, alpha_optim, target, alpha_vs]);
 
     fn join_group(
         &mut self,

@@ -119,14 +119,34 @@ impl Default for RunConfig {
     }
 }
 
+/// What a run replaying stored sequences (R2D2, recurrent SAC) stores and samples.
+#[derive(Debug, Clone, Copy)]
+pub struct SequenceReplay<'a> {
+    /// The replay options, with the sequence keys (`sequence_length`, `sequence_overlap`,
+    /// `burn_in`).
+    pub replay: &'a ReplayOptions,
+    /// Width of the recurrent state stored with each sequence: every recurrent network's
+    /// `model.lstm_size` units side by side.
+    pub state_size: i64,
+}
+
 impl RunConfig {
-    /// The DQN settings when this run trains a recurrent DQN (R2D2: `model.lstm_size > 0` with
-    /// `algo.name = "dqn"`), whose replay items are sequences rather than transitions.
-    pub fn recurrent_dqn(&self) -> Option<&DqnConfig> {
-        match &self.algo {
-            AlgoConfig::Dqn(c) if self.model.lstm_size > 0 => Some(c),
-            _ => None,
-        }
+    /// The stored sequences this run replays when it trains a recurrent off-policy model
+    /// (`model.lstm_size > 0` with `algo.name = "dqn"`, R2D2, or `"sac"`), whose replay items
+    /// are sequences rather than transitions.
+    pub fn sequence_replay(&self) -> Option<SequenceReplay<'_>> {
+        let size = i64::from(self.model.lstm_size);
+        let (replay, nets) = match &self.algo {
+            _ if size == 0 => return None,
+            AlgoConfig::Dqn(c) => (&c.replay, 1),
+            // The policy's core and each critic's (models/offpolicy/recurrent.rs).
+            AlgoConfig::Sac(c) => (&c.replay, 1 + i64::from(c.num_critics.max(1))),
+            _ => return None,
+        };
+        Some(SequenceReplay {
+            replay,
+            state_size: size * nets,
+        })
     }
 
     /// The effective config as TOML, every default filled in.

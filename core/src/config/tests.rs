@@ -365,9 +365,35 @@ fn off_policy_sections_parse_and_ddpg_gets_its_defaults() {
     assert!(err.to_string().contains("n_stp"), "{err}");
     let err = RunConfig::from_toml("[algo]\nname = \"bc\"\n", "t").unwrap_err();
     assert!(err.to_string().contains("algo.demos"), "{err}");
-    let err =
-        RunConfig::from_toml("[model]\nlstm_size = 8\n[algo]\nname = \"sac\"\n", "t").unwrap_err();
-    assert!(err.to_string().contains("model.lstm_size"), "{err}");
+    // Recurrent SAC replays sequences as R2D2 does; TD3 and DDPG stay feed-forward.
+    for algo in ["td3", "ddpg", "bc"] {
+        let text = format!("[model]\nlstm_size = 8\n[algo]\nname = \"{algo}\"\n");
+        let err = RunConfig::from_toml(&text, "t").unwrap_err();
+        assert!(err.to_string().contains("model.lstm_size: "), "{err}");
+    }
+    let rsac = "[model]\nlstm_size = 8\n[algo]\nname = \"sac\"\n";
+    assert_eq!(
+        RunConfig::from_toml(rsac, "t")
+            .unwrap()
+            .sequence_replay()
+            .map(|s| s.state_size),
+        Some(24),
+        "the policy's core and two critics'"
+    );
+    for (extra, key) in [
+        (
+            "[algo.replay]\nsequence_length = 8\nburn_in = 7\n",
+            "algo.replay.burn_in",
+        ),
+        ("[algo.caps]\ntemporal_weight = 0.1\n", "algo.caps"),
+        (
+            "[algo.replay]\ninitial_demos = \"d\"\n",
+            "algo.replay.initial_demos",
+        ),
+    ] {
+        let err = RunConfig::from_toml(&format!("{rsac}{extra}"), "t").unwrap_err();
+        assert!(err.to_string().contains(&format!("{key}: ")), "{err}");
+    }
     let r2d2 = "[model]\nlstm_size = 8\n[algo]\nname = \"dqn\"\n";
     assert!(RunConfig::from_toml(r2d2, "t").is_ok());
     let text = format!("{r2d2}[algo.replay]\nsequence_length = 10\nburn_in = 9\n");

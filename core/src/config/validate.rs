@@ -159,8 +159,8 @@ impl RunConfig {
             self.model.lstm_size == 0 || recurrence.is_some(),
             "model.lstm_size",
             "recurrent models are trained by algo.name = \"ppo\", \"a2c\" and \"impala\" \
-             (on-policy) and \"dqn\" (R2D2: stored sequences with burn-in) only; vpg, trpo, sac, \
-             td3, ddpg and bc are feed-forward",
+             (on-policy), \"dqn\" (R2D2) and \"sac\" (stored sequences with burn-in) only; \
+             vpg, trpo, td3, ddpg and bc are feed-forward",
         )?;
         check(
             self.model.recurrent_cell == RecurrentCell::Lstm || self.model.lstm_size > 0,
@@ -174,13 +174,23 @@ impl RunConfig {
             "are the layers before an on-policy model's LSTM core: set model.lstm_size > 0 with \
              algo.name = \"ppo\", \"a2c\" or \"impala\"",
         )?;
-        if let (true, AlgoConfig::Dqn(dqn)) = (self.model.lstm_size > 0, &self.algo) {
-            dqn.replay.validate_sequences()?;
+        let Some(sequences) = self.sequence_replay() else {
+            return Ok(());
+        };
+        sequences.replay.validate_sequences()?;
+        check(
+            sequences.replay.initial_demo_dir().is_none(),
+            "algo.replay.initial_demos",
+            "fills a table of transitions; a recurrent DQN or SAC (model.lstm_size > 0) stores \
+             sequences",
+        )?;
+        if let AlgoConfig::Sac(sac) = &self.algo {
+            let caps = &sac.caps;
             check(
-                dqn.replay.initial_demo_dir().is_none(),
-                "algo.replay.initial_demos",
-                "fills a table of transitions; a recurrent DQN (model.lstm_size > 0) stores \
-                 sequences",
+                caps.temporal_weight == 0.0 && caps.spatial_weight == 0.0,
+                "algo.caps",
+                "smooths a feed-forward policy's actions; recurrent SAC (model.lstm_size > 0) \
+                 has no CAPS term: set the caps weights to 0",
             )?;
         }
         Ok(())

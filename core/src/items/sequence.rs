@@ -1,4 +1,5 @@
-//! The stored sequence: what recurrent DQN (R2D2) actors insert into a replay table, one item
+//! The stored sequence: what recurrent off-policy actors (R2D2, recurrent SAC) insert into a
+//! replay table, one item
 //! per `sequence_length` consecutive steps of one env, consecutive items sharing
 //! `sequence_overlap` steps. Sequences run across episode ends (the flags say where), so no
 //! step is padding; the learner resets the recurrent state after an ended step.
@@ -6,12 +7,12 @@
 //! | field | dtype | shape | meaning |
 //! |---|---|---|---|
 //! | `obs` | f32 or u8 | [L, D] | observation each action was taken from |
-//! | `action` | i64 | [L] | discrete action |
+//! | `action` | i64 or f32 | [L] or [L, A] | discrete action, or a point in the action box |
 //! | `reward` | f32 | [L] | one-step reward (already clipped, if the algorithm clips) |
 //! | `terminated` | f32 | [L] | 1 where the step reached a terminal state |
 //! | `truncated` | f32 | [L] | 1 where the step hit a time limit (not terminal) |
 //! | `final_obs` | f32 or u8 | [L, D] | the episode's final observation where it ended, else zeros |
-//! | `state_h`, `state_c` | f32 | [H] | the actor's LSTM state before the first step |
+//! | `state_h`, `state_c` | f32 | [H] | the actor's recurrent state before the first step (recurrent SAC: the policy's and every critic's side by side) |
 //! | `policy_version` | i64 | [L] | weights version that acted |
 //!
 //! n-step targets are computed by the learner inside the sequence (not on the actor), so a
@@ -20,14 +21,14 @@
 use fleetrl_proto::{Dtype, Tensor, TensorError, TensorMap};
 
 use crate::models::RnnState;
-use fleetrl_proto::space::Space;
+use fleetrl_proto::space::{Action, Space};
 use fleetrl_proto::table::{FieldSpec, Signature};
 
 /// Field names.
 pub mod field {
     /// Observations, [L, D].
     pub const OBS: &str = "obs";
-    /// Actions, [L].
+    /// Actions, [L] (discrete) or [L, A] (continuous).
     pub const ACTION: &str = "action";
     /// Rewards, [L].
     pub const REWARD: &str = "reward";
@@ -37,21 +38,34 @@ pub mod field {
     pub const TRUNCATED: &str = "truncated";
     /// Final observations at episode ends, [L, D].
     pub const FINAL_OBS: &str = "final_obs";
-    /// LSTM hidden state before step 0, [H].
+    /// Recurrent hidden state before step 0, [H].
     pub const STATE_H: &str = "state_h";
-    /// LSTM cell state before step 0, [H].
+    /// Recurrent cell state before step 0, [H].
     pub const STATE_C: &str = "state_c";
     /// Acting weights version, [L].
     pub const POLICY_VERSION: &str = "policy_version";
 }
 
-/// The signature of one sequence of `length` steps with an LSTM state of width `state_size`.
-pub fn signature(obs_space: &Space, length: u32, state_size: i64) -> Signature {
+/// The signature of one sequence of `length` steps with a recurrent state of width
+/// `state_size`.
+pub fn signature(
+    obs_space: &Space,
+    action_space: &Space,
+    length: u32,
+    state_size: i64,
+) -> Signature {
     let (l, d) = (length as i64, obs_space.flat_dim() as i64);
+    let action = match action_space {
+        Space::Discrete { .. } => FieldSpec::new(field::ACTION, Dtype::I64, &[l]),
+        Space::Box { .. } => {
+            let a = action_space.flat_dim() as i64;
+            FieldSpec::new(field::ACTION, Dtype::F32, &[l, a])
+        }
+    };
     Signature {
         fields: vec![
             FieldSpec::new(field::OBS, Dtype::F32, &[l, d]),
-            FieldSpec::new(field::ACTION, Dtype::I64, &[l]),
+            action,
             FieldSpec::new(field::REWARD, Dtype::F32, &[l]),
             FieldSpec::new(field::TERMINATED, Dtype::F32, &[l]),
             FieldSpec::new(field::TRUNCATED, Dtype::F32, &[l]),
@@ -68,8 +82,8 @@ pub fn signature(obs_space: &Space, length: u32, state_size: i64) -> Signature {
 pub struct SequenceStep<'a> {
     /// Observation the action was taken from.
     pub obs: &'a [f32],
-    /// Discrete action.
-    pub action: i64,
+    /// The action taken.
+    pub action: &'a Action,
     /// Reward (clipped).
     pub reward: f32,
     /// Terminal state reached.
@@ -78,9 +92,9 @@ pub struct SequenceStep<'a> {
     pub truncated: bool,
     /// The episode's final observation, when it ended.
     pub final_obs: Option<&'a [f32]>,
-    /// LSTM hidden state before the step.
+    /// Recurrent hidden state before the step.
     pub h: &'a [f32],
-    /// LSTM cell state before the step.
+    /// Recurrent cell state before the step.
     pub c: &'a [f32],
     /// Acting weights version.
     pub policy_version: i64,
@@ -96,7 +110,7 @@ impl SequenceStep<'_> {
         let flag = |b: bool| Tensor::scalar(if b { 1.0f32 } else { 0.0 });
         TensorMap::from_pairs([
             (field::OBS, Tensor::from_slice(&[d], self.obs)),
-            (field::ACTION, Tensor::scalar(self.action)),
+            (field::ACTION, action_tensor(self.action)),
             (field::REWARD, Tensor::scalar(self.reward)),
             (field::TERMINATED, flag(self.terminated)),
             (field::TRUNCATED, flag(self.truncated)),
@@ -108,6 +122,14 @@ impl SequenceStep<'_> {
             (field::STATE_C, Tensor::from_slice(&[h], self.c)),
             (field::POLICY_VERSION, Tensor::scalar(self.policy_version)),
         ])
+    }
+}
+
+/// One step's action: an i64 scalar, or an f32 vector.
+fn action_tensor(action: &Action) -> Tensor {
+    match action {
+        Action::Discrete(a) => Tensor::scalar(*a),
+        Action::Continuous(v) => Tensor::from_slice(&[v.len() as i64], v),
     }
 }
 
@@ -128,7 +150,7 @@ pub fn keep_first_state(item: &mut TensorMap) -> Result<(), TensorError> {
 pub struct SequenceBatch {
     /// `[T, B, D]`.
     pub obs: tch::Tensor,
-    /// `[T, B]` i64.
+    /// `[T, B]` i64 (discrete) or `[T, B, A]` f32 (continuous, env scale).
     pub action: tch::Tensor,
     /// `[T, B]`.
     pub reward: tch::Tensor,
@@ -197,24 +219,41 @@ mod tests {
 
     /// Steps cut by the builder, trimmed to their first state, pass the table's signature,
     /// stack into a batch and come back as time-major tensors with the stored state of each
-    /// sequence's first step.
+    /// sequence's first step, with discrete and with continuous actions.
     #[test]
     fn sequences_and_their_stored_state_round_trip_through_the_signature() {
+        round_trip(false);
+        round_trip(true);
+    }
+
+    fn round_trip(continuous: bool) {
+        let action_space = match continuous {
+            true => Space::Box {
+                shape: vec![2],
+                low: vec![-2.0; 2],
+                high: vec![2.0; 2],
+            },
+            false => Space::Discrete { n: 2 },
+        };
         let obs_space = Space::Box {
             shape: vec![2],
             low: vec![-1.0; 2],
             high: vec![1.0; 2],
         };
-        let signature = signature(&obs_space, 4, 3);
+        let signature = signature(&obs_space, &action_space, 4, 3);
         let mut builder = SequenceBuilder::new(4, 2).unwrap();
         let mut items = Vec::new();
         for t in 0..8 {
             let x = t as f32;
             let (obs, h, c) = ([x, -x], [x, x + 0.5, 7.0], [-x, 0.0, 1.0]);
             let final_obs = [9.0, 9.0];
+            let action = match continuous {
+                true => Action::Continuous(vec![x, -x / 2.0]),
+                false => Action::Discrete(t % 2),
+            };
             let step = SequenceStep {
                 obs: &obs,
-                action: t % 2,
+                action: &action,
                 reward: 1.0,
                 terminated: false,
                 truncated: t == 4,
@@ -252,5 +291,13 @@ mod tests {
         assert_eq!(final_obs, vec![9.0, 9.0]);
         let first_obs = Vec::<f32>::try_from(batch.obs.get(0).select(1, 0)).unwrap();
         assert_eq!(first_obs, vec![0.0, 2.0, 4.0]);
+        if continuous {
+            assert_eq!(batch.action.size(), vec![4, 3, 2]);
+            let second = Vec::<f32>::try_from(batch.action.get(0).get(1)).unwrap();
+            assert_eq!(second, vec![2.0, -1.0]);
+        } else {
+            assert_eq!(batch.action.size(), vec![4, 3]);
+            assert_eq!(batch.action.kind(), tch::Kind::Int64);
+        }
     }
 }

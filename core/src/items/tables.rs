@@ -75,12 +75,14 @@ pub fn transitions(config: &RunConfig, replay: &ReplayOptions) -> Result<TableSp
     } else {
         SelectorKind::Uniform
     };
-    let mut signature = match config.recurrent_dqn() {
-        // R2D2: each item is a stored sequence with the LSTM state at its first step.
-        Some(_) => sequence::signature(
+    let mut signature = match config.sequence_replay() {
+        // R2D2, recurrent SAC: each item is a stored sequence with the recurrent state at its
+        // first step.
+        Some(sequences) => sequence::signature(
             &env.observation_space(),
+            &env.action_space(),
             replay.sequence_length,
-            config.model.lstm_size as i64,
+            sequences.state_size,
         ),
         None => transition::signature(&env.observation_space(), &env.action_space()),
     };

@@ -130,7 +130,8 @@ fn offpolicy_outputs(
     })
 }
 
-/// [`trace_policy`] for an off-policy model (feed-forward; a recurrent Q-network is refused).
+/// [`trace_policy`] for an off-policy model (feed-forward; recurrent ones, R2D2's Q network
+/// and recurrent SAC's networks, are refused).
 pub fn trace_offpolicy(
     model: &OffPolicyModel,
     example: &Tensor,
@@ -140,7 +141,9 @@ pub fn trace_offpolicy(
     if model.recurrent().is_some() {
         return Err(ModelError::Config {
             key: "model.lstm_size",
-            message: "a recurrent Q-network (R2D2) does not export yet".into(),
+            message: "a recurrent off-policy model (R2D2's Q network, recurrent SAC) does not \
+                      export yet; fleetrl eval and fleetrl record play it with its state"
+                .into(),
         });
     }
     let _guard = tch::no_grad_guard();

@@ -13,7 +13,7 @@ mod mlp;
 mod obs_norm;
 mod offpolicy;
 mod pearl;
-pub(crate) mod recurrent_q;
+pub(crate) mod recurrent_net;
 mod script;
 pub mod weights;
 
@@ -25,9 +25,11 @@ pub use dist::Dist;
 pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
 pub use obs_norm::ObsNorm;
+#[cfg(test)]
+pub(crate) use offpolicy::recurrent::tiny as tiny_recurrent_sac;
 pub use offpolicy::{OffPolicyModel, PolicyKind};
 pub use pearl::{kl_from_prior, product_of_gaussians, PearlModel};
-pub use recurrent_q::{RecurrentQ, Unrolled};
+pub use recurrent_net::{RecurrentNet, Unrolled};
 
 use fleetrl_proto::space::Space;
 

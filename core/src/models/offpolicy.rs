@@ -17,7 +17,9 @@
 //! the user's TorchScript module under `<net>.script.*` (`model.torchscript` for `pi` or `q`,
 //! `model.torchscript_critic` for every `qf<i>`; docs/torchscript.md).
 //! With `model.lstm_size > 0` a `QValues` model is recurrent instead (R2D2): `q` is then a
-//! [`RecurrentQ`] (`q.encoder.*`, `q.core.*`, `q.head.*`) and the policy carries its state.
+//! [`RecurrentNet`] (`q.encoder.*`, `q.core.*`, `q.head.*`) and the policy carries its state.
+//! So is a `SquashedGaussian` one (recurrent SAC, `offpolicy/recurrent.rs`): `pi` and every `qf<i>` are
+//! then a [`RecurrentNet`] each, with its own core, and the policy carries all their states.
 //! Target networks are a second model of the same shape (see [`OffPolicyModel::copy_from`]).
 
 use std::path::Path;
@@ -27,13 +29,15 @@ use tch::{Device, Kind, Tensor};
 
 use super::config::{Activation, ModelConfig};
 use super::conv::{image_frame, value_scale};
-use super::recurrent_q::RecurrentQ;
+use super::recurrent_net::RecurrentNet;
 use super::script::{Interface, ScriptNet};
 use super::{
     weights, ConvEncoder, ConvSpec, FrameShape, Mlp, ModelError, ObsNorm, Policy, PolicyStep,
     RnnState,
 };
 use fleetrl_proto::space::Space;
+
+pub(crate) mod recurrent;
 
 /// The key of the user's policy or Q-network module.
 const POLICY_KEY: &str = "model.torchscript";
@@ -217,8 +221,11 @@ pub struct OffPolicyModel {
     kind: PolicyKind,
     pi: Option<Net>,
     critics: Vec<Net>,
-    /// The recurrent Q network (`QValues` with an LSTM core); `critics` is then empty.
-    recurrent: Option<RecurrentQ>,
+    /// The recurrent Q network (`QValues` with a recurrent core), or the recurrent policy
+    /// (`SquashedGaussian`, recurrent SAC); `pi` and `critics` are then empty.
+    recurrent: Option<RecurrentNet>,
+    /// Recurrent SAC's critics, each with its own core.
+    recurrent_critics: Vec<RecurrentNet>,
     /// Half-width and centre of the action box, `[A]` (continuous kinds).
     scale: Tensor,
     bias: Tensor,
@@ -266,8 +273,9 @@ impl OffPolicyModel {
         if input.frame.is_some() && config.lstm_size > 0 {
             return Err(ModelError::Config {
                 key: "model.lstm_size",
-                message: "recurrent DQN reads flat observations; image observations need \
-                          lstm_size = 0 with an off-policy algorithm"
+                message: "recurrent off-policy networks (R2D2, recurrent SAC) read flat \
+                          observations; image observations need lstm_size = 0 with an \
+                          off-policy algorithm"
                     .into(),
             });
         }
@@ -287,9 +295,13 @@ impl OffPolicyModel {
             Ok::<_, ModelError>(nets)
         };
         let mut recurrent = None;
+        let mut recurrent_critics = Vec::new();
+        if config.lstm_size > 0 {
+            recurrent::check_kind(kind)?;
+        }
         let (pi, critics, scale, bias) = match (kind, action_space) {
             (PolicyKind::QValues, Space::Discrete { n }) if config.lstm_size > 0 => {
-                recurrent = Some(RecurrentQ::new(&(&root / "q"), config, obs_dim, *n));
+                recurrent = Some(RecurrentNet::new(&(&root / "q"), config, obs_dim, 0, *n));
                 (
                     None,
                     Vec::new(),
@@ -329,29 +341,25 @@ impl OffPolicyModel {
                 } else {
                     a
                 };
-                let interface = if kind == PolicyKind::SquashedGaussian {
-                    Interface::Gaussian(a)
+                let (box_scale, box_bias) = box_scale(low, high, device);
+                if config.lstm_size > 0 {
+                    let (pi, critics) =
+                        recurrent::build(&root, config, obs_dim, (a, out), num_critics);
+                    recurrent = Some(pi);
+                    recurrent_critics = critics;
+                    (None, Vec::new(), box_scale, box_bias)
                 } else {
-                    rows(a, "action (before fleetrl's tanh)")
-                };
-                let script = policy_file.map(|f| (POLICY_KEY, f, interface));
-                let pi = Net::new(&(&root / "pi"), config, &input, (0, out), script)?;
-                let script = critic_file.map(|f| (CRITIC_KEY, f, Interface::Critic(a)));
-                let critics = critics(num_critics, (a, 1), script)?;
-                let finite = |v: &f32| if v.is_finite() { *v } else { 1.0 };
-                let low: Vec<f32> = low
-                    .iter()
-                    .map(|v| if v.is_finite() { *v } else { -1.0 })
-                    .collect();
-                let high: Vec<f32> = high.iter().map(finite).collect();
-                let half: Vec<f32> = low.iter().zip(&high).map(|(l, h)| (h - l) / 2.0).collect();
-                let mid: Vec<f32> = low.iter().zip(&high).map(|(l, h)| (h + l) / 2.0).collect();
-                (
-                    Some(pi),
-                    critics,
-                    Tensor::from_slice(&half).to_device(device),
-                    Tensor::from_slice(&mid).to_device(device),
-                )
+                    let interface = if kind == PolicyKind::SquashedGaussian {
+                        Interface::Gaussian(a)
+                    } else {
+                        rows(a, "action (before fleetrl's tanh)")
+                    };
+                    let script = policy_file.map(|f| (POLICY_KEY, f, interface));
+                    let pi = Net::new(&(&root / "pi"), config, &input, (0, out), script)?;
+                    let script = critic_file.map(|f| (CRITIC_KEY, f, Interface::Critic(a)));
+                    let critics = critics(num_critics, (a, 1), script)?;
+                    (Some(pi), critics, box_scale, box_bias)
+                }
             }
             _ => return Err(ModelError::UnsupportedSpace(action_space.clone())),
         };
@@ -362,6 +370,7 @@ impl OffPolicyModel {
             pi,
             critics,
             recurrent,
+            recurrent_critics,
             scale,
             bias,
             discrete_actions: match action_space {
@@ -379,8 +388,8 @@ impl OffPolicyModel {
         }
     }
 
-    /// The recurrent Q network, if this model has one.
-    pub fn recurrent(&self) -> Option<&RecurrentQ> {
+    /// The recurrent Q network (R2D2) or policy (recurrent SAC), if this model has one.
+    pub fn recurrent(&self) -> Option<&RecurrentNet> {
         self.recurrent.as_ref()
     }
 
@@ -512,21 +521,14 @@ impl OffPolicyModel {
 
     /// The squashed Gaussian's mean and clamped log-std before the squash, `[N, A]` each.
     pub(crate) fn gaussian(&self, obs: &Tensor) -> (Tensor, Tensor) {
-        let out = self.policy_net().forward(obs, None);
-        let parts = out.chunk(2, 1);
-        let log_std = parts[1].clamp(LOG_STD_RANGE.0, LOG_STD_RANGE.1);
-        (parts[0].shallow_clone(), log_std)
+        gaussian_parts(&self.policy_net().forward(obs, None))
     }
 
     /// A reparameterised sample in [-1, 1] `[N, A]` and its log-likelihood `[N]`
     /// (`SquashedGaussian`).
     pub fn sample_action(&self, obs: &Tensor) -> (Tensor, Tensor) {
         let (mean, log_std) = self.gaussian(obs);
-        let std = log_std.exp();
-        let noise = mean.randn_like();
-        let a = (&mean + &std * &noise).tanh();
-        let log_prob = squashed_log_prob(&noise, &log_std, &a);
-        (a, log_prob)
+        squashed_sample(&mean, &log_std)
     }
 
     /// [`OffPolicyModel::sample_action`] with what PEARL's policy regularisers read: the
@@ -663,6 +665,35 @@ fn greedy(q: &Tensor) -> PolicyStep {
     }
 }
 
+/// Half-widths and centres `[A]` of an action box (an infinite bound counts as +-1).
+fn box_scale(low: &[f32], high: &[f32], device: Device) -> (Tensor, Tensor) {
+    let finite = |v: &f32, default: f32| if v.is_finite() { *v } else { default };
+    let low: Vec<f32> = low.iter().map(|v| finite(v, -1.0)).collect();
+    let high: Vec<f32> = high.iter().map(|v| finite(v, 1.0)).collect();
+    let half: Vec<f32> = low.iter().zip(&high).map(|(l, h)| (h - l) / 2.0).collect();
+    let mid: Vec<f32> = low.iter().zip(&high).map(|(l, h)| (h + l) / 2.0).collect();
+    (
+        Tensor::from_slice(&half).to_device(device),
+        Tensor::from_slice(&mid).to_device(device),
+    )
+}
+
+/// The squashed Gaussian's mean and clamped log-std, `[..., A]` each, from a policy head's
+/// output `[..., 2A]`.
+fn gaussian_parts(out: &Tensor) -> (Tensor, Tensor) {
+    let parts = out.chunk(2, -1);
+    let log_std = parts[1].clamp(LOG_STD_RANGE.0, LOG_STD_RANGE.1);
+    (parts[0].shallow_clone(), log_std)
+}
+
+/// A reparameterised sample `tanh(mean + std * noise)` in [-1, 1] and its log-likelihood.
+fn squashed_sample(mean: &Tensor, log_std: &Tensor) -> (Tensor, Tensor) {
+    let noise = mean.randn_like();
+    let a = (mean + log_std.exp() * &noise).tanh();
+    let log_prob = squashed_log_prob(&noise, log_std, &a);
+    (a, log_prob)
+}
+
 /// log-likelihood `[N]` of `a = tanh(mean + std * noise)` under the squashed Gaussian: the
 /// Gaussian's density of the pre-squash value (standardised as `noise`) less the squash's
 /// log-Jacobian, summed over action dimensions.
@@ -678,6 +709,11 @@ fn squashed_log_prob(noise: &Tensor, log_std: &Tensor, a: &Tensor) -> Tensor {
 impl Policy for OffPolicyModel {
     fn act(&self, obs: &Tensor, deterministic: bool) -> PolicyStep {
         let _guard = tch::no_grad_guard();
+        if self.recurrent.is_some() {
+            // A recurrent policy acting on single observations starts from a zero state.
+            let zeros = RnnState::zeros(obs.size()[0], self.state_size(), obs.device());
+            return self.act_recurrent(obs, &zeros, deterministic).0;
+        }
         match self.kind {
             PolicyKind::QValues => greedy(&self.q_values(obs)),
             PolicyKind::Categorical => self.act_categorical(obs, deterministic),
@@ -704,8 +740,11 @@ impl Policy for OffPolicyModel {
         self.act(obs, true).value
     }
 
+    /// Every recurrent network's state side by side: R2D2's Q network's, or recurrent SAC's
+    /// policy's then each critic's.
     fn state_size(&self) -> i64 {
-        self.recurrent.as_ref().map_or(0, RecurrentQ::state_size)
+        let nets = self.recurrent.iter().chain(&self.recurrent_critics);
+        nets.map(RecurrentNet::state_size).sum()
     }
 
     fn act_recurrent(
@@ -718,6 +757,9 @@ impl Policy for OffPolicyModel {
             return (self.act(obs, deterministic), state.shallow_clone());
         };
         let _guard = tch::no_grad_guard();
+        if self.kind == PolicyKind::SquashedGaussian {
+            return self.act_recurrent_gaussian(obs, state, deterministic);
+        }
         let (q, next) = net.step(obs, state);
         (greedy(&q), next)
     }
