@@ -8,19 +8,27 @@ and env step at which that mean reached the target, and the last mean.
 MAX_SECONDS (default 600) ends a run early on a slow machine, as fleetrl's stop.max_wall_seconds.
 
 GAME is `cartpole` (CartPole-v1, target 475) or `breakout` (the `minatar` package's
-MinAtar/Breakout-v1, sticky actions 0.1, no target: the return at the budget is the measure).
+MinAtar/Breakout-v1, sticky actions 0.1, target 4.0); bench/peers_games.py holds the targets and
+why.
 
 Settings: each peer's own published CartPole recipe where it has one (Sample Factory's
 `sf_examples/train_gym_env.py` command line: APPO, no RNN, batch 512, reward scale 0.1, no
 V-trace; RLlib's `tuned_examples/ppo/cartpole_ppo.py`: lr 3e-4, 6 epochs, value loss 0.01, one
 linear 32-unit layer shared by policy and value). Neither publishes a MinAtar recipe, so on
 Breakout both take configs/minatar-breakout-ppo.toml's hyperparameters and the MinAtar paper's
-network (16 3x3 filters, then 128 units). PufferLib (pufferlib-core 3.0.23, its PuffeRL trainer)
-ships no recipe in the package and no native CartPole, so it plays gymnasium's CartPole-v1 and
-the `minatar` Breakout through its emulation and vector layers with both presets'
-hyperparameters and networks (details at `puffer_run`); PUFFER_BACKEND=Serial steps its envs in
-the trainer's process instead of WORKERS processes. Envs and workers are the caller's, as
+network (16 3x3 filters, then 128 units), at a constant learning rate of 2.5e-4 (below).
+PufferLib (pufferlib-core 3.0.23, its PuffeRL trainer) ships no recipe in the package and no
+native CartPole, so it plays gymnasium's CartPole-v1 and the `minatar` Breakout through its
+emulation and vector layers with both presets' hyperparameters and networks (details at
+`puffer_run`); PUFFER_BACKEND=Serial steps its envs in the trainer's process instead of WORKERS
+processes. Envs and workers are the caller's, as
 fleetrl's. Torch uses one thread per process, as fleetrl's roles do.
+
+Breakout's learning rate is 2.5e-4, constant, in every system (fleetrl is given
+`algo.linear_lr_schedule=false` by bench/peers.sh): the preset decays it linearly to zero over
+its budget, but the systems do not share a schedule (Sample Factory 2.1.1 has no linear decay,
+PufferLib's only one is cosine), and the bench's 200k-step budget would compress the preset's 1M-
+step decay fivefold. A constant rate is the one schedule all four can follow.
 """
 
 import json
@@ -36,15 +44,14 @@ import time
 T0 = time.time()
 
 import torch  # noqa: E402
-TARGETS = {"cartpole": 475.0, "breakout": None}
-GYM_IDS = {"cartpole": "CartPole-v1", "breakout": "MinAtar/Breakout-v1"}
+from peers_games import GYM_IDS, TARGETS  # noqa: E402
 
 
 def report(system, game, seed, curve, wall, budget_steps, train_from=(0, 0.0), extra=None):
     """curve: (env steps, wall seconds, mean training return) in time order; train_from: the env
     steps and wall second at which training began (steps/s leaves out the imports and start-up)."""
     target = TARGETS[game]
-    hit = next((c for c in curve if None not in (target, c[2]) and c[2] >= target), None)
+    hit = next((c for c in curve if c[2] is not None and c[2] >= target), None)
     steps = curve[-1][0] if curve else 0
     print(json.dumps({
         "system": system, "env": GYM_IDS[game], "seed": seed, "budget": budget_steps,
@@ -131,7 +138,7 @@ def sf_run(game, seed, budget, envs, workers, max_seconds):
     else:
         global_model_factory().register_encoder_factory(MinAtarEncoder)
         # configs/minatar-breakout-ppo.toml: 8 envs x 128 steps a batch in 4 minibatches of 256;
-        # a constant learning rate (Sample Factory 2.1.1 has no linear decay).
+        # the bench's constant learning rate (Sample Factory 2.1.1 has no linear decay).
         extra = ["--rollout=128", "--batch_size=256", "--num_batches_per_epoch=4", "--num_epochs=4",
                  "--learning_rate=2.5e-4", "--gamma=0.99",
                  "--gae_lambda=0.95", "--ppo_clip_ratio=0.2", "--exploration_loss_coeff=0.01",
@@ -208,10 +215,11 @@ def rllib_run(game, seed, budget, envs, workers, max_seconds):
                   .rl_module(model_config=DefaultModelConfig(
                       fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)))
     else:
-        # configs/minatar-breakout-ppo.toml's settings (RLlib has no MinAtar recipe).
+        # configs/minatar-breakout-ppo.toml's settings (RLlib has no MinAtar recipe), at the
+        # bench's constant learning rate.
         batch = 128 * envs * max(workers, 1)
         config = (config.environment("minatar-breakout")
-                  .training(lr=[[0, 2.5e-4], [budget, 0.0]], num_epochs=4, minibatch_size=batch // 4,
+                  .training(lr=2.5e-4, num_epochs=4, minibatch_size=batch // 4,
                             train_batch_size_per_learner=batch, gamma=0.99, lambda_=0.95,
                             clip_param=0.2, entropy_coeff=0.01, vf_loss_coeff=0.5, grad_clip=0.5,
                             use_kl_loss=False)
@@ -360,13 +368,15 @@ def puffer_run(game, seed, budget, envs, workers, max_seconds):
     # (prio_alpha 0.8, prio_beta0 0.2, vtrace_rho_clip 1, vtrace_c_clip 1). The presets' Adam
     # (betas 0.9/0.999, eps 1e-5), not default.ini's Muon; no value clipping (vf_clip_coef
     # huge), as the presets. Its only learning-rate schedule is cosine annealing (anneal_lr) where
-    # the presets decay linearly, and it has no clip schedule (cartpole-ppo's clip decays).
+    # the presets decay linearly: on for CartPole, off for Breakout (the bench's constant rate);
+    # it has no clip schedule (cartpole-ppo's clip decays).
     config = dict(
         env=GYM_IDS[game], seed=seed, torch_deterministic=True, device="cpu", cpu_offload=False,
         use_rnn=False, compile=False, compile_mode="default", compile_fullgraph=False,
         precision="float32", optimizer="adam", adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-5,
-        total_timesteps=budget, anneal_lr=True, clip_coef=0.2, vf_clip_coef=1e9, vf_coef=0.5,
-        max_grad_norm=0.5, prio_alpha=0.8, prio_beta0=0.2, vtrace_rho_clip=1.0, vtrace_c_clip=1.0,
+        total_timesteps=budget, anneal_lr=game == "cartpole", clip_coef=0.2, vf_clip_coef=1e9,
+        vf_coef=0.5, max_grad_norm=0.5, prio_alpha=0.8, prio_beta0=0.2, vtrace_rho_clip=1.0,
+        vtrace_c_clip=1.0,
         data_dir=tempfile.mkdtemp(prefix="peers-puffer-"), checkpoint_interval=10**9,
     )
     if game == "cartpole":
@@ -397,8 +407,9 @@ def puffer_run(game, seed, budget, envs, workers, max_seconds):
         started = time.time() - T0
         curve = []
         # pufferl.train()'s loop, to the budget in env steps or the time limit. PufferLib's own
-        # count (resets included) passes the budget first; its cosine schedule ends there and
-        # then climbs back slowly (to 2.4% of the rate when resets are a tenth of the steps).
+        # count (resets included) passes the budget first; on CartPole its cosine schedule ends
+        # there and then climbs back slowly (to 2.4% of the rate when resets are a tenth of the
+        # steps).
         while watch.steps < budget and time.time() - T0 < max_seconds:
             trainer.evaluate()
             if watch.returns:
