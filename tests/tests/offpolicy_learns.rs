@@ -206,9 +206,10 @@ fn recurrent_sac_swings_up_pendulum_without_velocities() {
 /// policy updates) swings the pendulum up without seeing its velocity: a deterministic
 /// evaluation of -400 or better within 30k env steps. `fleetrl eval` of the checkpoint carries
 /// the recurrent state through each episode and gives the run's final evaluation. Not yet
-/// measured to pass: seed 1 of the preset evaluated -1,231 at 14.3k env steps on a 2-core VM
-/// at load average 15 (2026-12-06), where recurrent SAC reaches -300 at 14k-22k; ignored
-/// until a full run and the feed-forward TD3 control are measured.
+/// measured to pass: seed 1 of the preset evaluated -1,350 to -1,540 through 13k env steps,
+/// then rose to -801 at 21.1k, where the preset's 900 s wall limit stopped it (a 2-core VM at
+/// load average 15, 2026-12-06; recurrent SAC reaches -300 at 14k-22k). Ignored until a full
+/// run and the feed-forward TD3 control are measured.
 #[test]
 #[ignore = "pendulumnovel-td3-lstm is not yet measured to reach -400 within its budget"]
 fn recurrent_td3_swings_up_pendulum_without_velocities() {
