@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use fleetrl_core::algos::{registry, Algorithm};
+use fleetrl_core::algos::registry::{self, DemoRole};
+use fleetrl_core::algos::Algorithm;
 use fleetrl_core::checkpoint;
 use fleetrl_core::collective::Group;
-use fleetrl_core::config::{check_available, AlgoConfig, RunConfig};
+use fleetrl_core::config::{check_available, RunConfig};
 use fleetrl_core::envs;
 use fleetrl_core::items::tables;
 use fleetrl_core::replay_client;
@@ -224,14 +225,14 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
         });
     }
     let mut table = tables::transitions(config, &replay)?;
-    let demo_items = spec
-        .demo_dir
-        .map(|dir| demos::items(config, dir))
-        .transpose()?;
-    if let Some(items) = &demo_items {
-        table.rate_limiter = match (&config.algo, table.rate_limiter) {
+    let demo_items = match spec.demos {
+        Some(given) => Some((given.role, demos::items(config, given.dir)?)),
+        None => None,
+    };
+    if let Some((role, items)) = &demo_items {
+        table.rate_limiter = match (role, table.rate_limiter) {
             // Demos are all inserted up front; BC then samples them as often as it likes.
-            (AlgoConfig::Bc(_), _) => RateLimiterSpec::MinSize {
+            (DemoRole::Dataset, _) => RateLimiterSpec::MinSize {
                 min_size: replay.min_size.min(items.len() as u64).max(1),
             },
             // The demos fill the table first (inserts below the minimum size never wait);
@@ -257,8 +258,8 @@ pub(crate) async fn declare_tables(config: &RunConfig, shards: &[String]) -> any
         .await
         .context("creating the transition table on the replay server")?;
     let mut uncounted_items = 0;
-    if let Some(items) = demo_items {
-        if !matches!(config.algo, AlgoConfig::Bc(_)) {
+    if let Some((role, items)) = demo_items {
+        if role == DemoRole::Prefill {
             uncounted_items = items.len() as u64;
         }
         demos::insert(shards, &table.name, items).await?;

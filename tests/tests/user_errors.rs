@@ -144,6 +144,24 @@ fn fleetrl_train_names_the_mistake_itself() -> anyhow::Result<()> {
         stderr.contains("model.use_maxpool") && stderr.contains("image observations"),
         "{stderr}"
     );
+
+    // Recurrent TD3 on discrete actions: the learner names the algorithm key.
+    let stderr = failing(
+        "fleetrl",
+        &[
+            "train",
+            "--config",
+            "pendulumnovel-td3-lstm",
+            "--set",
+            "env.id=CartPole-v1",
+            "--out",
+            &out,
+        ],
+    )?;
+    assert!(
+        stderr.contains("algo.name: td3 trains a deterministic policy of continuous actions"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&out);
     Ok(())
 }

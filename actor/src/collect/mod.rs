@@ -109,7 +109,7 @@ pub(crate) trait Collector {
 }
 
 /// Builds the collector `config` calls for: rollouts (with demo replay when `demos` is
-/// given), recurrent off-policy sequences (R2D2, recurrent SAC), or n-step transitions. The one place that picks by algorithm.
+/// given), recurrent off-policy sequences (R2D2, recurrent SAC and TD3), or n-step transitions. The one place that picks by algorithm.
 pub(crate) fn collector(
     config: &RunConfig,
     actor_id: u32,

@@ -1,9 +1,10 @@
-//! Sequences with burn-in for recurrent off-policy algorithms (R2D2, recurrent SAC): the
-//! policy carries a recurrent state per env (zeroed at episode ends), and each env's steps
+//! Sequences with burn-in for recurrent off-policy algorithms (R2D2, recurrent SAC and TD3):
+//! the policy carries a recurrent state per env (zeroed at episode ends), and each env's steps
 //! are cut into overlapping sequences by a [`SequenceBuilder`], each stored with the state
 //! the actor had before its first step (Kapturowski et al. 2019, section 3). Sequences run
 //! across episode ends; their flags tell the learner where to reset. Exploration as the
-//! feed-forward actors' (R2D2: epsilon-greedy; SAC: its own samples); n-step targets are the
+//! feed-forward actors' (R2D2: epsilon-greedy; SAC: its own samples; TD3 and DDPG: Gaussian or
+//! Ornstein-Uhlenbeck noise on the deterministic action); n-step targets are the
 //! learner's job here, so steps go in raw.
 
 use fleetrl_core::config::RunConfig;
@@ -31,7 +32,7 @@ impl SequenceCollector {
     pub(super) fn new(config: &RunConfig, seed: u64) -> Result<SequenceCollector, ActError> {
         let Some(sequences) = config.sequence_replay() else {
             return Err(ActError::Unsupported(
-                "sequences are collected for recurrent DQN (R2D2) and recurrent SAC only",
+                "sequences are collected for recurrent DQN (R2D2), SAC, TD3 and DDPG only",
             ));
         };
         let side = actor_side(config)?;

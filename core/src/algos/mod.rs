@@ -20,10 +20,12 @@ pub mod pg;
 pub mod ppo;
 pub mod r2d2;
 pub mod recurrent_sac;
+pub mod recurrent_td3;
 pub mod registry;
 pub mod replicas;
 pub mod returns;
 pub mod sac;
+pub mod sequence_critics;
 pub mod target;
 pub mod td3;
 pub mod trpo;
@@ -425,7 +427,7 @@ impl IntoUpdate for Result<Update, crate::optim::GraphError> {
 /// ```
 macro_rules! algorithm_parts {
     // Transitions through `train`, or stored sequences through `update_sequences` when the
-    // model is recurrent (R2D2, recurrent SAC).
+    // model is recurrent (R2D2, recurrent SAC and TD3).
     (trains_on: TransitionsOrSequences, state: [$($part:ident),* $(,)?]) => {
         fn trains_on(&self) -> $crate::algos::TrainsOn {
             match self.trained.model.recurrent() {

@@ -46,19 +46,20 @@ pub struct ReplayOptions {
     /// Added to |TD error| so no transition's priority is 0.
     pub priority_eps: f64,
     /// Steps summed into one transition's return (Ape-X style, computed on the actors; for a
-    /// recurrent DQN, computed by the learner inside each stored sequence).
+    /// recurrent model, computed by the learner inside each stored sequence).
     pub n_step: u32,
-    /// Recurrent DQN (R2D2) and SAC: env steps per stored sequence, burn-in included. An item of the
-    /// table is then one sequence, so `capacity`, `batch_size`, `min_size` and
+    /// Recurrent DQN (R2D2), SAC, TD3 and DDPG: env steps per stored sequence, burn-in
+    /// included. An item of the table is then one sequence, so `capacity`, `batch_size`, `min_size` and
     /// `samples_per_insert` count sequences.
     pub sequence_length: u32,
-    /// Recurrent DQN and SAC: steps consecutive sequences of one env share (R2D2 uses half the length).
+    /// Recurrent off-policy models: steps consecutive sequences of one env share (R2D2 uses
+    /// half the length).
     pub sequence_overlap: u32,
-    /// Recurrent DQN and SAC: leading steps of each sequence unrolled without gradient from the stored
-    /// recurrent state, to warm the state up before the loss (R2D2's burn-in).
+    /// Recurrent off-policy models: leading steps of each sequence unrolled without gradient
+    /// from the stored recurrent state, to warm the state up before the loss (R2D2's burn-in).
     pub burn_in: u32,
-    /// Recurrent DQN and SAC: a sequence's priority is `eta * max |td| + (1 - eta) * mean |td|` over
-    /// its trained steps (R2D2: 0.9).
+    /// Recurrent off-policy models: a sequence's priority is
+    /// `eta * max |td| + (1 - eta) * mean |td|` over its trained steps (R2D2: 0.9).
     pub priority_eta: f64,
     /// Transitions the table starts with: a directory of demo files (`fleetrl record`) or
     /// `minari:<dataset id or path>`, inserted by the learner before it samples (DQN, SAC,

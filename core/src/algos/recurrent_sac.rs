@@ -12,20 +12,23 @@
 //!    `a'_t ~ pi` at every step, and at each episode's final observation by one more core step
 //!    from the state the sequence reached.
 //! 3. n-step targets inside the sequence for steps `burn_in .. L - 1`, as R2D2's
-//!    ([`super::r2d2::n_step_targets`]): cut at a terminal step, bootstrapped from the final observation
-//!    at a time limit.
+//!    ([`super::r2d2::n_step_targets`]): cut at a terminal step, bootstrapped from the final
+//!    observation at a time limit.
 //! 4. Critic loss `1/2 sum_k mean(w (Q_k(o_t, a_t) - y_t)^2)` over the trained steps; policy
 //!    loss `mean(alpha log pi(a~_t | o_t) - min_k Q_k(o_t, a~_t))` over the same steps, the
 //!    critics' states detached and their weights frozen; the temperature loss on the same
 //!    log-likelihoods. Priority: R2D2's mix of the first critic's max and mean |td|.
+//!
+//! Steps 1-4 but the policy's and temperature's losses are [`super::sequence_critics`], which
+//! recurrent TD3 shares.
 
 use tch::{Kind, Tensor};
 
-use super::r2d2::{sequence_priorities, sequence_targets, unroll_with_burn_in};
+use super::r2d2::unroll_with_burn_in;
 use super::sac::SacConfig;
-use super::td3::critic_loss;
+use super::sequence_critics::{fit_critics, Bootstrap};
 use crate::items::sequence::SequenceBatch;
-use crate::models::{OffPolicyModel, RecurrentNet, RnnState, Unrolled};
+use crate::models::{OffPolicyModel, Unrolled};
 
 /// The losses of one batch and what SAC reports of it.
 #[derive(Debug)]
@@ -40,23 +43,6 @@ pub struct SequenceLosses {
     pub qs: Tensor,
     /// R2D2 priority per sequence `[B]`.
     pub priorities: Tensor,
-}
-
-/// Each critic unrolled from its part of the stored state (`parts[1..]`; `parts[0]` is the
-/// policy's), plainly or with burn-in.
-fn unroll_critics(
-    critics: &[RecurrentNet],
-    parts: &[RnnState],
-    batch: &SequenceBatch,
-    resets: &Tensor,
-    burn_in: Option<i64>,
-) -> Vec<Unrolled> {
-    (critics.iter().zip(&parts[1..]))
-        .map(|(net, state)| match burn_in {
-            Some(b) => unroll_with_burn_in(net, &batch.obs, state, resets, b),
-            None => net.unroll(&batch.obs, state, resets),
-        })
-        .collect()
 }
 
 /// The soft value `min_k Q_k - alpha log pi` `[T, B]` of a fresh policy sample at the
@@ -74,7 +60,8 @@ fn soft_values(
     min_q - log_prob * alpha
 }
 
-/// The n-step soft targets `[T - 1, B]` of every step but the last (no gradient).
+/// The n-step soft targets `[T - 1, B]` of every step but the last (no gradient), from the
+/// online policy's run `pi_run`.
 fn targets(
     config: &SacConfig,
     online: &OffPolicyModel,
@@ -83,22 +70,15 @@ fn targets(
     pi_run: &Unrolled,
     alpha: &Tensor,
 ) -> Tensor {
-    let _guard = tch::no_grad_guard();
-    let resets = batch.resets();
-    let parts = online.split_state(&batch.state);
-    let slow = unroll_critics(target.recurrent_critics(), &parts, batch, &resets, None);
-    let hs: Vec<Tensor> = slow.iter().map(|run| run.h.shallow_clone()).collect();
-    let boot = soft_values(online, target, &pi_run.h, &hs, alpha);
-    let pi = online
-        .recurrent()
-        .expect("recurrent SAC has a recurrent policy");
-    let pi_final = pi.final_obs_core(&batch.final_obs, pi_run);
-    let hs_final: Vec<Tensor> = (target.recurrent_critics().iter().zip(&slow))
-        .map(|(net, run)| net.final_obs_core(&batch.final_obs, run))
-        .collect();
-    let boot_final = soft_values(online, target, &pi_final, &hs_final, alpha);
-    let n = config.replay.n_step;
-    sequence_targets(batch, &boot, &boot_final, config.discount, n)
+    let policy = Bootstrap {
+        pi: online
+            .recurrent()
+            .expect("recurrent SAC has a recurrent policy"),
+        run: pi_run,
+    };
+    let value = |pi_h: &Tensor, hs: &[Tensor]| soft_values(online, target, pi_h, hs, alpha);
+    let (gamma, n) = (config.discount, config.replay.n_step);
+    super::sequence_critics::targets(target, batch, policy, value, gamma, n)
 }
 
 /// Recurrent SAC's losses on `batch` for `online` against `target` at temperature `alpha`
@@ -111,85 +91,46 @@ pub fn sequence_losses(
     alpha: &Tensor,
 ) -> SequenceLosses {
     let burn_in = config.replay.burn_in as i64;
-    let resets = batch.resets();
     let parts = online.split_state(&batch.state);
     let pi = online
         .recurrent()
         .expect("recurrent SAC has a recurrent policy");
-    let pi_run = unroll_with_burn_in(pi, &batch.obs, &parts[0], &resets, burn_in);
-    let critic_runs = unroll_critics(
-        online.recurrent_critics(),
-        &parts,
-        batch,
-        &resets,
-        Some(burn_in),
-    );
+    let pi_run = unroll_with_burn_in(pi, &batch.obs, &parts[0], &batch.resets(), burn_in);
     let y = targets(config, online, target, batch, &pi_run.detach(), alpha);
-    let trained = y.size()[0] - burn_in;
-    let y = y.narrow(0, burn_in, trained);
-    let critic_hs: Vec<Tensor> = (critic_runs.iter())
-        .map(|run| run.h.narrow(0, burn_in, trained))
-        .collect();
-    let qs = online.recurrent_qs(&critic_hs, &batch.action.narrow(0, burn_in, trained));
-    let rows = |t: &Tensor| t.reshape([-1]);
-    let weights = batch.weights.unsqueeze(0).expand_as(&y);
-    let k = qs.size()[0];
-    let q_loss = critic_loss(&qs.reshape([k, -1]), &rows(&y), &rows(&weights)) * 0.5;
-
+    let eta = config.replay.priority_eta;
+    let critics = fit_critics(online, batch, &parts, &y, burn_in, eta);
+    let trained = critics.trained_steps();
     let (unit, log_prob) = online.recurrent_sample(&pi_run.h.narrow(0, burn_in, trained));
-    let detached: Vec<Tensor> = critic_hs.iter().map(Tensor::detach).collect();
     let (min_q, _) = online
-        .recurrent_qs_for_policy(&detached, &online.to_env_scale(&unit))
+        .recurrent_qs_for_policy(&critics.hs, &online.to_env_scale(&unit))
         .min_dim(0, false);
     let policy_loss = (&log_prob * alpha - min_q).mean(Kind::Float);
-    let td = (qs.get(0) - &y).detach().abs();
     SequenceLosses {
-        priorities: sequence_priorities(&td, config.replay.priority_eta),
-        q_loss,
+        q_loss: critics.q_loss * 0.5,
         policy_loss,
         log_prob,
-        qs,
+        qs: critics.qs,
+        priorities: critics.priorities,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algos::sequence_critics::testing::{assert_trains, batch, replay};
+    use crate::algos::sequence_critics::unroll_critics;
     use crate::models::PolicyKind;
     use tch::Device;
 
     fn model(seed: i64) -> OffPolicyModel {
-        tch::manual_seed(seed);
-        crate::models::tiny_recurrent_sac(PolicyKind::SquashedGaussian).unwrap()
+        crate::algos::sequence_critics::testing::model(PolicyKind::SquashedGaussian, seed)
     }
 
     /// SAC with `burn_in` and `n_step` set.
     fn config(burn_in: u32, n_step: u32) -> SacConfig {
-        let defaults = SacConfig::default();
         SacConfig {
-            replay: crate::algos::offpolicy::ReplayOptions {
-                burn_in,
-                n_step,
-                ..defaults.replay.clone()
-            },
-            ..defaults
-        }
-    }
-
-    /// A batch of `b` sequences of `l` steps; the second ends an episode at step 2.
-    fn batch(l: i64, b: i64) -> SequenceBatch {
-        let cpu = (Kind::Float, Device::Cpu);
-        let terminated = Tensor::zeros([l, b], cpu);
-        let _ = terminated.get(2).get(1).fill_(1.0);
-        SequenceBatch {
-            obs: Tensor::randn([l, b, 2], cpu).set_requires_grad(true),
-            action: Tensor::rand([l, b, 1], cpu) * 4.0 - 2.0,
-            reward: Tensor::randn([l, b], cpu),
-            terminated,
-            truncated: Tensor::zeros([l, b], cpu),
-            final_obs: Tensor::zeros([l, b, 2], cpu),
-            state: RnnState::zeros(b, 12, Device::Cpu),
-            weights: Tensor::ones([b], cpu),
+            replay: replay(burn_in, n_step),
+            ..SacConfig::default()
         }
     }
 
@@ -207,42 +148,9 @@ mod tests {
         assert_eq!(out.qs.size(), vec![2, 4, 2]);
         assert_eq!(out.log_prob.size(), vec![4, 2]);
         assert_eq!(out.priorities.size(), vec![2]);
-        let vars = online.var_store().variables();
-        let grad_norm = |prefix: &str| -> f64 {
-            (vars.iter())
-                .filter(|(n, t)| n.starts_with(prefix) && t.grad().defined())
-                .map(|(_, t)| t.grad().square().sum(Kind::Float).double_value(&[]))
-                .sum()
-        };
-        let per_step = |obs: &Tensor| {
-            let g = obs
-                .grad()
-                .abs()
-                .sum_dim_intlist([1i64, 2].as_slice(), false, Kind::Float);
-            Vec::<f32>::try_from(g).unwrap()
-        };
-        for (critic, own, other) in [(true, "qf", "pi."), (false, "pi.", "qf")] {
-            for t in vars.values() {
-                let mut g = t.grad();
-                if g.defined() {
-                    let _ = g.zero_();
-                }
-            }
-            let mut g = batch.obs.grad();
-            if g.defined() {
-                let _ = g.zero_();
-            }
-            let out = sequence_losses(&config, &online, &target, &batch, &alpha);
-            match critic {
-                true => out.q_loss.backward(),
-                false => out.policy_loss.backward(),
-            }
-            assert!(grad_norm(own) > 0.0, "{own}");
-            assert_eq!(grad_norm(other), 0.0, "{other}");
-            let steps = per_step(&batch.obs);
-            assert_eq!(&steps[..3], &[0.0, 0.0, 0.0], "{own}: {steps:?}");
-            assert!(steps[3..7].iter().all(|g| *g > 0.0), "{own}: {steps:?}");
-        }
+        let losses = || sequence_losses(&config, &online, &target, &batch, &alpha);
+        assert_trains(&online, &batch, 3, ("qf", "pi."), || losses().q_loss);
+        assert_trains(&online, &batch, 3, ("pi.", "qf"), || losses().policy_loss);
     }
 
     /// The critics regress on SAC's soft targets: with burn-in 0, n = 1 and no episode end

@@ -37,8 +37,53 @@ pub enum Recurrence {
     /// Unrolls the LSTM over each rollout from the state the actor stored with it (and takes
     /// `model.pre_lstm_sizes`).
     Rollouts,
-    /// Replays stored sequences with burn-in (R2D2, recurrent SAC).
-    Sequences,
+    /// Replays stored sequences with burn-in (R2D2, recurrent SAC, TD3 and DDPG), each stored
+    /// with the states of its `cores` recurrent cores side by side (R2D2's Q network's; the
+    /// policy's, then every critic's): `cores x model.lstm_size` wide.
+    Sequences {
+        /// The model's recurrent cores.
+        cores: u32,
+    },
+}
+
+impl Recurrence {
+    /// Stored sequences for a recurrent actor-critic: a core for the policy and one for each
+    /// of its `num_critics` critics (models/offpolicy/recurrent.rs).
+    fn actor_critic(num_critics: u32) -> Recurrence {
+        Recurrence::Sequences {
+            cores: 1 + num_critics.max(1),
+        }
+    }
+}
+
+/// A directory of demos the learner inserts into an off-policy table before it samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Demos<'a> {
+    /// The directory of demo files (`fleetrl record`'s, or a converted Minari dataset).
+    pub dir: &'a str,
+    /// What they are to the algorithm.
+    pub role: DemoRole,
+}
+
+/// What an algorithm's demos are to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DemoRole {
+    /// The data it learns from (BC's `algo.demos`): sampled as often as the learner likes
+    /// once inserted, and counted as the run's env steps.
+    Dataset,
+    /// Transitions the table starts with (`algo.replay.initial_demos`): sampled at the
+    /// actors' pace from the start, and not env steps.
+    Prefill,
+}
+
+impl<'a> Demos<'a> {
+    /// `algo.replay.initial_demos`, when set.
+    fn prefill(dir: Option<&'a str>) -> Option<Demos<'a>> {
+        dir.map(|dir| Demos {
+            dir,
+            role: DemoRole::Prefill,
+        })
+    }
 }
 
 /// How a task-agnostic run (`tasks.multi_task`) of an algorithm is evaluated on the held-out
@@ -75,9 +120,9 @@ pub struct Spec<'a> {
     /// The off-policy model's policy kind and critic count; `None`: an actor-critic, or
     /// (BC) whatever the action space calls for.
     pub shape: Option<(PolicyKind, u32)>,
-    /// A directory of demos the learner inserts into the table before sampling (BC's
-    /// `algo.demos`; DQN's, SAC's, TD3's and DDPG's `algo.replay.initial_demos`).
-    pub demo_dir: Option<&'a str>,
+    /// Demos the learner inserts into the table before sampling (BC's `algo.demos`; DQN's,
+    /// SAC's, TD3's and DDPG's `algo.replay.initial_demos`).
+    pub demos: Option<Demos<'a>>,
     /// How it trains an LSTM model; `None`: feed-forward models only.
     pub recurrence: Option<Recurrence>,
     /// Whether its losses leave out the padding of `actors.mid_batch_reset = false`.
@@ -151,7 +196,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         replay: None,
         publish_interval: 1,
         shape: None,
-        demo_dir: None,
+        demos: None,
         recurrence: None,
         masks_padding: false,
         plain_rollouts: true,
@@ -164,7 +209,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
         replay: Some(Cow::Borrowed(replay)),
         publish_interval: interval.max(1),
         shape,
-        demo_dir: None,
+        demos: None,
         recurrence: None,
         masks_padding: false,
         plain_rollouts: false,
@@ -190,8 +235,8 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
             ..on_policy
         },
         AlgoConfig::Dqn(c) => Spec {
-            recurrence: Some(Recurrence::Sequences),
-            demo_dir: c.replay.initial_demo_dir(),
+            recurrence: Some(Recurrence::Sequences { cores: 1 }),
+            demos: Demos::prefill(c.replay.initial_demo_dir()),
             scripted: Some(Scripted::QNetwork),
             ..off_policy(
                 &c.replay,
@@ -204,10 +249,10 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
             )
         },
         // A categorical policy where the actions are discrete (see `build_model`); recurrent
-        // SAC replays sequences as R2D2 does.
+        // SAC replays sequences as R2D2 does, with a core for the policy and each critic.
         AlgoConfig::Sac(c) => Spec {
-            recurrence: Some(Recurrence::Sequences),
-            demo_dir: c.replay.initial_demo_dir(),
+            recurrence: Some(Recurrence::actor_critic(c.num_critics)),
+            demos: Demos::prefill(c.replay.initial_demo_dir()),
             scripted: Some(Scripted::ActorAndCritics),
             ..off_policy(
                 &c.replay,
@@ -217,7 +262,8 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
             )
         },
         AlgoConfig::Td3(c) | AlgoConfig::Ddpg(c) => Spec {
-            demo_dir: c.replay.initial_demo_dir(),
+            recurrence: Some(Recurrence::actor_critic(c.num_critics)),
+            demos: Demos::prefill(c.replay.initial_demo_dir()),
             scripted: Some(Scripted::ActorAndCritics),
             ..off_policy(
                 &c.replay,
@@ -227,7 +273,10 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
             )
         },
         AlgoConfig::Bc(c) => Spec {
-            demo_dir: c.demo_dir(),
+            demos: c.demo_dir().map(|dir| Demos {
+                dir,
+                role: DemoRole::Dataset,
+            }),
             ..off_policy(
                 &c.replay,
                 c.publish_interval,
@@ -240,7 +289,7 @@ pub fn spec(config: &RunConfig) -> Spec<'_> {
             replay: Some(Cow::Owned(c.replay(&config.tasks))),
             publish_interval: c.publish_interval.max(1),
             shape: None,
-            demo_dir: None,
+            demos: None,
             recurrence: None,
             masks_padding: false,
             plain_rollouts: false,
@@ -273,6 +322,16 @@ pub fn build_model(
                 });
             }
             (PolicyKind::Categorical, critics)
+        }
+        (Some((PolicyKind::Deterministic, _)), Space::Discrete { .. }, _) => {
+            return Err(ModelError::Config {
+                key: "algo.name",
+                message: format!(
+                    "{} trains a deterministic policy of continuous actions, and this env's are \
+                     discrete: use dqn (R2D2 with model.lstm_size > 0) or sac",
+                    config.algo.name()
+                ),
+            });
         }
         (Some(shape), _, _) => shape,
         (None, Space::Box { .. }, AlgoConfig::Bc(c)) if c.policy == BcPolicy::Gaussian => {
@@ -476,6 +535,27 @@ mod tests {
         assert_eq!(kind("CartPole-v1", "deterministic"), PolicyKind::QValues);
         let error = build("CartPole-v1", "gaussian").unwrap_err().to_string();
         assert!(error.starts_with("algo.policy: "), "{error}");
+    }
+
+    /// TD3 and DDPG, feed-forward or recurrent, refuse discrete actions by `algo.name`.
+    #[test]
+    fn td3_refuses_discrete_actions_by_name() {
+        for (algo, lstm) in [("td3", 0), ("ddpg", 8), ("td3", 8)] {
+            let text = format!(
+                "[env]\nid = \"CartPole-v1\"\n[model]\nlstm_size = {lstm}\n[algo]\n\
+                 name = \"{algo}\"\n"
+            );
+            let config = RunConfig::from_toml(&text, "t").unwrap();
+            let env = crate::envs::make("CartPole-v1").unwrap();
+            let (obs, action) = (env.observation_space(), env.action_space());
+            let error = build_model(&config, &obs, &action, Device::Cpu)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.starts_with(&format!("algo.name: {algo} trains")),
+                "{error}"
+            );
+        }
     }
 
     /// SAC on discrete actions is the same algorithm with a categorical policy (two critics of

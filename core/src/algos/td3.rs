@@ -6,6 +6,9 @@
 //! Per batch: `a' = clip(pi_target(s') + clip(eps, -c, c), -1, 1)`, eps ~ N(0, sigma);
 //! `y = R_n + gamma_n min_k Q_target_k(s', a')`; critic loss `sum_k mean(w (Q_k(s, a) - y)^2)`.
 //! Every `policy_delay` updates: policy loss `-mean(Q_0(s, pi(s)))`, then Polyak targets.
+//!
+//! With recurrent cores (`model.lstm_size > 0`) the same losses run over stored sequences
+//! with burn-in ([`super::recurrent_td3`]).
 
 use crate::algos::config::AlgoSection;
 use crate::algos::offpolicy::check_actor_critic;
@@ -15,10 +18,12 @@ use crate::algos::target::TargetUpdate;
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
+use super::recurrent_td3::sequence_losses;
 use super::target::{priorities, read_metrics};
 use super::{Algorithm, Metrics, Trained, Update};
 use crate::checkpoint::state::TargetNet;
 use crate::config::error::{check, ConfigError};
+use crate::items::sequence::SequenceBatch;
 use crate::items::transition::TransitionBatch;
 use crate::models::OffPolicyModel;
 use crate::optim::{Adam, GraphError, UpdateGraph};
@@ -130,6 +135,16 @@ impl Td3Config {
         self.replay.validate()?;
         self.explore.validate()
     }
+
+    /// The target policy's action `unit` `[..., A]` in [-1, 1] with target policy smoothing
+    /// (a fresh draw of the noise; none when `target_noise` is 0).
+    pub(super) fn target_action(&self, unit: &Tensor) -> Tensor {
+        if self.target_noise <= 0.0 {
+            return unit.shallow_clone();
+        }
+        let noise = unit.randn_like();
+        smoothed_action(unit, &noise, self.target_noise, self.target_noise_clip)
+    }
 }
 
 /// The critics' regression loss: `sum_k mean(w (Q_k - y)^2)` for `qs` `[K, B]`, `y` and `w` `[B]`.
@@ -178,17 +193,7 @@ impl Td3 {
     fn target_value(&self, batch: &TransitionBatch) -> Tensor {
         let c = &self.config;
         tch::no_grad(|| {
-            let unit = self.target.mean_action(&batch.next_obs);
-            let unit = if c.target_noise > 0.0 {
-                smoothed_action(
-                    &unit,
-                    &unit.randn_like(),
-                    c.target_noise,
-                    c.target_noise_clip,
-                )
-            } else {
-                unit
-            };
+            let unit = c.target_action(&self.target.mean_action(&batch.next_obs));
             let next_action = self.target.to_env_scale(&unit);
             let (min_q, _) = self
                 .target
@@ -205,7 +210,7 @@ impl Td3 {
 
 /// garage's return clipping of critic targets: into `[-clip_return, clip_return]`, or
 /// `[-clip_return, 0]` with `clip_pos_returns`. An infinite `clip_return` leaves them alone.
-fn clip_target(y: Tensor, clip_return: f64, clip_pos_returns: bool) -> Tensor {
+pub(super) fn clip_target(y: Tensor, clip_return: f64, clip_pos_returns: bool) -> Tensor {
     let high = if clip_pos_returns { 0.0 } else { clip_return };
     if clip_return.is_infinite() && !clip_pos_returns {
         return y;
@@ -250,12 +255,16 @@ impl Td3 {
         vec![metrics, (qs.get(0) - &y).detach()]
     }
 
+    /// Whether this update steps the policy (and the targets) too.
+    fn policy_due(&self) -> bool {
+        (self.trained.updates + 1).is_multiple_of(self.config.policy_delay as u64)
+    }
+
     /// One update on a batch of transitions (replayed from a CUDA graph when one is on).
     pub fn train(&mut self, batch: &TransitionBatch) -> Result<Update, GraphError> {
         // The observation statistics read their count back: outside the graph.
         self.trained.model.observe(&batch.obs);
-        let with_policy =
-            (self.trained.updates + 1).is_multiple_of(self.config.policy_delay as u64);
+        let with_policy = self.policy_due();
         let out = UpdateGraph::train(
             self,
             |td3| &mut td3.graph,
@@ -263,17 +272,55 @@ impl Td3 {
             batch,
             |td3, b| td3.descend(b, with_policy),
         )?;
+        Ok(self.finish(&out[0], with_policy, || out[1].shallow_clone()))
+    }
+
+    /// Recurrent TD3's update on a batch of stored sequences: both losses from the
+    /// parameters before the update (the policy's backward pass reads the first critic's
+    /// head, which the critics' step changes in place), then the steps; the policy's and the
+    /// targets' every `policy_delay` updates. Runs as written, without a CUDA graph, as
+    /// R2D2's.
+    fn update_sequences(&mut self, batch: &SequenceBatch) -> Update {
+        let with_policy = self.policy_due();
+        let model = &self.trained.model;
+        let out = sequence_losses(&self.config, model, &self.target, batch, with_policy);
+        let q_loss = &out.critics.q_loss;
+        self.qf_optim.zero_grad();
+        self.pi_optim.zero_grad();
+        q_loss.backward();
+        if let Some(policy_loss) = &out.policy_loss {
+            policy_loss.backward();
+        }
+        self.qf_optim.step(self.config.qf_lr);
+        if out.policy_loss.is_some() {
+            self.pi_optim.step(self.config.policy_lr);
+            self.target
+                .copy_from(&self.trained.model, self.config.target.tau);
+        }
+        let policy_loss = out.policy_loss.unwrap_or_else(|| q_loss.zeros_like());
+        let qs = out.critics.qs.detach().mean(Kind::Float);
+        let metrics = Tensor::stack(&[q_loss.detach(), policy_loss.detach(), qs], 0);
+        self.finish(&metrics, with_policy, || out.critics.priorities)
+    }
+
+    /// Counts the update and reports `metrics` (`[q_loss, policy_loss, q_mean]`; between
+    /// policy steps the last policy loss stands) and the priorities `td` gives.
+    fn finish(
+        &mut self,
+        metrics: &Tensor,
+        with_policy: bool,
+        td: impl FnOnce() -> Tensor,
+    ) -> Update {
         self.trained.updates += 1;
-        let Metrics(mut metrics) = read_metrics(&["q_loss", "policy_loss", "q_mean"], &out[0]);
-        // Between policy steps the last policy loss stands.
+        let Metrics(mut metrics) = read_metrics(&["q_loss", "policy_loss", "q_mean"], metrics);
         if with_policy {
             self.last_policy_loss = metrics[1].1;
         }
         metrics[1].1 = self.last_policy_loss;
-        Ok(Update {
+        Update {
             metrics: Metrics(metrics),
-            td_errors: priorities(&self.config.replay, || out[1].shallow_clone()),
-        })
+            td_errors: priorities(&self.config.replay, td),
+        }
     }
 }
 
@@ -286,7 +333,7 @@ impl Algorithm for Td3 {
         Ok(())
     }
 
-    super::algorithm_parts!(trains_on: Transitions(transitions), state: [pi_optim, qf_optim, target]);
+    super::algorithm_parts!(trains_on: TransitionsOrSequences, state: [pi_optim, qf_optim, target]);
 
     fn join_group(
         &mut self,

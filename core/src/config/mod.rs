@@ -13,9 +13,12 @@ mod reference;
 mod sections;
 mod validate;
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+use crate::algos::registry::{self, Recurrence};
 
 pub use crate::envs::config::{EnvConfig, Vectorization};
 pub use crate::models::config::{Activation, ModelConfig};
@@ -119,7 +122,7 @@ impl Default for RunConfig {
     }
 }
 
-/// What a run replaying stored sequences (R2D2, recurrent SAC) stores and samples.
+/// What a run replaying stored sequences (R2D2, recurrent SAC and TD3) stores and samples.
 #[derive(Debug, Clone, Copy)]
 pub struct SequenceReplay<'a> {
     /// The replay options, with the sequence keys (`sequence_length`, `sequence_overlap`,
@@ -132,20 +135,19 @@ pub struct SequenceReplay<'a> {
 
 impl RunConfig {
     /// The stored sequences this run replays when it trains a recurrent off-policy model
-    /// (`model.lstm_size > 0` with `algo.name = "dqn"`, R2D2, or `"sac"`), whose replay items
-    /// are sequences rather than transitions.
+    /// (`model.lstm_size > 0` with an algorithm whose registry entry replays sequences: R2D2,
+    /// recurrent SAC, TD3 and DDPG), whose replay items are sequences rather than transitions.
     pub fn sequence_replay(&self) -> Option<SequenceReplay<'_>> {
-        let size = i64::from(self.model.lstm_size);
-        let (replay, nets) = match &self.algo {
-            _ if size == 0 => return None,
-            AlgoConfig::Dqn(c) => (&c.replay, 1),
-            // The policy's core and each critic's (models/offpolicy/recurrent.rs).
-            AlgoConfig::Sac(c) => (&c.replay, 1 + i64::from(c.num_critics.max(1))),
-            _ => return None,
+        let spec = registry::spec(self);
+        let (Some(Recurrence::Sequences { cores }), Some(Cow::Borrowed(replay))) =
+            (spec.recurrence, spec.replay)
+        else {
+            return None;
         };
-        Some(SequenceReplay {
+        let size = i64::from(self.model.lstm_size);
+        (size > 0).then_some(SequenceReplay {
             replay,
-            state_size: size * nets,
+            state_size: size * i64::from(cores),
         })
     }
 

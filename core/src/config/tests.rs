@@ -365,21 +365,18 @@ fn off_policy_sections_parse_and_ddpg_gets_its_defaults() {
     assert!(err.to_string().contains("n_stp"), "{err}");
     let err = RunConfig::from_toml("[algo]\nname = \"bc\"\n", "t").unwrap_err();
     assert!(err.to_string().contains("algo.demos"), "{err}");
-    // Recurrent SAC replays sequences as R2D2 does; TD3 and DDPG stay feed-forward.
-    for algo in ["td3", "ddpg", "bc"] {
+    // Recurrent SAC, TD3 and DDPG replay sequences as R2D2 does, with the states of the
+    // policy's core and each critic's; BC stays feed-forward.
+    let err =
+        RunConfig::from_toml("[model]\nlstm_size = 8\n[algo]\nname = \"bc\"\n", "t").unwrap_err();
+    assert!(err.to_string().contains("model.lstm_size: "), "{err}");
+    for (algo, state_size) in [("dqn", 8), ("sac", 24), ("td3", 24), ("ddpg", 16)] {
         let text = format!("[model]\nlstm_size = 8\n[algo]\nname = \"{algo}\"\n");
-        let err = RunConfig::from_toml(&text, "t").unwrap_err();
-        assert!(err.to_string().contains("model.lstm_size: "), "{err}");
+        let config = RunConfig::from_toml(&text, "t").unwrap();
+        let sequences = config.sequence_replay();
+        assert_eq!(sequences.map(|s| s.state_size), Some(state_size), "{algo}");
     }
     let rsac = "[model]\nlstm_size = 8\n[algo]\nname = \"sac\"\n";
-    assert_eq!(
-        RunConfig::from_toml(rsac, "t")
-            .unwrap()
-            .sequence_replay()
-            .map(|s| s.state_size),
-        Some(24),
-        "the policy's core and two critics'"
-    );
     for (extra, key) in [
         (
             "[algo.replay]\nsequence_length = 8\nburn_in = 7\n",

@@ -159,8 +159,8 @@ impl RunConfig {
             self.model.lstm_size == 0 || recurrence.is_some(),
             "model.lstm_size",
             "recurrent models are trained by algo.name = \"ppo\", \"a2c\" and \"impala\" \
-             (on-policy), \"dqn\" (R2D2) and \"sac\" (stored sequences with burn-in) only; \
-             vpg, trpo, td3, ddpg and bc are feed-forward",
+             (on-policy), \"dqn\" (R2D2), \"sac\", \"td3\" and \"ddpg\" (stored sequences \
+             with burn-in) only; vpg, trpo and bc are feed-forward",
         )?;
         check(
             self.model.recurrent_cell == RecurrentCell::Lstm || self.model.lstm_size > 0,
@@ -181,8 +181,8 @@ impl RunConfig {
         check(
             sequences.replay.initial_demo_dir().is_none(),
             "algo.replay.initial_demos",
-            "fills a table of transitions; a recurrent DQN or SAC (model.lstm_size > 0) stores \
-             sequences",
+            "fills a table of transitions; a recurrent DQN, SAC, TD3 or DDPG \
+             (model.lstm_size > 0) stores sequences",
         )?;
         if let AlgoConfig::Sac(sac) = &self.algo {
             let caps = &sac.caps;
@@ -230,11 +230,9 @@ impl RunConfig {
                 ),
             );
         }
-        if let (Some(replay), None, 0) = (
-            &registered.replay,
-            registered.demo_dir,
-            self.model.lstm_size,
-        ) {
+        if let (Some(replay), None, 0) =
+            (&registered.replay, registered.demos, self.model.lstm_size)
+        {
             // One transition per env step (a table the learner fills from demos is exempt): a
             // budget the table never fills past `min_size` would run without a single update.
             check(

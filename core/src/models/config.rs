@@ -70,9 +70,9 @@ pub struct ModelConfig {
     pub init_log_std: f64,
     /// Units of an LSTM core between the observation and both heads (0: feed-forward). The
     /// state is carried across rollouts, reset at episode ends, and trained over whole
-    /// rollouts (PPO), or stored with replayed sequences (DQN, as R2D2, and SAC, with a core
-    /// each for the policy and every critic; see `algo.replay.sequence_length`). Other
-    /// algorithms are feed-forward only.
+    /// rollouts (PPO), or stored with replayed sequences (DQN, as R2D2, and SAC, TD3 and
+    /// DDPG, with a core each for the policy and every critic; see
+    /// `algo.replay.sequence_length`). Other algorithms are feed-forward only.
     pub lstm_size: u32,
     /// The recurrent core's cell: "lstm", or "gru" (PyTorch's `nn.GRU` gates; pytorchrl's
     /// `recurrent_net` choices), with `lstm_size` units.

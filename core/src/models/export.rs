@@ -131,7 +131,7 @@ fn offpolicy_outputs(
 }
 
 /// [`trace_policy`] for an off-policy model (feed-forward; recurrent ones, R2D2's Q network
-/// and recurrent SAC's networks, are refused).
+/// and recurrent SAC's and TD3's networks, are refused).
 pub fn trace_offpolicy(
     model: &OffPolicyModel,
     example: &Tensor,
@@ -141,9 +141,10 @@ pub fn trace_offpolicy(
     if model.recurrent().is_some() {
         return Err(ModelError::Config {
             key: "model.lstm_size",
-            message: "a recurrent off-policy model (R2D2's Q network, recurrent SAC) does not \
+            message:
+                "a recurrent off-policy model (R2D2's Q network, recurrent SAC or TD3) does not \
                       export yet; fleetrl eval and fleetrl record play it with its state"
-                .into(),
+                    .into(),
         });
     }
     let _guard = tch::no_grad_guard();

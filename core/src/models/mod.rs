@@ -26,7 +26,7 @@ pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;
 pub use obs_norm::ObsNorm;
 #[cfg(test)]
-pub(crate) use offpolicy::recurrent::tiny as tiny_recurrent_sac;
+pub(crate) use offpolicy::recurrent::tiny as tiny_recurrent_actor_critic;
 pub use offpolicy::{OffPolicyModel, PolicyKind};
 pub use pearl::{kl_from_prior, product_of_gaussians, PearlModel};
 pub use recurrent_net::{RecurrentNet, Unrolled};

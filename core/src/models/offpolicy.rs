@@ -18,8 +18,9 @@
 //! `model.torchscript_critic` for every `qf<i>`; docs/torchscript.md).
 //! With `model.lstm_size > 0` a `QValues` model is recurrent instead (R2D2): `q` is then a
 //! [`RecurrentNet`] (`q.encoder.*`, `q.core.*`, `q.head.*`) and the policy carries its state.
-//! So is a `SquashedGaussian` one (recurrent SAC, `offpolicy/recurrent.rs`): `pi` and every `qf<i>` are
-//! then a [`RecurrentNet`] each, with its own core, and the policy carries all their states.
+//! So is a `SquashedGaussian` or `Deterministic` one (recurrent SAC, TD3 and DDPG,
+//! `offpolicy/recurrent.rs`): `pi` and every `qf<i>` are then a [`RecurrentNet`] each, with its
+//! own core, and the policy carries all their states.
 //! Target networks are a second model of the same shape (see [`OffPolicyModel::copy_from`]).
 
 use std::path::Path;
@@ -222,7 +223,8 @@ pub struct OffPolicyModel {
     pi: Option<Net>,
     critics: Vec<Net>,
     /// The recurrent Q network (`QValues` with a recurrent core), or the recurrent policy
-    /// (`SquashedGaussian`, recurrent SAC); `pi` and `critics` are then empty.
+    /// (`SquashedGaussian` or `Deterministic`: recurrent SAC, TD3, DDPG); `pi` and `critics`
+    /// are then empty.
     recurrent: Option<RecurrentNet>,
     /// Recurrent SAC's critics, each with its own core.
     recurrent_critics: Vec<RecurrentNet>,
@@ -273,7 +275,7 @@ impl OffPolicyModel {
         if input.frame.is_some() && config.lstm_size > 0 {
             return Err(ModelError::Config {
                 key: "model.lstm_size",
-                message: "recurrent off-policy networks (R2D2, recurrent SAC) read flat \
+                message: "recurrent off-policy networks (R2D2, recurrent SAC and TD3) read flat \
                           observations; image observations need lstm_size = 0 with an \
                           off-policy algorithm"
                     .into(),
@@ -388,7 +390,7 @@ impl OffPolicyModel {
         }
     }
 
-    /// The recurrent Q network (R2D2) or policy (recurrent SAC), if this model has one.
+    /// The recurrent Q network (R2D2) or policy (recurrent SAC, TD3), if this model has one.
     pub fn recurrent(&self) -> Option<&RecurrentNet> {
         self.recurrent.as_ref()
     }
@@ -741,7 +743,7 @@ impl Policy for OffPolicyModel {
     }
 
     /// Every recurrent network's state side by side: R2D2's Q network's, or recurrent SAC's
-    /// policy's then each critic's.
+    /// or TD3's policy's then each critic's.
     fn state_size(&self) -> i64 {
         let nets = self.recurrent.iter().chain(&self.recurrent_critics);
         nets.map(RecurrentNet::state_size).sum()
@@ -757,8 +759,8 @@ impl Policy for OffPolicyModel {
             return (self.act(obs, deterministic), state.shallow_clone());
         };
         let _guard = tch::no_grad_guard();
-        if self.kind == PolicyKind::SquashedGaussian {
-            return self.act_recurrent_gaussian(obs, state, deterministic);
+        if self.kind != PolicyKind::QValues {
+            return self.act_recurrent_actor(obs, state, deterministic);
         }
         let (q, next) = net.step(obs, state);
         (greedy(&q), next)

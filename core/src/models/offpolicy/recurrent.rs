@@ -1,11 +1,13 @@
-//! Recurrent SAC's networks (pytorchrl's `recurrent_net` for off-policy actors): the policy
-//! `pi` and every critic `qf<i>` is a [`RecurrentNet`] with its own core. Separate cores,
+//! Recurrent SAC's and TD3's networks (pytorchrl's `recurrent_net` for off-policy actors): the
+//! policy `pi` and every critic `qf<i>` is a [`RecurrentNet`] with its own core. Separate cores,
 //! not one shared by actor and critics: the critics' regression and the policy's gradient
 //! would otherwise pull one memory two ways, which Ni et al. 2022 ("Recurrent Model-Free RL
 //! Can Be a Strong Baseline for Many POMDPs", arXiv:2110.05038) found to destabilise
 //! recurrent SAC and TD3. The action enters a critic at its head, not its core, so every
 //! core's state depends on observations only: the actor carries all of them, side by side
-//! (the policy's, then each critic's), and stores them with each sequence.
+//! (the policy's, then each critic's), and stores them with each sequence. The policy's head
+//! gives a squashed Gaussian's mean and log-std (SAC) or a deterministic action before its
+//! `tanh` (TD3, DDPG).
 
 use tch::{nn, Tensor};
 
@@ -15,21 +17,15 @@ use crate::models::{ModelError, PolicyStep, RecurrentNet, RnnState};
 
 /// Refuses the policy kinds that have no recurrent form.
 pub(super) fn check_kind(kind: PolicyKind) -> Result<(), ModelError> {
-    let message = match kind {
-        PolicyKind::QValues | PolicyKind::SquashedGaussian => return Ok(()),
-        PolicyKind::Deterministic => {
-            "recurrent off-policy networks are R2D2's Q network (dqn) and recurrent SAC's \
-             squashed Gaussian (sac); TD3, DDPG and BC stay feed-forward: set lstm_size = 0"
-        }
-        PolicyKind::Categorical => {
-            "recurrent SAC needs continuous actions, and this env's are discrete (SAC trains a \
-             feed-forward categorical policy there): set lstm_size = 0, or use algo.name = \
-             \"dqn\" (R2D2) for a recurrent agent on discrete actions"
-        }
-    };
+    if kind != PolicyKind::Categorical {
+        return Ok(());
+    }
     Err(ModelError::Config {
         key: "model.lstm_size",
-        message: message.into(),
+        message: "recurrent SAC needs continuous actions, and this env's are discrete (SAC \
+                  trains a feed-forward categorical policy there): set lstm_size = 0, or use \
+                  algo.name = \"dqn\" (R2D2) for a recurrent agent on discrete actions"
+            .into(),
     })
 }
 
@@ -50,7 +46,7 @@ pub(super) fn build(
 }
 
 impl OffPolicyModel {
-    /// Recurrent SAC's critics (empty for other models).
+    /// Recurrent SAC's or TD3's critics (empty for other models).
     pub fn recurrent_critics(&self) -> &[RecurrentNet] {
         &self.recurrent_critics
     }
@@ -58,7 +54,7 @@ impl OffPolicyModel {
     fn recurrent_policy(&self) -> &RecurrentNet {
         self.recurrent
             .as_ref()
-            .expect("a recurrent SAC model has a recurrent policy")
+            .expect("a recurrent actor-critic model has a recurrent policy")
     }
 
     /// A carried (or stored) state `[N, (1 + K) H]` split per network: the policy's, then
@@ -90,16 +86,27 @@ impl OffPolicyModel {
         Tensor::stack(&qs, 0)
     }
 
+    /// The policy's deterministic action in [-1, 1] `[..., A]` from its head at its core's
+    /// outputs `h` `[..., H]`: TD3's `tanh` action, or the squashed Gaussian's mean.
+    pub fn recurrent_mean_action(&self, h: &Tensor) -> Tensor {
+        let out = self.recurrent_policy().head(h, None);
+        match self.kind {
+            PolicyKind::SquashedGaussian => gaussian_parts(&out).0.tanh(),
+            _ => out.tanh(),
+        }
+    }
+
     /// [`OffPolicyModel::recurrent_qs`] for a policy loss, without the critics' weight
     /// gradients (as [`OffPolicyModel::qs_for_policy`]).
     pub fn recurrent_qs_for_policy(&self, hs: &[Tensor], action: &Tensor) -> Tensor {
         self.critics_frozen(|| self.recurrent_qs(hs, action))
     }
 
-    /// One acting step of recurrent SAC: every core steps on `obs` `[N, D]` from its part of
-    /// `state`; the policy's head gives the action (a sample, or the squashed mean when
-    /// `deterministic`), the first critic's head its value.
-    pub(super) fn act_recurrent_gaussian(
+    /// One acting step of recurrent SAC or TD3: every core steps on `obs` `[N, D]` from its
+    /// part of `state`; the policy's head gives the action (SAC: a sample, or the squashed
+    /// mean when `deterministic`; TD3: its deterministic action, to which the actor adds its
+    /// noise), the first critic's head its value.
+    pub(super) fn act_recurrent_actor(
         &self,
         obs: &Tensor,
         state: &RnnState,
@@ -107,11 +114,11 @@ impl OffPolicyModel {
     ) -> (PolicyStep, RnnState) {
         let states = self.split_state(state);
         let pi = self.recurrent_policy().core_step(obs, &states[0]);
-        let (unit, log_prob) = match deterministic {
+        let (unit, log_prob) = match deterministic || self.kind == PolicyKind::Deterministic {
             true => {
-                let mean = gaussian_parts(&self.recurrent_policy().head(&pi.h, None)).0;
+                let mean = self.recurrent_mean_action(&pi.h);
                 let zeros = mean.select(1, 0).zeros_like();
-                (mean.tanh(), zeros)
+                (mean, zeros)
             }
             false => self.recurrent_sample(&pi.h),
         };
@@ -135,7 +142,8 @@ impl OffPolicyModel {
     }
 }
 
-/// A recurrent SAC model for tests (also the learner's): PendulumNoVel-v1's spaces (2
+/// A recurrent SAC (or, by `kind`, TD3) model for tests (also the learner's):
+/// PendulumNoVel-v1's spaces (2
 /// observations, 1 action in [-2, 2]), 8-unit heads and 4-unit LSTM cores, two critics.
 #[cfg(test)]
 pub(crate) fn tiny(kind: PolicyKind) -> Result<OffPolicyModel, ModelError> {
@@ -224,10 +232,34 @@ mod tests {
         assert!(!next.h.allclose(&state.h, 1e-6, 1e-6, false));
     }
 
-    /// TD3's deterministic policy has no recurrent form: refused by the key.
+    /// TD3's deterministic policy acts with `tanh` of its head whether or not the actor asks
+    /// for the deterministic action (its exploration is the actor's noise), and its value is
+    /// the first critic's at that action.
     #[test]
-    fn a_recurrent_deterministic_policy_is_refused_by_name() {
-        let err = tiny(PolicyKind::Deterministic).unwrap_err().to_string();
+    fn a_recurrent_deterministic_policy_acts_with_its_tanh_action() {
+        let model = tiny(PolicyKind::Deterministic).unwrap();
+        assert_eq!(model.state_size(), 12);
+        let obs = Tensor::randn([3, 2], (Kind::Float, Device::Cpu));
+        let state = RnnState::zeros(3, 12, Device::Cpu);
+        let (step, next) = model.act_recurrent(&obs, &state, false);
+        let (again, _) = model.act_recurrent(&obs, &state, true);
+        assert!(step.action.allclose(&again.action, 1e-6, 1e-6, false));
+        let parts = model.split_state(&next);
+        let unit = model.recurrent().unwrap().head(&parts[0].h, None).tanh();
+        assert!(step
+            .action
+            .allclose(&model.to_env_scale(&unit), 1e-6, 1e-6, false));
+        let q = model.recurrent_qs(
+            &[parts[1].h.shallow_clone(), parts[2].h.shallow_clone()],
+            &step.action,
+        );
+        assert!(q.get(0).allclose(&step.value, 1e-6, 1e-6, false));
+    }
+
+    /// SAC's categorical policy (discrete actions) has no recurrent form: refused by the key.
+    #[test]
+    fn a_recurrent_categorical_policy_is_refused_by_name() {
+        let err = tiny(PolicyKind::Categorical).unwrap_err().to_string();
         assert!(err.starts_with("model.lstm_size: "), "{err}");
     }
 }
