@@ -1,10 +1,9 @@
 //! PEARL on the sparse point robot through the real binaries, a test binary of its own: its
 //! PEARL run keeps a learner busy for its whole run (339 s of the binary's 362 s on an idle
 //! 2-core VM, 2026-12-03, at 5.3 ms an update; 790-900 s two at a time), and run beside
-//! the other scenarios at the same priority it starved their actors (a CI run of 2026-12-01
-//! saw the LSTM-IMPALA scenario lag 4.5 versions and miss its target). A binary of its own
-//! so that `scripts/test.sh` can start it alone, at nice 19, beside the rest of the suite: it
-//! takes only the CPU the others leave idle.
+//! the other scenarios it starved their actors (a CI run of 2026-12-01 saw the LSTM-IMPALA
+//! scenario lag 4.5 versions and miss its target). Cargo runs test binaries one at a time,
+//! so here it runs alone.
 
 use fleetrl_tests::cli::fleetrl_ok;
 use fleetrl_tests::meta::{eval_report, newest_checkpoint, train};
