@@ -5,9 +5,9 @@
 # budget. One frame is one env step. The systems, one run each per game and seed:
 #   reference    bench/minatar_reference_dqn.py on the `minatar` package's game (its 6 actions)
 #   fleetrl-ref  the preset with the reference's settings where fleetrl has the keys (REF_SETS):
-#                RMSprop alpha 0.95, eps 0.01 (neither centered nor with momentum 0.95: fleetrl's
-#                RMSprop has neither), no gradient clip, 5,000 random frames, epsilon reaching 0.1
-#                at frame 105,000 (the reference: 1.0 at frame 5,000; fleetrl: 0.957 there)
+#                centered RMSprop with alpha 0.95, momentum 0.95 and eps 0.01, no gradient clip,
+#                5,000 random frames, epsilon reaching 0.1 at frame 105,000 (the reference: 1.0
+#                at frame 5,000; fleetrl: 0.957 there)
 #   fleetrl      the shipped preset: Adam, gradient-norm clip 10, epsilon 1 -> 0.1 over frames 0-100k
 # Each evaluates 20 greedy episodes every 25k frames and at the end. The table gives the mean
 # return of the last 100 training episodes (the reference's own record; fleetrl's summary keeps
@@ -31,6 +31,7 @@ frames=${FRAMES:-100000}
 plot_dir=${PLOT_DIR:-bench/results}
 mkdir -p "$out" "$plot_dir"
 REF_SETS=(--set algo.optimizer=rmsprop --set algo.rmsprop_alpha=0.95 --set algo.optimizer_eps=0.01
+  --set algo.rmsprop_momentum=0.95 --set algo.rmsprop_centered=true
   --set algo.clip_grad_norm=0 --set algo.explore.random_steps=5000
   --set algo.explore.epsilon_decay_steps=105000)
 load() { cut -d' ' -f1 /proc/loadavg; }

@@ -380,9 +380,11 @@ fn torchscript_sac_modules_solve_pendulum() {
 
 /// DQN with the user's residual Q-network learns CartPole with the cartpole-dqn preset: 10,000
 /// env steps, then resumed (with the checkpoint's own config, which names the module) to
-/// 24,000, the greedy policy returns well above a random one's ~22 (measured, seed 1: 109,
-/// 156 and 166 at 10,000 on three runs; 500, 500 and 172 at 24,000: actors and learner
-/// interleave differently every run, so the bar is learning, 100, not solving).
+/// 24,000, the best greedy evaluation after the resume reaches 195, far above a random
+/// policy's ~22 (measured, seed 1: 99-263 at 10,000 env steps; at 24,000 the last evaluation
+/// was 500, 500, 172, 66, 500, 406 and 500 on seven runs, the 66 after 500 at 16.4k: actors
+/// and learner interleave differently every run, and DQN run on past solving forgets and
+/// relearns, so the bar is the best evaluation, not the last).
 #[test]
 fn a_torchscript_q_network_learns_cartpole_across_a_resume() {
     let dir = fleetrl_tests::scratch("fleetrl-torchscript-dqn");
@@ -414,12 +416,22 @@ fn a_torchscript_q_network_learns_cartpole_across_a_resume() {
     );
     let steps = resumed["total_env_steps"].as_u64().expect("env steps");
     assert!((24_000..28_000).contains(&steps), "{resumed:#}");
-    let ret = resumed["final_eval_return"]
-        .as_f64()
-        .expect("a final evaluation");
+    // The best greedy evaluation after the resume, not the last: DQN run on past solving
+    // CartPole (no target here) forgets and relearns, and the last evaluation has been measured
+    // anywhere from 66 to 500 (one CI run: 500 at 16.4k env steps, 66 at 24k). Random play
+    // scores about 22; CartPole-v0's bar is 195.
+    let first_steps = summary["total_env_steps"].as_u64().expect("env steps");
+    let best = resumed["evaluations"]
+        .as_array()
+        .expect("evaluations")
+        .iter()
+        .filter(|e| e["env_steps"].as_u64().is_some_and(|s| s > first_steps))
+        .filter_map(|e| e["mean_return"].as_f64())
+        .fold(f64::MIN, f64::max);
+    eprintln!("torchscript dqn cartpole: best evaluation after the resume {best}");
     assert!(
-        ret >= 100.0,
-        "DQN with the module did not learn: {resumed:#}"
+        best >= 195.0,
+        "DQN with the module did not learn after the resume: {resumed:#}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

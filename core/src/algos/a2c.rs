@@ -15,6 +15,7 @@ use crate::config::error::ConfigError;
 use crate::optim::check_rule;
 use crate::optim::rule;
 use crate::optim::Rule;
+use crate::optim::Stepping;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
@@ -66,8 +67,8 @@ pub struct A2cConfig {
 }
 
 impl A2cConfig {
-    /// The optimiser's rule and its coefficient.
-    pub fn rule(&self) -> (Rule, f64) {
+    /// The optimiser's rule and its coefficients.
+    pub fn rule(&self) -> Stepping {
         rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
     }
 }
@@ -144,8 +145,7 @@ pub struct A2c {
 impl A2c {
     /// A2C over `model`; the linear schedule spans `total_env_steps` env steps.
     pub fn new(config: &A2cConfig, model: ActorCritic, total_env_steps: u64) -> A2c {
-        let (rule, coeff) = config.rule();
-        let optim = Adam::new(model.var_store(), config.adam_eps).with_rule(rule, coeff);
+        let optim = Adam::new(model.var_store(), config.adam_eps).with_rule(config.rule());
         let device = model.var_store().device();
         A2c {
             config: config.clone(),

@@ -15,7 +15,7 @@ use crate::algos::config::AlgoSection;
 use crate::algos::offpolicy::Exploration;
 use crate::algos::offpolicy::ReplayOptions;
 use crate::algos::target::TargetUpdate;
-use crate::optim::Rule;
+use crate::optim::{Rule, Stepping};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
@@ -60,14 +60,27 @@ pub struct DqnConfig {
     pub optimizer_eps: f64,
     /// RMSprop's smoothing constant (PyTorch's `alpha`).
     pub rmsprop_alpha: f64,
+    /// RMSprop's momentum (PyTorch's `momentum`; the MinAtar paper's DQN uses 0.95).
+    pub rmsprop_momentum: f64,
+    /// RMSprop divides by the centred second moment (PyTorch's `centered`; the DQN and MinAtar
+    /// papers' variant).
+    pub rmsprop_centered: bool,
     /// SGD's momentum.
     pub sgd_momentum: f64,
 }
 
 impl DqnConfig {
-    /// The optimiser's rule and its coefficient.
-    pub fn rule(&self) -> (Rule, f64) {
-        crate::optim::rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
+    /// The optimiser's rule and its coefficients.
+    pub fn rule(&self) -> Stepping {
+        let stepping = crate::optim::rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum);
+        match self.optimizer {
+            Rule::Rmsprop => Stepping {
+                momentum: self.rmsprop_momentum,
+                centered: self.rmsprop_centered,
+                ..stepping
+            },
+            _ => stepping,
+        }
     }
 }
 
@@ -90,6 +103,8 @@ impl Default for DqnConfig {
             optimizer: Rule::Adam,
             optimizer_eps: 1e-8,
             rmsprop_alpha: 0.99,
+            rmsprop_momentum: 0.0,
+            rmsprop_centered: false,
             sgd_momentum: 0.0,
         }
     }
@@ -119,6 +134,11 @@ impl DqnConfig {
             "must be > 0",
         )?;
         crate::optim::check_rule(self.rmsprop_alpha, self.sgd_momentum)?;
+        check(
+            (0.0..1.0).contains(&self.rmsprop_momentum),
+            "algo.rmsprop_momentum",
+            "must be in [0, 1)",
+        )?;
         self.target.validate()?;
         self.replay.validate()?;
         self.explore.validate()
@@ -154,8 +174,7 @@ impl Dqn {
     /// DQN over `model`, with `target` (same shape) as its target network.
     pub fn new(config: &DqnConfig, model: OffPolicyModel, mut target: OffPolicyModel) -> Dqn {
         target.copy_from(&model, 1.0);
-        let (rule, coeff) = config.rule();
-        let optim = Adam::new(model.var_store(), config.optimizer_eps).with_rule(rule, coeff);
+        let optim = Adam::new(model.var_store(), config.optimizer_eps).with_rule(config.rule());
         Dqn {
             config: config.clone(),
             trained: Trained::new(model, "updates"),

@@ -15,6 +15,7 @@ use crate::algos::config::AlgoSection;
 use crate::optim::check_rule;
 use crate::optim::rule;
 use crate::optim::Rule;
+use crate::optim::Stepping;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
@@ -70,8 +71,8 @@ pub struct ImpalaConfig {
 }
 
 impl ImpalaConfig {
-    /// The optimiser's rule and its coefficient.
-    pub fn rule(&self) -> (Rule, f64) {
+    /// The optimiser's rule and its coefficients.
+    pub fn rule(&self) -> Stepping {
         rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
     }
 }
@@ -143,8 +144,7 @@ pub struct Impala {
 impl Impala {
     /// IMPALA over `model`; the linear schedule spans `total_env_steps` env steps.
     pub fn new(config: &ImpalaConfig, model: ActorCritic, total_env_steps: u64) -> Impala {
-        let (rule, coeff) = config.rule();
-        let optim = Adam::new(model.var_store(), config.adam_eps).with_rule(rule, coeff);
+        let optim = Adam::new(model.var_store(), config.adam_eps).with_rule(config.rule());
         let device = model.var_store().device();
         Impala {
             config: config.clone(),

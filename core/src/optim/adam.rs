@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use super::Stepping;
 use crate::checkpoint::state::{counter, find, StateError, StatePart};
 use crate::collective::Group;
 use tch::{nn::VarStore, Kind, Tensor};
@@ -24,7 +25,9 @@ pub enum Rule {
     /// Adam with betas (0.9, 0.999) and bias correction.
     #[default]
     Adam,
-    /// RMSprop: `v = alpha v + (1 - alpha) g^2`, `p -= lr g / (sqrt(v) + eps)`.
+    /// RMSprop: `v = alpha v + (1 - alpha) g^2`, `p -= lr g / (sqrt(v) + eps)`; with momentum
+    /// `b = momentum b + g / (sqrt(v) + eps)`, `p -= lr b`; centred, `v - m^2` for `v` with
+    /// `m = alpha m + (1 - alpha) g`.
     Rmsprop,
     /// SGD with momentum: `b = momentum b + g`, `p -= lr b`.
     Sgd,
@@ -137,10 +140,10 @@ pub struct Adam {
     eps: f64,
     /// L2 penalty added to the gradient (PyTorch's `weight_decay`); 0 by default.
     weight_decay: f64,
-    /// The update rule (Adam unless [`Adam::with_rule`] says otherwise).
-    rule: Rule,
-    /// RMSprop's smoothing constant or SGD's momentum (unused by Adam).
-    rule_coeff: f64,
+    /// The update rule and its coefficients (Adam unless [`Adam::with_rule`] says otherwise).
+    stepping: Stepping,
+    /// Centred RMSprop's running mean of the gradient (`None` otherwise).
+    grad_avg: Option<Tensor>,
     /// The variables' names and sizes, in buffer order.
     layout: Vec<(String, i64)>,
     /// Per-element learning-rate factors (`None`: 1 everywhere).
@@ -189,8 +192,8 @@ impl Adam {
             device_steps: None,
             eps,
             weight_decay: 0.0,
-            rule: Rule::Adam,
-            rule_coeff: 0.0,
+            stepping: Stepping::ADAM,
+            grad_avg: None,
             layout,
             lr_scale: None,
             group: None,
@@ -242,12 +245,13 @@ impl Adam {
         }
     }
 
-    /// Steps by `rule` instead of Adam, with `coeff` RMSprop's smoothing constant (alpha) or
-    /// SGD's momentum; the checkpoint state is named after the rule (`rmsprop....`).
-    pub fn with_rule(mut self, rule: Rule, coeff: f64) -> Adam {
-        self.name = self.name.replacen("adam", rule.name(), 1);
-        self.rule = rule;
-        self.rule_coeff = coeff;
+    /// Steps by `stepping.rule` instead of Adam, with its coefficients; the checkpoint state
+    /// is named after the rule (`rmsprop....`).
+    pub fn with_rule(mut self, stepping: Stepping) -> Adam {
+        self.name = self.name.replacen("adam", stepping.rule.name(), 1);
+        self.stepping = stepping;
+        self.grad_avg =
+            (stepping.rule == Rule::Rmsprop && stepping.centered).then(|| self.flat.zeros_like());
         self
     }
 
@@ -310,21 +314,37 @@ impl Adam {
         if let Some(steps) = &self.device_steps {
             let _ = steps.shallow_clone().g_add_scalar_(1.0);
         }
-        match self.rule {
+        match self.stepping.rule {
             Rule::Adam => {}
             Rule::Rmsprop => {
-                // exp_avg_sq is the square average; exp_avg is unused.
-                let alpha = self.rule_coeff;
+                // exp_avg_sq is the square average, exp_avg the momentum buffer (zero at the
+                // start, as PyTorch's), grad_avg the centred variant's mean gradient.
+                let Stepping {
+                    alpha, momentum, ..
+                } = self.stepping;
                 let _ = self.exp_avg_sq.g_mul_scalar_(alpha);
                 let _ = self.exp_avg_sq.addcmul_(grad, &(grad * (1.0 - alpha)));
-                let denom = root(&self.exp_avg_sq).g_add_scalar_(self.eps);
-                let _ = self.flat.addcdiv_(&self.scaled(grad * -lr), &denom);
+                let denom = match &mut self.grad_avg {
+                    Some(mean) => {
+                        let _ = mean.lerp_(grad, 1.0 - alpha);
+                        root(&(&self.exp_avg_sq - mean.square()))
+                    }
+                    None => root(&self.exp_avg_sq),
+                }
+                .g_add_scalar_(self.eps);
+                if momentum > 0.0 {
+                    let _ = self.exp_avg.g_mul_scalar_(momentum);
+                    let _ = self.exp_avg.addcdiv_(grad, &denom);
+                    let _ = self.flat.g_add_(&self.scaled(&self.exp_avg * -lr));
+                } else {
+                    let _ = self.flat.addcdiv_(&self.scaled(grad * -lr), &denom);
+                }
                 return;
             }
             Rule::Sgd => {
                 // exp_avg is the momentum buffer. PyTorch starts it at the first gradient; it
                 // starts at zero here, so `momentum x 0 + g` is that gradient too.
-                let _ = self.exp_avg.g_mul_scalar_(self.rule_coeff);
+                let _ = self.exp_avg.g_mul_scalar_(self.stepping.momentum);
                 let _ = self.exp_avg.g_add_(grad);
                 let _ = self.flat.g_add_(&self.scaled(&self.exp_avg * -lr));
                 return;
@@ -376,21 +396,29 @@ impl StatePart for Adam {
     /// The optimiser state as named tensors, for a checkpoint.
     fn save(&self) -> Vec<(String, Tensor)> {
         let n = &self.name;
-        vec![
+        let mut state = vec![
             (format!("{n}.exp_avg"), self.exp_avg.shallow_clone()),
             (format!("{n}.exp_avg_sq"), self.exp_avg_sq.shallow_clone()),
             (format!("{n}.steps"), Tensor::from(self.steps() as i64)),
-        ]
+        ];
+        if let Some(mean) = &self.grad_avg {
+            state.push((format!("{n}.grad_avg"), mean.shallow_clone()));
+        }
+        state
     }
 
     /// Restores a state written by [`StatePart::save`] for the same network.
     fn restore(&mut self, state: &[(String, Tensor)]) -> Result<(), StateError> {
         let _guard = tch::no_grad_guard();
         let n = self.name.clone();
-        for (name, dst) in [
+        let mut parts = vec![
             (format!("{n}.exp_avg"), &mut self.exp_avg),
             (format!("{n}.exp_avg_sq"), &mut self.exp_avg_sq),
-        ] {
+        ];
+        if let Some(mean) = &mut self.grad_avg {
+            parts.push((format!("{n}.grad_avg"), mean));
+        }
+        for (name, dst) in parts {
             let src = find(state, &name)?;
             if src.size() != dst.size() {
                 return Err(StateError::Shape {
@@ -422,7 +450,7 @@ mod tests {
         let b = vs.root().var("b", &[1], nn::Init::Const(1.0));
         let c = vs.root().var("c", &[1], nn::Init::Const(1.0));
         let mut optim = Adam::new(&vs, 1e-8)
-            .with_rule(Rule::Sgd, 0.0)
+            .with_rule(Stepping::sgd(0.0))
             .with_lr_factor("b", 0.0)
             .with_lr_factor("c", 2.0);
         optim.zero_grad();
@@ -477,7 +505,11 @@ mod tests {
         for (rule, coeff) in [(Rule::Rmsprop, 0.9), (Rule::Sgd, 0.5)] {
             let vs = nn::VarStore::new(Device::Cpu);
             let w = vs.root().var("w", &[2], nn::Init::Const(1.0));
-            let mut optim = Adam::new(&vs, 1e-8).with_rule(rule, coeff);
+            let stepping = match rule {
+                Rule::Rmsprop => Stepping::rmsprop(coeff),
+                _ => Stepping::sgd(coeff),
+            };
+            let mut optim = Adam::new(&vs, 1e-8).with_rule(stepping);
             let (lr, grads) = (0.1, [[2.0f64, -1.0], [0.5, 0.5]]);
             let (mut p, mut v, mut b) = ([1.0f64; 2], [0.0f64; 2], [0.0f64; 2]);
             for (step, g) in grads.iter().enumerate() {
@@ -511,6 +543,91 @@ mod tests {
                 optim.save()[0].0
             );
         }
+    }
+
+    /// RMSprop, plain, with momentum, centred and both, steps as libtorch's own `RMSprop` (the
+    /// C++ twin of `torch.optim.RMSprop`) does from the same weights and gradients, over
+    /// enough steps for the moments to matter.
+    #[test]
+    fn rmsprop_steps_as_libtorchs_rmsprop() {
+        use tch::nn::OptimizerConfig;
+        let (lr, alpha, eps) = (2.5e-3, 0.95, 0.01);
+        for (momentum, centered) in [(0.0, false), (0.95, false), (0.0, true), (0.95, true)] {
+            let start = Tensor::from_slice(&[1.0f32, -2.0, 0.5, 3.0]);
+            let ours_vs = nn::VarStore::new(Device::Cpu);
+            let ours_w = ours_vs.root().var_copy("w", &start);
+            let stepping = Stepping {
+                momentum,
+                centered,
+                ..Stepping::rmsprop(alpha)
+            };
+            let mut ours = Adam::new(&ours_vs, eps).with_rule(stepping);
+            let theirs_vs = nn::VarStore::new(Device::Cpu);
+            let theirs_w = theirs_vs.root().var_copy("w", &start);
+            let mut theirs = nn::RmsProp {
+                alpha,
+                eps,
+                wd: 0.0,
+                momentum,
+                centered,
+            }
+            .build(&theirs_vs, lr)
+            .unwrap();
+            for step in 0..50 {
+                // A quadratic pull towards a target that moves, so gradients change sign.
+                let target = Tensor::from_slice(&[0.3f32, 0.1, -0.7, 2.0]) * (step % 5) as f64;
+                let loss = |w: &Tensor| (w - &target).square().sum(Kind::Float);
+                ours.zero_grad();
+                loss(&ours_w).backward();
+                ours.step(lr);
+                theirs.zero_grad();
+                loss(&theirs_w).backward();
+                theirs.step();
+            }
+            let ours = Vec::<f32>::try_from(&ours_w.detach()).unwrap();
+            let theirs = Vec::<f32>::try_from(&theirs_w.detach()).unwrap();
+            for (a, b) in ours.iter().zip(&theirs) {
+                assert!(
+                    (a - b).abs() < 1e-5,
+                    "momentum {momentum} centered {centered}: {ours:?} against {theirs:?}"
+                );
+            }
+            let moved = (ours[0] - 1.0).abs();
+            assert!(moved > 0.05, "the weights moved: {ours:?}");
+        }
+    }
+
+    /// Centred RMSprop's mean gradient is part of the checkpoint: a restored optimiser takes
+    /// the next step the original takes.
+    #[test]
+    fn centred_rmsprop_state_round_trips() {
+        let stepping = Stepping {
+            momentum: 0.9,
+            centered: true,
+            ..Stepping::rmsprop(0.95)
+        };
+        let make = || {
+            let vs = nn::VarStore::new(Device::Cpu);
+            let w = vs.root().var_copy("w", &Tensor::from_slice(&[1.0f32, 2.0]));
+            let optim = Adam::new(&vs, 0.01).with_rule(stepping);
+            (vs, w, optim)
+        };
+        let step = |w: &Tensor, optim: &mut Adam, g: [f32; 2]| {
+            optim.zero_grad();
+            (w * Tensor::from_slice(&g)).sum(Kind::Float).backward();
+            optim.step(0.1);
+        };
+        let (_vs, w, mut first) = make();
+        step(&w, &mut first, [3.0, -1.0]);
+        step(&w, &mut first, [1.0, 2.0]);
+        let state = first.save();
+        assert!(state.iter().any(|(n, _)| n == "rmsprop.grad_avg"), "saved");
+        let (_vs2, mut w2, mut second) = make();
+        tch::no_grad(|| w2.copy_(&w));
+        second.restore(&state).unwrap();
+        step(&w, &mut first, [0.5, 0.5]);
+        step(&w2, &mut second, [0.5, 0.5]);
+        assert!(w.allclose(&w2, 1e-7, 1e-7, false), "{w:?} {w2:?}");
     }
 
     /// One step of our Adam equals the textbook update computed by hand.

@@ -9,6 +9,7 @@ use crate::algos::vtrace::VtraceClips;
 use crate::optim::check_rule;
 use crate::optim::rule;
 use crate::optim::Rule;
+use crate::optim::Stepping;
 use serde::{Deserialize, Serialize};
 
 use crate::config::error::{check, ConfigError};
@@ -129,8 +130,8 @@ impl AlgoSection for PpoConfig {
 }
 
 impl PpoConfig {
-    /// The optimiser's rule and its coefficient.
-    pub fn rule(&self) -> (Rule, f64) {
+    /// The optimiser's rule and its coefficients.
+    pub fn rule(&self) -> Stepping {
         rule(self.optimizer, self.rmsprop_alpha, self.sgd_momentum)
     }
 

@@ -102,8 +102,7 @@ impl Ppo {
     /// PPO over `model`, whose linear schedules span `total_env_steps` env steps (the run's
     /// budget).
     pub fn new(config: &PpoConfig, model: ActorCritic, total_env_steps: u64) -> Ppo {
-        let (rule, coeff) = config.rule();
-        let mut optim = Adam::new(model.var_store(), config.adam_eps).with_rule(rule, coeff);
+        let mut optim = Adam::new(model.var_store(), config.adam_eps).with_rule(config.rule());
         if let Some(vf_lr) = config.vf_learning_rate {
             optim = optim.with_lr_factor("vf.", vf_lr / config.learning_rate);
         }
