@@ -139,6 +139,18 @@ impl DqnConfig {
             "algo.rmsprop_momentum",
             "must be in [0, 1)",
         )?;
+        let rmsprop_only = "applies to algo.optimizer = \"rmsprop\" only";
+        let rmsprop = self.optimizer == Rule::Rmsprop;
+        check(
+            rmsprop || self.rmsprop_momentum == 0.0,
+            "algo.rmsprop_momentum",
+            rmsprop_only,
+        )?;
+        check(
+            rmsprop || !self.rmsprop_centered,
+            "algo.rmsprop_centered",
+            rmsprop_only,
+        )?;
         self.target.validate()?;
         self.replay.validate()?;
         self.explore.validate()
@@ -306,6 +318,45 @@ impl Algorithm for Dqn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RMSprop's momentum and centring are refused by name under another optimiser, where they
+    /// would do nothing, and carried into the optimiser's stepping under RMSprop.
+    #[test]
+    fn rmsprop_settings_apply_to_rmsprop_only() {
+        for (key, config) in [
+            (
+                "algo.rmsprop_momentum",
+                DqnConfig {
+                    rmsprop_momentum: 0.95,
+                    ..DqnConfig::default()
+                },
+            ),
+            (
+                "algo.rmsprop_centered",
+                DqnConfig {
+                    rmsprop_centered: true,
+                    ..DqnConfig::default()
+                },
+            ),
+        ] {
+            let error = config
+                .validate()
+                .expect_err("refused under Adam")
+                .to_string();
+            assert!(error.contains(key) && error.contains("rmsprop"), "{error}");
+            let rmsprop = DqnConfig {
+                optimizer: Rule::Rmsprop,
+                ..config
+            };
+            rmsprop.validate().expect("valid under RMSprop");
+            let stepping = rmsprop.rule();
+            assert_eq!(stepping.rule, Rule::Rmsprop);
+            assert_eq!(
+                (stepping.momentum, stepping.centered),
+                (rmsprop.rmsprop_momentum, rmsprop.rmsprop_centered)
+            );
+        }
+    }
 
     #[test]
     fn double_q_values_the_online_argmax_with_the_target_network() {
