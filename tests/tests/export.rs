@@ -385,9 +385,9 @@ fn torchscript_sac_modules_solve_pendulum() {
 /// 24,000 the last evaluation was 500, 500, 172, 66, 500, 406, 500, 220 and 378 on nine runs
 /// (the 66 after 500 at 16.4k), the best after the resume 264 and 378 on the two runs that
 /// printed it, with one evaluation every 2,500 env steps; 500 on three runs out of three with
-/// one every 1,000 (2026-12-06, load 4-5). Actors and learner interleave
-/// differently every run, and DQN run on past solving forgets and relearns, so the bar is the
-/// best evaluation, not the last.
+/// one every 1,000 (2026-12-06, load 4-5). Actors and learner interleave differently every
+/// run, and DQN run on past solving forgets and relearns, so the bar is the best evaluation,
+/// not the last.
 #[test]
 fn a_torchscript_q_network_learns_cartpole_across_a_resume() {
     let dir = fleetrl_tests::scratch("fleetrl-torchscript-dqn");
