@@ -4,10 +4,13 @@
 # minatar-breakout-dqn preset (with env.id=MinAtar/<Game>-v1) on the same games, seeds and frame
 # budget. One frame is one env step. The systems, one run each per game and seed:
 #   reference    bench/minatar_reference_dqn.py on the `minatar` package's game (its 6 actions)
+#   reference-minimal  the same with the game's minimal action set (REF_ACTIONS=minimal), as
+#                fleetrl's presets play; not run unless SYSTEMS names it
 #   fleetrl-ref  the preset with the reference's settings where fleetrl has the keys (REF_SETS):
-#                centered RMSprop with alpha 0.95, momentum 0.95 and eps 0.01, no gradient clip,
-#                5,000 random frames, epsilon reaching 0.1 at frame 105,000 (the reference: 1.0
-#                at frame 5,000; fleetrl: 0.957 there)
+#                MinAtar/<Game>-v0 (all six inputs, as the reference plays; the preset's -v1 has
+#                the minimal set), centered RMSprop with alpha 0.95, momentum 0.95 and eps 0.01,
+#                no gradient clip, 5,000 random frames, epsilon reaching 0.1 at frame 105,000
+#                (the reference: 1.0 at frame 5,000; fleetrl: 0.957 there)
 #   fleetrl      the shipped preset: Adam, gradient-norm clip 10, epsilon 1 -> 0.1 over frames 0-100k
 # Each evaluates 20 greedy episodes every 25k frames and at the end. The table gives the mean
 # return of the last 100 training episodes (the reference's own record; fleetrl's summary keeps
@@ -44,14 +47,17 @@ run() { # SYSTEM GAME SEED: one run into $out/SYSTEM-GAME-SEED(.json), its row i
   local at_start
   at_start=$(load)
   t=$(now)
-  if [ "$1" = reference ]; then
-    REF_EVAL_EVERY=25000 PYTHONPATH="$pkg" "$py" -W ignore bench/minatar_reference_dqn.py "$2" "$3" "$frames" \
+  if [ "${1%-minimal}" = reference ]; then
+    local actions=full
+    [ "$1" = reference-minimal ] && actions=minimal
+    REF_ACTIONS=$actions REF_EVAL_EVERY=25000 PYTHONPATH="$pkg" "$py" -W ignore bench/minatar_reference_dqn.py "$2" "$3" "$frames" \
       >"$name.json" 2>"$name.log"
     summary="$name.json"
   else
-    [ "$1" = fleetrl-ref ] && sets=("${REF_SETS[@]}")
+    local id="MinAtar/$2-v1"
+    [ "$1" = fleetrl-ref ] && sets=("${REF_SETS[@]}") && id="MinAtar/$2-v0"
     rm -rf "$name"
-    target/release/fleetrl train --config minatar-breakout-dqn --set env.id="MinAtar/$2-v1" "${sets[@]}" \
+    target/release/fleetrl train --config minatar-breakout-dqn --set env.id="$id" "${sets[@]}" \
       --set seed="$3" --set stop.total_env_steps="$frames" --set eval.interval_env_steps=25000 \
       --out "$name" >/dev/null 2>"$name.log"
     summary="$name/summary.json"
@@ -74,11 +80,11 @@ echo "|---|---|---|---|---|---|---|---|---|---|"
 for game in ${GAMES:-Breakout SpaceInvaders Freeway Asterix Seaquest}; do
   runs=()
   for seed in ${SEEDS:-0}; do
-    for system in reference fleetrl-ref fleetrl; do
+    for system in reference reference-minimal fleetrl-ref fleetrl; do
       name="$out/$system-$game-$seed"
       [ -s "$name.row" ] || continue
       cat "$name.row"
-      if [ "$system" = reference ]; then runs+=("$name.json"); else runs+=("$name"); fi
+      if [ -s "$name.json" ]; then runs+=("$name.json"); else runs+=("$name"); fi
     done
   done
   [ ${#runs[@]} -gt 0 ] || continue

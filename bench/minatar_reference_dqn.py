@@ -27,8 +27,10 @@ GAME is a MinAtar game as fleetrl names it (Breakout, SpaceInvaders, Freeway, As
 Seaquest). Prints one JSON line shaped like fleetrl's summary.json, with `episodes` and
 `recent_training_return` (the mean of the last 100 training episodes, as fleetrl's summary).
 Needs `minatar==1.0.15` (no dependencies beyond numpy) and torch; torch uses 1 thread unless
-REF_TORCH_THREADS says otherwise, and REF_EVAL_EVERY (frames, 50,000 by default) sets the
-evaluation interval. Used by bench/minatar_reference.sh.
+REF_TORCH_THREADS says otherwise, REF_EVAL_EVERY (frames, 50,000 by default) sets the
+evaluation interval, and REF_ACTIONS=minimal plays the game's minimal action set (gymnasium's
+`MinAtar/<Game>-v1`, fleetrl's presets) in place of the reference's six actions, to test that one
+difference alone. Used by bench/minatar_reference.sh.
 """
 
 import json
@@ -54,6 +56,7 @@ GAMMA = 0.99
 LEARNING_RATE, RMS_ALPHA, RMS_MOMENTUM, RMS_EPS = 2.5e-4, 0.95, 0.95, 0.01
 EVAL_EVERY = int(os.environ.get("REF_EVAL_EVERY", "50000"))
 EVAL_EPISODES, EVAL_MAX_STEPS = 20, 10_000
+MINIMAL_ACTIONS = os.environ.get("REF_ACTIONS", "full") == "minimal"
 RECENT_EPISODES = 100
 
 
@@ -121,15 +124,21 @@ def update(net, target, optimizer, batch):
     optimizer.step()
 
 
+def action_set(env):
+    """The environment's action for each of the network's outputs."""
+    return env.minimal_action_set() if MINIMAL_ACTIONS else list(range(env.num_actions()))
+
+
 def evaluate(net, game, seed):
     env = Environment(game)
     env.seed(seed + 1_000_000)
+    actions = action_set(env)
     returns = []
     for _ in range(EVAL_EPISODES):
         env.reset()
         total, done, steps = 0.0, False, 0
         while not done and steps < EVAL_MAX_STEPS:
-            reward, done = env.act(greedy(net, observe(env)))
+            reward, done = env.act(actions[greedy(net, observe(env))])
             total, steps = total + reward, steps + 1
         returns.append(total)
     return float(np.mean(returns))
@@ -145,7 +154,8 @@ class Run:
         self.game, self.seed = game, seed
         self.env = Environment(game)
         self.env.seed(seed)
-        channels, self.actions = self.env.state_shape()[2], self.env.num_actions()
+        self.action_set = action_set(self.env)
+        channels, self.actions = self.env.state_shape()[2], len(self.action_set)
         self.net, self.target = QNetwork(channels, self.actions), QNetwork(channels, self.actions)
         self.target.load_state_dict(self.net.state_dict())
         self.optimizer = torch.optim.RMSprop(self.net.parameters(), lr=LEARNING_RATE, alpha=RMS_ALPHA,
@@ -161,7 +171,7 @@ class Run:
     def step(self, obs):
         """One frame: act, store, and (past the replay start) one update."""
         action = self.act(obs)
-        reward, terminal = self.env.act(action)
+        reward, terminal = self.env.act(self.action_set[action])
         next_obs = observe(self.env)
         self.replay.add(obs, action, reward, next_obs, float(terminal))
         if self.frame > REPLAY_START:

@@ -6,7 +6,9 @@
 //! (channel-major, the layout the convolutional encoder reads; `minatar` returns `[10, 10, C]`).
 //! Actions are the game's minimal action set, as `MinAtar/<Game>-v1` in the `minatar` package:
 //! Breakout no-op/left/right, SpaceInvaders no-op/left/right/fire, Freeway no-op/up/down,
-//! Asterix no-op/left/up/right/down, Seaquest all six. Sticky actions are on, as in the paper:
+//! Asterix no-op/left/up/right/down, Seaquest all six. `MinAtar/<Game>-v0`, as in the package,
+//! takes all six inputs in every game ([`FULL_ACTIONS`]; those a game has no use for do
+//! nothing), the action set of the MinAtar paper's own DQN. Sticky actions are on, as in the paper:
 //! with probability 0.1 a step repeats the previous action instead of the chosen one. Freeway
 //! ends itself after 2,500 steps; for the others [`super::make`] cuts episodes at 10,000 steps.
 //!
@@ -51,6 +53,17 @@ pub enum Input {
     Down,
 }
 
+/// The six inputs in the `minatar` package's order (`n l u r d f`): the action set of
+/// `MinAtar/<Game>-v0` and of the package's `Environment`.
+pub const FULL_ACTIONS: &[Input] = &[
+    Input::Noop,
+    Input::Left,
+    Input::Up,
+    Input::Right,
+    Input::Down,
+    Input::Fire,
+];
+
 /// The random numbers a game draws, in the terms of the numpy calls the `minatar` package
 /// makes, so that a test can feed a game the package's own draws in the package's order.
 pub trait Draws {
@@ -89,6 +102,8 @@ pub trait Game: Send + Clone + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct MinAtar<G: Game> {
     game: G,
+    /// Action `i` is `actions[i]`: [`Game::ACTIONS`] or [`FULL_ACTIONS`].
+    actions: &'static [Input],
     rng: SmallRng,
     sticky: f64,
     last: Input,
@@ -106,11 +121,18 @@ impl<G: Game> MinAtar<G> {
         let mut rng = SmallRng::seed_from_u64(0);
         MinAtar {
             game: G::start(&mut rng),
+            actions: G::ACTIONS,
             rng,
             sticky,
             last: Input::Noop,
             ended: false,
         }
+    }
+
+    /// The same game taking all six inputs ([`FULL_ACTIONS`]), as `MinAtar/<Game>-v0`.
+    pub fn full_actions(mut self) -> MinAtar<G> {
+        self.actions = FULL_ACTIONS;
+        self
     }
 
     /// The game's state, to read or set (tests set recorded start states).
@@ -142,7 +164,7 @@ impl<G: Game> Env for MinAtar<G> {
 
     fn action_space(&self) -> Space {
         Space::Discrete {
-            n: G::ACTIONS.len() as i64,
+            n: self.actions.len() as i64,
         }
     }
 
@@ -170,8 +192,8 @@ impl<G: Game> Env for MinAtar<G> {
 
     fn step_into(&mut self, action: &Action, obs: &mut [f32]) -> Result<Step, EnvError> {
         let chosen = match action {
-            Action::Discrete(a) if (0..G::ACTIONS.len() as i64).contains(a) => {
-                G::ACTIONS[*a as usize]
+            Action::Discrete(a) if (0..self.actions.len() as i64).contains(a) => {
+                self.actions[*a as usize]
             }
             other => {
                 return Err(EnvError::InvalidAction {
@@ -530,6 +552,44 @@ mod tests {
     fn keep_the_env_contract() {
         check_env_contract(&mut MinAtar::<Breakout>::new());
         check_env_contract(&mut MinAtar::<SpaceInvaders>::new());
+    }
+
+    /// `-v0` takes all six inputs in the package's order; an input the game has no use for
+    /// plays as a no-op. Played side by side from one seed (sticky actions on, so the two
+    /// draw the same numbers), a full-set game given input `FULL_ACTIONS[a]` and a minimal-set
+    /// game given the same input, or no-op where its set lacks it, see the same observations,
+    /// rewards and ends, game by game.
+    #[test]
+    fn the_full_action_set_plays_as_the_minimal_one() {
+        fn side_by_side<G: Game>() {
+            let ids = |env: &MinAtar<G>| match env.action_space() {
+                Space::Discrete { n } => n,
+                other => panic!("{other:?}"),
+            };
+            let mut full = MinAtar::<G>::new().full_actions();
+            let mut minimal = MinAtar::<G>::new();
+            assert_eq!((ids(&full), ids(&minimal)), (6, G::ACTIONS.len() as i64));
+            assert_eq!(full.reset(Some(7)), minimal.reset(Some(7)));
+            let mut rng = SmallRng::seed_from_u64(3);
+            for t in 0..2_000 {
+                let a = rng.random_range(0..6usize);
+                let input = FULL_ACTIONS[a];
+                let m = G::ACTIONS.iter().position(|&i| i == input).unwrap_or(0);
+                assert_eq!(G::ACTIONS[0], Input::Noop);
+                let f = full.step(&Action::Discrete(a as i64)).unwrap();
+                let s = minimal.step(&Action::Discrete(m as i64)).unwrap();
+                assert_eq!(f, s, "step {t}, input {input:?}");
+                if f.terminated {
+                    assert_eq!(full.reset(None), minimal.reset(None));
+                }
+            }
+            assert!(full.step(&Action::Discrete(6)).is_err());
+        }
+        side_by_side::<Breakout>();
+        side_by_side::<SpaceInvaders>();
+        side_by_side::<Freeway>();
+        side_by_side::<Asterix>();
+        side_by_side::<Seaquest>();
     }
 
     /// Breakout's first brick: from the left start the ball runs down-right to the paddle's

@@ -62,7 +62,7 @@ pub use configured::{make_configured, make_vec, make_vec_per_row};
 pub use frame_stack::FrameStack;
 pub use mask_velocity::MaskObservation;
 pub use minatar::{
-    Asterix, Breakout, Draws, Freeway, Game, Input, MinAtar, Seaquest, SpaceInvaders,
+    Asterix, Breakout, Draws, Freeway, Game, Input, MinAtar, Seaquest, SpaceInvaders, FULL_ACTIONS,
     STICKY_ACTION_PROB,
 };
 pub use mountain_car::MountainCar;
@@ -143,6 +143,11 @@ pub const KNOWN_ENVS: &[&str] = &[
     "MinAtar/Freeway-v1",
     "MinAtar/Asterix-v1",
     "MinAtar/Seaquest-v1",
+    "MinAtar/Breakout-v0",
+    "MinAtar/SpaceInvaders-v0",
+    "MinAtar/Freeway-v0",
+    "MinAtar/Asterix-v0",
+    "MinAtar/Seaquest-v0",
 ];
 
 /// Steps after which a MinAtar episode is cut (the `minatar` package sets no limit; Freeway
@@ -296,11 +301,16 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
             SparseMountainCar::new(),
             limit(200),
         ))),
-        "MinAtar/Breakout-v1" => minatar::<Breakout>(limit(MINATAR_MAX_STEPS)),
-        "MinAtar/SpaceInvaders-v1" => minatar::<SpaceInvaders>(limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Freeway-v1" => minatar::<Freeway>(limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Asterix-v1" => minatar::<Asterix>(limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Seaquest-v1" => minatar::<Seaquest>(limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Breakout-v1" => minatar::<Breakout>(false, limit(MINATAR_MAX_STEPS)),
+        "MinAtar/SpaceInvaders-v1" => minatar::<SpaceInvaders>(false, limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Freeway-v1" => minatar::<Freeway>(false, limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Asterix-v1" => minatar::<Asterix>(false, limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Seaquest-v1" => minatar::<Seaquest>(false, limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Breakout-v0" => minatar::<Breakout>(true, limit(MINATAR_MAX_STEPS)),
+        "MinAtar/SpaceInvaders-v0" => minatar::<SpaceInvaders>(true, limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Freeway-v0" => minatar::<Freeway>(true, limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Asterix-v0" => minatar::<Asterix>(true, limit(MINATAR_MAX_STEPS)),
+        "MinAtar/Seaquest-v0" => minatar::<Seaquest>(true, limit(MINATAR_MAX_STEPS)),
         #[cfg(feature = "python")]
         "HalfCheetahVel-v0" => Ok(Box::new(python::HalfCheetahTask::make(true, limit(200))?)),
         #[cfg(feature = "python")]
@@ -313,9 +323,12 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
     }
 }
 
-/// MinAtar game `G` with the paper's sticky actions, cut at `max_steps`.
-fn minatar<G: Game + 'static>(max_steps: u32) -> Result<Box<dyn Env>, EnvError> {
-    Ok(Box::new(TimeLimit::new(MinAtar::<G>::new(), max_steps)))
+/// MinAtar game `G` with the paper's sticky actions, cut at `max_steps`: its minimal action
+/// set (`-v1`), or all six inputs when `full` (`-v0`).
+fn minatar<G: Game + 'static>(full: bool, max_steps: u32) -> Result<Box<dyn Env>, EnvError> {
+    let game = MinAtar::<G>::new();
+    let game = if full { game.full_actions() } else { game };
+    Ok(Box::new(TimeLimit::new(game, max_steps)))
 }
 
 /// A `gym:` or `envpool:` id's env, with its own time limit set to `max_steps` when not 0.

@@ -11,7 +11,7 @@
 //! The walks below keep those semantics exactly, so two objects that happen to be equal behave
 //! as they do there; the fixture test checks every step against the package.
 
-use super::{Draws, Game, Input, GRID};
+use super::{Draws, Game, Input, FULL_ACTIONS, GRID};
 
 /// Steps of oxygen a full tank holds.
 const MAX_OXYGEN: i32 = 200;
@@ -388,14 +388,8 @@ fn mark_with_trail(obs: &mut [f32], c: usize, row: i32, col: i32, right: bool) {
 
 impl Game for Seaquest {
     const CHANNELS: usize = 10;
-    const ACTIONS: &'static [Input] = &[
-        Input::Noop,
-        Input::Left,
-        Input::Up,
-        Input::Right,
-        Input::Down,
-        Input::Fire,
-    ];
+    /// All six: Seaquest's minimal set is the full one.
+    const ACTIONS: &'static [Input] = FULL_ACTIONS;
 
     fn start<R: Draws>(_rng: &mut R) -> Seaquest {
         Seaquest {
