@@ -12,6 +12,8 @@
 #                no gradient clip, 5,000 random frames, epsilon reaching 0.1 at frame 105,000
 #                (the reference: 1.0 at frame 5,000; fleetrl: 0.957 there)
 #   fleetrl      the shipped preset: Adam, gradient-norm clip 10, epsilon 1 -> 0.1 over frames 0-100k
+#   fleetrl-v0   the shipped preset on MinAtar/<Game>-v0, the reference's six actions; not run
+#                unless SYSTEMS names it
 # Each evaluates 20 greedy episodes every 25k frames and at the end. The table gives the mean
 # return of the last 100 training episodes (the reference's own record; fleetrl's summary keeps
 # the same), the last and best evaluation, wall seconds and the 1-minute load at the start.
@@ -56,6 +58,7 @@ run() { # SYSTEM GAME SEED: one run into $out/SYSTEM-GAME-SEED(.json), its row i
   else
     local id="MinAtar/$2-v1"
     [ "$1" = fleetrl-ref ] && sets=("${REF_SETS[@]}") && id="MinAtar/$2-v0"
+    [ "$1" = fleetrl-v0 ] && id="MinAtar/$2-v0"
     rm -rf "$name"
     target/release/fleetrl train --config minatar-breakout-dqn --set env.id="$id" "${sets[@]}" \
       --set seed="$3" --set stop.total_env_steps="$frames" --set eval.interval_env_steps=25000 \
@@ -80,7 +83,7 @@ echo "|---|---|---|---|---|---|---|---|---|---|"
 for game in ${GAMES:-Breakout SpaceInvaders Freeway Asterix Seaquest}; do
   runs=()
   for seed in ${SEEDS:-0}; do
-    for system in reference reference-minimal fleetrl-ref fleetrl; do
+    for system in reference reference-minimal fleetrl-ref fleetrl-v0 fleetrl; do
       name="$out/$system-$game-$seed"
       [ -s "$name.row" ] || continue
       cat "$name.row"

@@ -218,7 +218,7 @@ def main(game, seed, frames):
     train_seconds = time.time() - t - run.eval_seconds
     recent = [r for _, r in run.episodes[-RECENT_EPISODES:]]
     print(json.dumps({
-        "system": "minatar-dqn-reference", "label": f"reference dqn seed {seed}", "algo": "dqn",
+        "system": "minatar-dqn-reference", "label": f"reference dqn{' (minimal actions)' if MINIMAL_ACTIONS else ''} seed {seed}", "algo": "dqn",
         "env": f"MinAtar/{game}", "seed": seed, "env_steps": run.frame, "wall_seconds": time.time() - T0,
         "env_steps_per_second": run.frame / train_seconds, "updates": run.updates,
         "recent_training_return": float(np.mean(recent)) if recent else None,
