@@ -217,8 +217,9 @@ def main(game, seed, frames):
     run.train(frames)
     train_seconds = time.time() - t - run.eval_seconds
     recent = [r for _, r in run.episodes[-RECENT_EPISODES:]]
+    actions = " (minimal actions)" if MINIMAL_ACTIONS else ""
     print(json.dumps({
-        "system": "minatar-dqn-reference", "label": f"reference dqn{' (minimal actions)' if MINIMAL_ACTIONS else ''} seed {seed}", "algo": "dqn",
+        "system": "minatar-dqn-reference", "label": f"reference dqn{actions} seed {seed}", "algo": "dqn",
         "env": f"MinAtar/{game}", "seed": seed, "env_steps": run.frame, "wall_seconds": time.time() - T0,
         "env_steps_per_second": run.frame / train_seconds, "updates": run.updates,
         "recent_training_return": float(np.mean(recent)) if recent else None,

@@ -570,12 +570,12 @@ mod tests {
             let mut minimal = MinAtar::<G>::new();
             assert_eq!((ids(&full), ids(&minimal)), (6, G::ACTIONS.len() as i64));
             assert_eq!(full.reset(Some(7)), minimal.reset(Some(7)));
+            assert_eq!(G::ACTIONS[0], Input::Noop);
             let mut rng = SmallRng::seed_from_u64(3);
             for t in 0..2_000 {
                 let a = rng.random_range(0..6usize);
                 let input = FULL_ACTIONS[a];
                 let m = G::ACTIONS.iter().position(|&i| i == input).unwrap_or(0);
-                assert_eq!(G::ACTIONS[0], Input::Noop);
                 let f = full.step(&Action::Discrete(a as i64)).unwrap();
                 let s = minimal.step(&Action::Discrete(m as i64)).unwrap();
                 assert_eq!(f, s, "step {t}, input {input:?}");

@@ -301,16 +301,7 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
             SparseMountainCar::new(),
             limit(200),
         ))),
-        "MinAtar/Breakout-v1" => minatar::<Breakout>(false, limit(MINATAR_MAX_STEPS)),
-        "MinAtar/SpaceInvaders-v1" => minatar::<SpaceInvaders>(false, limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Freeway-v1" => minatar::<Freeway>(false, limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Asterix-v1" => minatar::<Asterix>(false, limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Seaquest-v1" => minatar::<Seaquest>(false, limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Breakout-v0" => minatar::<Breakout>(true, limit(MINATAR_MAX_STEPS)),
-        "MinAtar/SpaceInvaders-v0" => minatar::<SpaceInvaders>(true, limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Freeway-v0" => minatar::<Freeway>(true, limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Asterix-v0" => minatar::<Asterix>(true, limit(MINATAR_MAX_STEPS)),
-        "MinAtar/Seaquest-v0" => minatar::<Seaquest>(true, limit(MINATAR_MAX_STEPS)),
+        other if other.starts_with("MinAtar/") => minatar(other, limit(MINATAR_MAX_STEPS)),
         #[cfg(feature = "python")]
         "HalfCheetahVel-v0" => Ok(Box::new(python::HalfCheetahTask::make(true, limit(200))?)),
         #[cfg(feature = "python")]
@@ -323,12 +314,31 @@ pub fn make_limited(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> 
     }
 }
 
-/// MinAtar game `G` with the paper's sticky actions, cut at `max_steps`: its minimal action
-/// set (`-v1`), or all six inputs when `full` (`-v0`).
-fn minatar<G: Game + 'static>(full: bool, max_steps: u32) -> Result<Box<dyn Env>, EnvError> {
-    let game = MinAtar::<G>::new();
-    let game = if full { game.full_actions() } else { game };
-    Ok(Box::new(TimeLimit::new(game, max_steps)))
+/// The MinAtar game of `id` with the paper's sticky actions, cut at `max_steps`:
+/// `MinAtar/<Game>-v1` plays its minimal action set, `MinAtar/<Game>-v0` all six inputs.
+fn minatar(id: &str, max_steps: u32) -> Result<Box<dyn Env>, EnvError> {
+    fn game<G: Game + 'static>(full: bool, max_steps: u32) -> Box<dyn Env> {
+        let game = MinAtar::<G>::new();
+        let game = if full { game.full_actions() } else { game };
+        Box::new(TimeLimit::new(game, max_steps))
+    }
+    let unknown = || EnvError::UnknownEnv(id.to_string());
+    let (name, full) = match id
+        .strip_prefix("MinAtar/")
+        .and_then(|n| n.rsplit_once("-v"))
+    {
+        Some((name, "1")) => (name, false),
+        Some((name, "0")) => (name, true),
+        _ => return Err(unknown()),
+    };
+    Ok(match name {
+        "Breakout" => game::<Breakout>(full, max_steps),
+        "SpaceInvaders" => game::<SpaceInvaders>(full, max_steps),
+        "Freeway" => game::<Freeway>(full, max_steps),
+        "Asterix" => game::<Asterix>(full, max_steps),
+        "Seaquest" => game::<Seaquest>(full, max_steps),
+        _ => return Err(unknown()),
+    })
 }
 
 /// A `gym:` or `envpool:` id's env, with its own time limit set to `max_steps` when not 0.
