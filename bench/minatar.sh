@@ -56,7 +56,13 @@ for game in ${GAMES:-Breakout}; do
     done
   done
   png="$plot_dir/minatar_$(echo "$game" | tr 'A-Z' 'a-z').png"
-  target/release/fleetrl plot "$out"/fleetrl-"$game"-*/ $(ls "$out"/sb3-"$game"-*.json 2>/dev/null) \
+  # One line per system and algorithm: the median of its seeds over their range.
+  runs=()
+  for algo in ppo dqn; do
+    for r in "$out"/fleetrl-"$game"-"$algo"-*/; do [ -d "$r" ] && runs+=("fleetrl $algo=$r"); done
+    for r in "$out"/sb3-"$game"-"$algo"-*.json; do [ -s "$r" ] && runs+=("sb3 $algo=$r"); done
+  done
+  target/release/fleetrl plot "${runs[@]}" \
     --title "MinAtar $game: fleetrl vs SB3 (PPO and DQN)" --out "$png" >&2
   echo "[bench] curves: $png" >&2
 done

@@ -66,7 +66,11 @@ for preset in ${PRESETS:-hopper-td3}; do
   title="fleetrl $preset vs SB3 $algo (RL-Zoo)"
   [ "$sb3" = 0 ] && title="fleetrl $preset"
   [ "$fleetrl" = 0 ] && title="SB3 $algo (RL-Zoo settings of $preset)"
-  target/release/fleetrl plot $(ls -d "$out"/fleetrl-"$preset"-*/ "$out"/sb3-"$preset"-*.json 2>/dev/null) \
+  # One line per system: the median of its seeds over their range.
+  runs=()
+  for r in "$out"/fleetrl-"$preset"-*/; do [ -d "$r" ] && runs+=("fleetrl=$r"); done
+  for r in "$out"/sb3-"$preset"-*.json; do [ -s "$r" ] && runs+=("sb3 $algo=$r"); done
+  target/release/fleetrl plot "${runs[@]}" \
     --title "$env_id: $title" --out "$png" >&2
   echo "[bench] curves: $png" >&2
 done

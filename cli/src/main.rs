@@ -134,10 +134,12 @@ enum Command {
         min_return: Option<f64>,
     },
     /// Draw learning curves: evaluation return against env steps and against wall time, one
-    /// line per run, as a PNG.
+    /// line per run, as a PNG. Runs that share a label are one line: their median at each
+    /// evaluation, over a band from the lowest to the highest.
     Plot {
         /// Run output directories (their summary.json), or JSON files with an `evaluations`
-        /// list (e.g. what bench/sb3_*.py print).
+        /// list (e.g. what bench/sb3_*.py print); `LABEL=RUN` names the run's line (seeds of
+        /// one system under one label are drawn as one).
         #[arg(required = true)]
         runs: Vec<PathBuf>,
         /// The PNG to write.
