@@ -80,6 +80,7 @@ for seed in ${SEEDS:-0}; do
   done
 done
 
+rows=()
 echo "| game | seed | system | load at start | frames | training return (last 100) | return at budget | best eval | wall s | frames/s |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for game in ${GAMES:-Breakout SpaceInvaders Freeway Asterix Seaquest}; do
@@ -89,6 +90,7 @@ for game in ${GAMES:-Breakout SpaceInvaders Freeway Asterix Seaquest}; do
       name="$out/$system-$game-$seed"
       [ -s "$name.row" ] || continue
       cat "$name.row"
+      rows+=("$name.row")
       # One line per system: the median of its seeds over their range.
       if [ -s "$name.json" ]; then runs+=("$system=$name.json"); else runs+=("$system=$name"); fi
     done
@@ -99,3 +101,18 @@ for game in ${GAMES:-Breakout SpaceInvaders Freeway Asterix Seaquest}; do
     --out "$png" >&2
   echo "[bench] curves: $png" >&2
 done
+# Over several seeds, each system's medians on each game (of the rows above).
+if [ "$(echo ${SEEDS:-0} | wc -w)" -gt 1 ] && [ ${#rows[@]} -gt 0 ]; then
+  "$py" - "${rows[@]}" <<'PY'
+import statistics, sys
+runs = {}
+for path in sys.argv[1:]:
+    cells = [c.strip() for c in open(path).read().strip().strip("|").split("|")]
+    runs.setdefault((cells[0], cells[2]), []).append([float(c.replace(",", "")) for c in cells[5:7]])
+print("\n| game | system | seeds | median training return (last 100) | median return at budget |")
+print("|---|---|---|---|---|")
+for (game, system), seeds in runs.items():
+    train, final = (statistics.median(s[i] for s in seeds) for i in (0, 1))
+    print(f"| {game} | {system} | {len(seeds)} | {train:.2f} | {final:.1f} |")
+PY
+fi
