@@ -31,7 +31,10 @@ fn train(args: &[&str], out: &PathBuf) -> (bool, String, serde_json::Value) {
 
 /// With the learning rate at 1e-12 (Adam then moves no weight visibly), a run initialised from
 /// a solved checkpoint plays its policy, and a run from random weights does not; both count
-/// their updates from zero.
+/// their updates from zero. The source solved over 100 confirmation episodes at 475 or more;
+/// the frozen run evaluates the same sampling policy on 20 other episodes, which scored 461.85
+/// once (a CI run), so the bar is 400: far above what a random policy plays (about 20), and
+/// far above the cold run's bar.
 #[test]
 fn a_run_starts_from_a_checkpoints_weights_only() {
     let (source, warm, cold) = (scratch("source"), scratch("warm"), scratch("cold"));
@@ -62,7 +65,7 @@ fn a_run_starts_from_a_checkpoints_weights_only() {
     assert!(ok, "{err}");
     let score = |s: &serde_json::Value| s["final_eval_return"].as_f64().expect("final eval");
     assert!(
-        score(&warm_summary) >= 475.0,
+        score(&warm_summary) >= 400.0,
         "the initialised run should play the solved policy: {warm_summary:#}"
     );
     assert!(
