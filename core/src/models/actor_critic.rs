@@ -10,7 +10,8 @@ use super::config::{Activation, ModelConfig};
 use super::conv::{image_frame, value_scale};
 use super::script::{Interface, PolicyOut, ScriptNet};
 use super::{
-    weights, ConvEncoder, ConvSpec, Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy, RnnState,
+    weights, ConvEncoder, ConvInit, ConvSpec, Dist, LstmCore, Mlp, ModelError, ObsNorm, Policy,
+    RnnState,
 };
 use fleetrl_proto::space::Space;
 
@@ -372,6 +373,7 @@ impl ActorCritic {
                 frame,
                 value_scale(obs_space),
                 &ConvSpec::from_config(config),
+                ConvInit::KaimingRelu,
             )?),
             None => None,
         };

@@ -7,7 +7,7 @@
 use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
-use super::{ConvEncoder, ConvSpec, LstmCore, RnnState};
+use super::{ConvEncoder, ConvInit, ConvSpec, LstmCore, RnnState};
 
 /// Channels, height and width of a stacked frame (4 x 84 x 84 by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,9 +61,14 @@ impl AtariModel {
         lstm_size: i64,
         actions: i64,
     ) -> AtariModel {
-        let encoder =
-            ConvEncoder::new(&(path / "encoder"), frame, 255.0, &ConvSpec::nature(hidden))
-                .expect("the Nature encoder fits Atari frames");
+        let encoder = ConvEncoder::new(
+            &(path / "encoder"),
+            frame,
+            255.0,
+            &ConvSpec::nature(hidden),
+            ConvInit::KaimingRelu,
+        )
+        .expect("the Nature encoder fits Atari frames");
         let core = (lstm_size > 0).then(|| LstmCore::new(&(path / "core"), hidden, lstm_size));
         let width = if lstm_size > 0 { lstm_size } else { hidden };
         AtariModel {

@@ -11,6 +11,48 @@ use super::config::ModelConfig;
 use super::{FrameShape, ModelError};
 use fleetrl_proto::space::Space;
 
+/// How an encoder's weights start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConvInit {
+    /// tch's default: weights Kaiming uniform for ReLU (bound `sqrt(6 / fan_in)`), convolution
+    /// biases 0. The scale of CleanRL's and SB3's orthogonal `sqrt(2)` init of their
+    /// actor-critics' encoders; the actor-critics keep it.
+    KaimingRelu,
+    /// PyTorch's `nn.Conv2d` and `nn.Linear` default: weights and biases uniform in
+    /// `+-1/sqrt(fan_in)`, what SB3's DQN and the MinAtar paper's DQN start from. The off-policy
+    /// models use it, as their heads do (`mlp::torch_default`). With tch's default instead, the
+    /// MinAtar DQN started `sqrt(6)` times wider in both layers.
+    Torch,
+}
+
+impl ConvInit {
+    /// A convolution's init, with the weights' fan-in (`in_channels * k * k`).
+    fn conv(self, fan_in: i64) -> nn::ConvConfig {
+        match self {
+            ConvInit::KaimingRelu => nn::ConvConfig::default(),
+            ConvInit::Torch => {
+                let bound = 1.0 / (fan_in as f64).sqrt();
+                nn::ConvConfig {
+                    ws_init: super::mlp::torch_default().ws_init,
+                    bs_init: nn::Init::Uniform {
+                        lo: -bound,
+                        up: bound,
+                    },
+                    ..Default::default()
+                }
+            }
+        }
+    }
+
+    /// A fully connected layer's init.
+    fn linear(self) -> nn::LinearConfig {
+        match self {
+            ConvInit::KaimingRelu => nn::LinearConfig::default(),
+            ConvInit::Torch => super::mlp::torch_default(),
+        }
+    }
+}
+
 /// The layers of a convolutional encoder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConvSpec {
@@ -166,12 +208,13 @@ struct ConvLayer {
 
 impl ConvEncoder {
     /// The encoder for `frame`, whose values it divides by `scale` first (see
-    /// [`value_scale`]).
+    /// [`value_scale`]), its weights drawn as `init` says.
     pub(crate) fn new(
         path: &nn::Path,
         frame: FrameShape,
         scale: f64,
         spec: &ConvSpec,
+        init: ConvInit,
     ) -> Result<ConvEncoder, ModelError> {
         let sizes = spec.sizes(frame)?;
         let mut convs = Vec::new();
@@ -182,7 +225,7 @@ impl ConvEncoder {
             let config = nn::ConvConfig {
                 stride,
                 padding: spec.paddings[i],
-                ..Default::default()
+                ..init.conv(channels * k * k)
             };
             let conv = nn::conv2d(path / format!("conv{i}"), channels, out, k, config);
             convs.push(ConvLayer {
@@ -202,7 +245,7 @@ impl ConvEncoder {
                 path / format!("fc{i}"),
                 width,
                 units,
-                Default::default(),
+                init.linear(),
             ));
             width = units;
         }
@@ -333,6 +376,7 @@ mod tests {
             frame(4, 84, 84),
             value_scale(&space),
             &ConvSpec::nature(512),
+            ConvInit::KaimingRelu,
         )
         .unwrap();
         assert_eq!(enc.width(), 512);
@@ -348,22 +392,33 @@ mod tests {
         assert!(floats.equal(&before));
     }
 
-    /// MinAtar's network: 16 3x3 filters, stride 1, on 10x10 grids, then 128 units; values in
-    /// [0, 1] are not rescaled.
-    #[test]
-    fn minatar_encoder_with_padding_and_maxpool() {
-        let spec = ConvSpec {
+    /// The MinAtar paper's encoder: 16 3x3 filters, stride 1, then 128 units.
+    fn minatar_spec() -> ConvSpec {
+        ConvSpec {
             channels: vec![16],
             kernel_sizes: vec![3],
             strides: vec![1],
             paddings: vec![0],
             use_maxpool: false,
             fc_sizes: vec![128],
-        };
+        }
+    }
+
+    /// MinAtar's network: 16 3x3 filters, stride 1, on 10x10 grids, then 128 units; values in
+    /// [0, 1] are not rescaled.
+    #[test]
+    fn minatar_encoder_with_padding_and_maxpool() {
+        let spec = minatar_spec();
         let vs = nn::VarStore::new(Device::Cpu);
         let space = image(4, 10, 10, 1.0);
-        let enc =
-            ConvEncoder::new(&vs.root(), frame(4, 10, 10), value_scale(&space), &spec).unwrap();
+        let enc = ConvEncoder::new(
+            &vs.root(),
+            frame(4, 10, 10),
+            value_scale(&space),
+            &spec,
+            ConvInit::Torch,
+        )
+        .unwrap();
         assert_eq!(vs.variables()["fc0.weight"].size(), vec![128, 16 * 8 * 8]);
         assert_eq!(enc.scale, 1.0);
         assert_eq!(
@@ -380,18 +435,66 @@ mod tests {
             ..spec
         };
         let vs = nn::VarStore::new(Device::Cpu);
-        let enc =
-            ConvEncoder::new(&vs.root(), frame(4, 10, 10), value_scale(&space), &pooled).unwrap();
+        let enc = ConvEncoder::new(
+            &vs.root(),
+            frame(4, 10, 10),
+            value_scale(&space),
+            &pooled,
+            ConvInit::Torch,
+        )
+        .unwrap();
         assert_eq!(enc.width(), 16 * 5 * 5);
+    }
+
+    /// `ConvInit::Torch` draws every weight and bias of the MinAtar encoder in PyTorch's
+    /// `+-1/sqrt(fan_in)` and fills the range; `KaimingRelu` draws weights `sqrt(6)` times
+    /// wider, with the convolution's biases at 0.
+    #[test]
+    fn encoder_inits_draw_pytorchs_and_tchs_ranges() {
+        let space = image(4, 10, 10, 1.0);
+        let cases: [(ConvInit, f64, &[&str]); 2] = [
+            (ConvInit::Torch, 1.0, &["weight", "bias"]),
+            (ConvInit::KaimingRelu, 6f64.sqrt(), &["weight"]),
+        ];
+        for (init, width, parts) in cases {
+            let vs = nn::VarStore::new(Device::Cpu);
+            let root = vs.root();
+            ConvEncoder::new(
+                &root,
+                frame(4, 10, 10),
+                value_scale(&space),
+                &minatar_spec(),
+                init,
+            )
+            .unwrap();
+            let largest = |name: &str| vs.variables()[name].abs().max().double_value(&[]);
+            for (layer, fan_in) in [("conv0", 4.0 * 9.0), ("fc0", 16.0 * 8.0 * 8.0)] {
+                let bound = width / f64::sqrt(fan_in);
+                for part in parts {
+                    let m = largest(&format!("{layer}.{part}"));
+                    let ok = m <= bound && m > 0.9 * bound;
+                    assert!(ok, "{init:?} {layer}.{part}: {m} vs {bound}");
+                }
+            }
+            if init == ConvInit::KaimingRelu {
+                assert_eq!(largest("conv0.bias"), 0.0);
+            }
+        }
     }
 
     /// The Nature encoder cannot read 10x10 frames: the error names the key and the shapes.
     #[test]
     fn a_kernel_larger_than_the_frame_is_refused_by_name() {
         let vs = nn::VarStore::new(Device::Cpu);
-        let err = ConvEncoder::new(&vs.root(), frame(4, 10, 10), 1.0, &ConvSpec::nature(512))
-            .unwrap_err()
-            .to_string();
+        let err = ConvEncoder::new(
+            &vs.root(),
+            frame(4, 10, 10),
+            1.0,
+            &ConvSpec::nature(512),
+            ConvInit::Torch,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("model.kernel_sizes") && err.contains("10x10"),
             "{err}"

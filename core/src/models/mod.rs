@@ -19,8 +19,8 @@ pub mod weights;
 
 pub use actor_critic::{ActorCritic, Evaluation, Heads, PolicyStep, Sequence};
 pub use atari::{AtariModel, AtariOutput, FrameShape};
-pub(crate) use conv::ConvEncoder;
 pub use conv::{image_frame, ConvSpec};
+pub(crate) use conv::{ConvEncoder, ConvInit};
 pub use dist::Dist;
 pub use lstm::{LstmCore, RnnState};
 pub use mlp::Mlp;

@@ -33,8 +33,8 @@ use super::conv::{image_frame, value_scale};
 use super::recurrent_net::RecurrentNet;
 use super::script::{Interface, ScriptNet};
 use super::{
-    weights, ConvEncoder, ConvSpec, FrameShape, Mlp, ModelError, ObsNorm, Policy, PolicyStep,
-    RnnState,
+    weights, ConvEncoder, ConvInit, ConvSpec, FrameShape, Mlp, ModelError, ObsNorm, Policy,
+    PolicyStep, RnnState,
 };
 use fleetrl_proto::space::Space;
 
@@ -153,6 +153,7 @@ impl Layers {
                 frame,
                 input.scale,
                 &ConvSpec::from_config(config),
+                ConvInit::Torch,
             )?),
             None => None,
         };
