@@ -407,8 +407,24 @@ impl SandboxBuilder {
         self
     }
 
-    /// Starts the processes and waits until both servers listen.
+    /// Starts the processes and waits until both servers listen. The metrics ports are picked
+    /// free before the roles start, so another scenario's server can take one in between (a
+    /// CI run saw an actor refused with "Address already in use"): such a start is tried
+    /// again with new ports, up to three times.
     pub async fn start(self) -> anyhow::Result<Sandbox> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.start_once().await {
+                Err(e) if tries < 3 && format!("{e:#}").contains("Address already in use") => {
+                    eprintln!("a port was taken meanwhile, starting again: {e:#}");
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn start_once(&self) -> anyhow::Result<Sandbox> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let dir = scratch(&format!("fleetrl-{}", self.name));
         std::fs::create_dir_all(&dir)?;
@@ -466,7 +482,7 @@ impl SandboxBuilder {
             learner,
             actors: Vec::new(),
             metrics,
-            actor_args: self.actor_args,
+            actor_args: self.actor_args.clone(),
             learner_args,
         };
         for id in 0..self.actors {
