@@ -6,8 +6,7 @@
 //! `auth.rs` and `compose_cluster.rs` stay binaries of their own: they install process-wide
 //! settings (the run's token, the TLS CA that clients trust and children inherit) that would
 //! reach every other scenario's clients and roles in a shared process. `sparse_pearl.rs` is
-//! one too, so that its long PEARL run has the machine to itself (cargo runs test binaries one
-//! at a time) instead of starving the scenarios beside it.
+//! one too: the long tier, `#[ignore]`d, whose PEARL run would starve the scenarios beside it.
 //!
 //! Run one file's scenarios with its module name as the filter:
 //! `cargo test --release --workspace --test scenarios onpolicy_learns::`.

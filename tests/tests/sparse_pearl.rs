@@ -1,9 +1,16 @@
-//! PEARL on the sparse point robot through the real binaries, a test binary of its own: its
-//! PEARL run keeps a learner busy for its whole run (339 s of the binary's 362 s on an idle
-//! 2-core VM, 2026-12-03, at 5.3 ms an update; 790-900 s two at a time), and run beside
-//! the other scenarios it starved their actors (a CI run of 2026-12-01 saw the LSTM-IMPALA
-//! scenario lag 4.5 versions and miss its target). Cargo runs test binaries one at a time,
-//! so here it runs alone.
+//! PEARL on the sparse point robot through the real binaries: the long tier, a test binary of
+//! its own whose one scenario is `#[ignore]`d, so the default suite builds it and lists it as
+//! ignored. Run it with `cargo test --release --workspace --test sparse_pearl -- --ignored`.
+//!
+//! Its PEARL run keeps a learner busy for its whole run: 515 s for the binary alone on this
+//! 2-core VM (2026-12-07; 484 s of it the preset's 62k updates, 7.8 ms each), a third of the
+//! default suite's 36 minutes in CI, which has to stay under 25. Beside the other scenarios
+//! it starved their actors (a CI run of 2026-12-01 saw the LSTM-IMPALA scenario lag 4.5
+//! versions and miss its target), so it cannot hide in their binary either. PEARL's learning
+//! stays in the default suite with `meta_learns::pearl_adapts_to_held_out_goals_and_refuses_
+//! unknown_tasks` (the dense goals), and the mechanisms this run depends on (hindsight goals,
+//! the exploration pool, the success rate and its controls) with their unit tests; run this
+//! one when PEARL, its preset or its evaluation changes.
 
 use fleetrl_tests::cli::fleetrl_ok;
 use fleetrl_tests::meta::{eval_report, newest_checkpoint, train};
@@ -55,6 +62,7 @@ fn column_mean<const N: usize>(rows: &[[f64; N]], i: usize) -> f64 {
 /// scored 38-46% adapted against 9-20% with no context, 10-18% with another task's belief
 /// and 0% for the SAC; a run took 790-900 s beside another on 2 cores.
 #[test]
+#[ignore = "the long tier (8-9 minutes): cargo test --release --workspace --test sparse_pearl -- --ignored"]
 fn pearl_finds_sparse_goals_from_its_context() {
     let (_, sac_out) = train(
         "sac-sparse",
