@@ -160,6 +160,10 @@ pub(crate) async fn log_final_checkpoint(saved: oneshot::Receiver<Saved>) {
         Ok(Ok(Ok((path, version)))) => {
             tracing::info!(path = %path.display(), version, "final checkpoint")
         }
+        // A rank other than 0 keeps no checkpoints: nothing failed.
+        Ok(Ok(Err(LearnerError::NotLeader(rank)))) => {
+            tracing::info!(rank, "no final checkpoint: rank 0 writes them")
+        }
         other => tracing::error!(?other, "final checkpoint failed"),
     }
 }
