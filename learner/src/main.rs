@@ -107,7 +107,23 @@ async fn run() -> anyhow::Result<()> {
     if partial > 0 {
         tracing::warn!(partial, dir = %checkpoint_dir.display(), "removed partial checkpoints");
     }
-    let restored = build_algorithm(&config, args.resume.as_deref(), &checkpoint_dir)?;
+    // Restoring and joining the other ranks can block for the collective timeout (a rank
+    // waits for the others at the rendezvous), and a container's main process is PID 1, which
+    // ignores a SIGTERM it has no handler for: so they run beside the shutdown signal, and a
+    // stop asked for before training begins ends the process at once, as nothing has been
+    // trained or written yet (a `docker-compose down` used to wait out the rendezvous of a
+    // rank 0 that compose had just restarted).
+    let building = {
+        let (config, resume, dir) = (config.clone(), args.resume.clone(), checkpoint_dir.clone());
+        tokio::task::spawn_blocking(move || build_algorithm(&config, resume.as_deref(), &dir))
+    };
+    let restored = tokio::select! {
+        built = building => built.context("the learner's setup task failed")??,
+        () = fleetrl_runtime::net::shutdown_signal() => {
+            tracing::info!("stopped before training began: nothing was trained or written");
+            std::process::exit(0);
+        }
+    };
     let metrics = metrics::start(args.metrics_listen.as_deref(), &restored.stats).await?;
     let (service, roles) = roles::start(
         &config,

@@ -4,7 +4,8 @@
 //! On-policy (cartpole-ppo: the ranks split each version's rollouts) and off-policy
 //! (pendulum-sac: each rank samples its own batches) runs learn to their presets' targets
 //! within the presets' env-step budgets; a run resumed from rank 0's checkpoint goes on from
-//! its version, and killing rank 1 ends that run, naming it, within seconds.
+//! its version, and killing rank 1 ends that run, naming it, within seconds. A rank waiting
+//! at the rendezvous stops at once on SIGTERM.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -221,5 +222,63 @@ fn pendulum_sac_on_two_ranks_solves() -> anyhow::Result<()> {
     );
     assert_rank_1_trained(&out);
     std::fs::remove_dir_all(&out)?;
+    Ok(())
+}
+
+/// A rank waiting at the rendezvous for ranks that never come stops at once on SIGTERM,
+/// exiting 0: nothing has been trained or written yet. Before, the learner installed its
+/// signal handler only once it served, so a container's learner (PID 1, which ignores a signal
+/// it has no handler for) sat out the whole rendezvous timeout: `docker-compose down` of the
+/// two-rank deployment took 33 s, waiting for a rank 0 that compose had just restarted, which
+/// then exited 1. Here (not PID 1) the old learner died of the signal instead.
+#[test]
+fn a_rank_waiting_at_the_rendezvous_stops_at_once_on_sigterm() -> anyhow::Result<()> {
+    let dir = fleetrl_tests::scratch("fleetrl-rank-waits");
+    std::fs::create_dir_all(&dir)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let log_path = dir.join("learner.log");
+    let log = std::fs::File::create(&log_path)?;
+    let bin = fleetrl_runtime::launch::bin_dir()?.join("fleet-learner");
+    let config = fleetrl_tests::compose::repo_root().join("configs/pendulum-sac.toml");
+    let mut learner = Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(["--set", "learner.world_size=2", "--set", "learner.rank=0"])
+        .args(["--set", &format!("learner.rendezvous=127.0.0.1:{port}")])
+        .args(["--set", "learner.collective_timeout_s=120"])
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
+    let started = Instant::now();
+    while !read(&log_path).contains("joining the other learner processes") {
+        if let Ok(Some(status)) = learner.try_wait() {
+            anyhow::bail!(
+                "the learner exited ({status}) before it joined: {}",
+                read(&log_path)
+            );
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "the learner never reached the rendezvous: {}",
+            read(&log_path)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Unsafe: a plain signal to a child this test started and has not reaped.
+    unsafe {
+        libc::kill(learner.id() as i32, libc::SIGTERM);
+    }
+    let (status, took) = wait_exit(&mut learner, Duration::from_secs(20));
+    let _ = learner.kill();
+    let log = read(&log_path);
+    let status = status.unwrap_or_else(|| panic!("still waiting {took:?} after SIGTERM: {log}"));
+    assert!(status.success(), "the learner ended with {status}: {log}");
+    assert!(log.contains("stopped before training began"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
