@@ -3,8 +3,8 @@
 //! ignored. Run it with `cargo test --release --workspace --test sparse_pearl -- --ignored`.
 //!
 //! Its PEARL run keeps a learner busy for its whole run: 515 s for the binary alone on this
-//! 2-core VM (2026-12-07; 484 s of it the preset's 62k updates, 7.8 ms each), a third of the
-//! default suite's 36 minutes in CI, which has to stay under 25. Beside the other scenarios
+//! 2-core VM (2026-12-07; 484 s of it the preset's 62k updates, 7.8 ms each), about a quarter
+//! of the last CI run that had it (36 minutes), where the suite has to stay under 25. Beside the other scenarios
 //! it starved their actors (a CI run of 2026-12-01 saw the LSTM-IMPALA scenario lag 4.5
 //! versions and miss its target), so it cannot hide in their binary either. PEARL's learning
 //! stays in the default suite with `meta_learns::pearl_adapts_to_held_out_goals_and_refuses_
