@@ -89,18 +89,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut parts = Supervisor::default();
     parts.spawn(Part::Health, health_server);
     let patience = Duration::from_secs(args.connect_patience_s);
-    // A container's main process is PID 1, which ignores a SIGTERM it has no handler for: the
-    // wait for a learner (up to the patience) listens for the stop itself, as the learner's
-    // rendezvous does, and nothing has been collected yet to finish.
-    let learner = tokio::select! {
-        connected = net::connect_weights_subscriber(&args.learner, patience) => {
-            connected.context("connecting to the learner")?
-        }
-        () = net::shutdown_signal() => {
-            tracing::info!("stopped while waiting for the learner: nothing was collected");
-            return Ok(());
-        }
-    };
+    let learner = net::connect_weights_subscriber(&args.learner, patience)
+        .await
+        .context("connecting to the learner")?;
     let spec = learner_link::client(learner.clone())
         .get_run_spec(GetRunSpecRequest {})
         .await

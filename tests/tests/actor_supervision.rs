@@ -1,7 +1,6 @@
 //! An actor whose learner is gone does not act on for nothing: health turns NOT_SERVING as soon
 //! as the weight stream breaks, and once the learner stays away longer than the actor's
-//! `--connect-patience-s` the actor exits non-zero, so compose or Kubernetes restart it. An
-//! actor still waiting for its learner stops at once on SIGTERM.
+//! `--connect-patience-s` the actor exits non-zero, so compose or Kubernetes restart it.
 
 use std::time::{Duration, Instant};
 
@@ -44,60 +43,5 @@ async fn actor_exits_non_zero_when_the_learner_is_gone() -> anyhow::Result<()> {
         log.contains("the weight subscription failed") && log.contains("the learner is gone"),
         "the actor's log does not say why it stopped:\n{log}"
     );
-    Ok(())
-}
-
-/// An actor still waiting for its learner (none answers; its patience is two minutes) stops at
-/// once on SIGTERM and exits 0: it used to install its signal handler only once it acted, so as
-/// a container's PID 1 it ignored the stop for the whole patience (and here died of it).
-#[test]
-fn an_actor_waiting_for_its_learner_stops_at_once_on_sigterm() -> anyhow::Result<()> {
-    let free = || -> anyhow::Result<u16> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port())
-    };
-    let (learner, replay) = (free()?, free()?);
-    let dir = fleetrl_tests::scratch("fleetrl-actor-waits");
-    std::fs::create_dir_all(&dir)?;
-    let log_path = dir.join("actor.log");
-    let log = std::fs::File::create(&log_path)?;
-    let mut actor =
-        std::process::Command::new(fleetrl_runtime::launch::bin_dir()?.join("fleet-actor"))
-            .args(["--learner", &format!("127.0.0.1:{learner}")])
-            .args(["--replay", &format!("127.0.0.1:{replay}")])
-            .args([
-                "--health-listen",
-                "127.0.0.1:0",
-                "--connect-patience-s",
-                "120",
-            ])
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-    // Long enough to be in the wait (startup takes well under a second here).
-    std::thread::sleep(Duration::from_secs(3));
-    let sent = Instant::now();
-    // Unsafe: a plain signal to a child this test started and has not reaped.
-    unsafe {
-        libc::kill(actor.id() as i32, libc::SIGTERM);
-    }
-    let status = loop {
-        if let Some(status) = actor.try_wait()? {
-            break status;
-        }
-        if sent.elapsed() > Duration::from_secs(20) {
-            let _ = actor.kill();
-            anyhow::bail!("the actor still waits 20 s after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let log = std::fs::read_to_string(&log_path)?;
-    assert!(status.success(), "the actor ended with {status}: {log}");
-    assert!(
-        log.contains("stopped while waiting for the learner"),
-        "{log}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
