@@ -21,6 +21,7 @@ use fleetrl_core::broadcast;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::replay_client;
 use fleetrl_proto::v1::GetRunSpecRequest;
+use fleetrl_runtime::signals::Signals;
 use fleetrl_runtime::{net, telemetry};
 use supervisor::{Part, Supervisor};
 use tokio::sync::{mpsc, watch};
@@ -80,6 +81,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    let signals = Signals::listen().context("listening for SIGTERM and Ctrl-C")?;
     fleetrl_runtime::net::load_security()?;
     let (registry, metrics) = metrics::build();
     telemetry::metrics::serve_if(args.metrics_listen.as_deref(), &registry).await?;
@@ -89,9 +91,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut parts = Supervisor::default();
     parts.spawn(Part::Health, health_server);
     let patience = Duration::from_secs(args.connect_patience_s);
-    let learner = net::connect_weights_subscriber(&args.learner, patience)
-        .await
-        .context("connecting to the learner")?;
+    // The waits for the learner and the demo buffers (each up to the patience) run beside the
+    // stop, as the learner's setup does: nothing has been collected yet to finish.
+    let stopped = || {
+        tracing::info!("stopped before acting: nothing was collected");
+        Ok(())
+    };
+    tracing::info!(learner = %args.learner, patience_s = patience.as_secs(), "waiting for the learner");
+    let connecting = net::connect_weights_subscriber(&args.learner, patience);
+    let Some(learner) = signals.before_stop(connecting).await else {
+        return stopped();
+    };
+    let learner = learner.context("connecting to the learner")?;
     let spec = learner_link::client(learner.clone())
         .get_run_spec(GetRunSpecRequest {})
         .await
@@ -125,7 +136,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let per_request = collect::items_per_request(&config);
     let (items_tx, items_rx) = mpsc::channel(per_request);
     let shards = replay_client::parse_shards(&args.replay)?;
-    let demos = demo_replay::DemoLink::connect_if(&config, &shards, &registry, patience).await?;
+    let connecting = demo_replay::DemoLink::connect_if(&config, &shards, &registry, patience);
+    let Some(demos) = signals.before_stop(connecting).await else {
+        return stopped();
+    };
+    let demos = demos?;
     let inserter = inserter::Inserter {
         shards,
         table: spec.table.clone(),
@@ -155,8 +170,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let collector = collect::collector(&acting_loop.config, actor_id, demos)?;
         acting_loop.run(collector)
     });
-    parts
-        .run(net::shutdown_signal(), stop, health, grace)
-        .await?;
+    parts.run(signals.stop(), stop, health, grace).await?;
     Ok(())
 }

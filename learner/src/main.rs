@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use fleetrl_core::config::RunConfig;
+use fleetrl_runtime::signals::Signals;
 use fleetrl_runtime::telemetry;
 
 use crate::setup::build_algorithm;
@@ -68,6 +69,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
+    let signals = Signals::listen().context("listening for SIGTERM and Ctrl-C")?;
     telemetry::init("info");
     let args = Args::parse();
     fleetrl_runtime::net::load_security()?;
@@ -107,32 +109,36 @@ async fn run() -> anyhow::Result<()> {
     if partial > 0 {
         tracing::warn!(partial, dir = %checkpoint_dir.display(), "removed partial checkpoints");
     }
-    // Restoring and joining the other ranks can block for the collective timeout (a rank
-    // waits for the others at the rendezvous), and a container's main process is PID 1, which
-    // ignores a SIGTERM it has no handler for: so they run beside the shutdown signal, and a
-    // stop asked for before training begins ends the process at once, as nothing has been
-    // trained or written yet (a `docker-compose down` used to wait out the rendezvous of a
-    // rank 0 that compose had just restarted).
+    // Restoring, joining the other ranks and declaring the tables can each block for a long
+    // time (a rank waits for the others at the rendezvous up to the collective timeout, the
+    // replay server may take its patience to answer), so they run beside the stop: one asked
+    // for before training begins ends the process at once, as nothing has been trained or
+    // written yet (a `docker-compose down` used to wait out the rendezvous of a rank 0 that
+    // compose had just restarted).
     let building = {
         let (config, resume, dir) = (config.clone(), args.resume.clone(), checkpoint_dir.clone());
         tokio::task::spawn_blocking(move || build_algorithm(&config, resume.as_deref(), &dir))
     };
-    let restored = tokio::select! {
-        built = building => built.context("the learner's setup task failed")??,
-        () = fleetrl_runtime::net::shutdown_signal() => {
-            tracing::info!("stopped before training began: nothing was trained or written");
-            std::process::exit(0);
-        }
+    let setup = async {
+        let restored = building
+            .await
+            .context("the learner's setup task failed")??;
+        let metrics = metrics::start(args.metrics_listen.as_deref(), &restored.stats).await?;
+        roles::start(
+            &config,
+            &args.replay,
+            &args.run_dir,
+            restored,
+            checkpoint_dir,
+            metrics,
+        )
+        .await
     };
-    let metrics = metrics::start(args.metrics_listen.as_deref(), &restored.stats).await?;
-    let (service, roles) = roles::start(
-        &config,
-        &args.replay,
-        &args.run_dir,
-        restored,
-        checkpoint_dir,
-        metrics,
-    )
-    .await?;
-    supervise::run(&args.listen, service, roles).await
+    let Some(ready) = signals.before_stop(setup).await else {
+        tracing::info!("stopped before training began: nothing was trained or written");
+        // Not a return: the runtime would wait for the blocking setup task.
+        std::process::exit(0);
+    };
+    let (service, roles) = ready?;
+    supervise::run(&args.listen, service, roles, &signals).await
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fleetrl_proto::v1::learner_service_server::LearnerServiceServer;
-use fleetrl_runtime::net;
+use fleetrl_runtime::signals::Signals;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
@@ -41,7 +41,12 @@ pub(crate) struct Roles {
 
 /// Serves `service` on `listen` until a shutdown signal (Ok) or a failure of any role (Err,
 /// naming the cause).
-pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    listen: &str,
+    service: Learner,
+    roles: Roles,
+    signals: &Signals,
+) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<LearnerServiceServer<Learner>>().await;
     let (stop, stopped) = oneshot::channel::<()>();
@@ -64,7 +69,7 @@ pub(crate) async fn run(listen: &str, service: Learner, roles: Roles) -> anyhow:
     let mut trainer_done = false;
     let mut server_done = false;
     let fault = tokio::select! {
-        _ = net::shutdown_signal() => None,
+        () = signals.stop() => None,
         served = &mut server => {
             server_done = true;
             Some(match served {

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use fleet_replay_server::{ReplayMetrics, ServerOptions};
 use fleetrl_proto::table::TableSpec;
+use fleetrl_runtime::signals::Signals;
 use fleetrl_runtime::telemetry;
 use serde::Deserialize;
 use tokio::net::TcpListener;
@@ -80,11 +81,12 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
+    // Heard from here on, also while tables are being restored.
+    let signals = Signals::listen().context("listening for SIGTERM and Ctrl-C")?;
     let args = Args::parse();
     telemetry::init("info");
     fleetrl_runtime::net::load_security()?;
     fleetrl_runtime::net::auth::check_exposure(args.listen)?;
-    let shutdown = shutdown_signal()?;
     // Before restoring its tables: another server may be checkpointing into the directory.
     let _lock = match &args.checkpoint_dir {
         Some(dir) => {
@@ -145,7 +147,13 @@ async fn run() -> anyhow::Result<()> {
             anyhow::bail!("the metrics exporter stopped")
         });
     }
-    fleet_replay_server::serve(listener, options, shutdown, tasks).await?;
+    fleet_replay_server::serve(
+        listener,
+        options,
+        async move { signals.stop().await },
+        tasks,
+    )
+    .await?;
     tracing::info!("replay server stopped");
     Ok(())
 }
@@ -160,31 +168,4 @@ fn demos_root(dir: Option<&std::path::Path>) -> anyhow::Result<fleetrl_runtime::
         .with_context(|| format!("opening --demos-root {}", dir.display()))?;
     tracing::info!(demos_root = %root.path().display(), "demo directories are confined");
     Ok(root)
-}
-
-/// Resolves on SIGTERM (Kubernetes, the launcher) or Ctrl-C. The SIGTERM handler is installed
-/// now, not when the future is first polled, so a SIGTERM that arrives while tables are still
-/// being restored is not lost (nor fatal).
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    #[cfg(unix)]
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("listening for SIGTERM")?;
-    Ok(async move {
-        let ctrl_c = async {
-            if let Err(error) = tokio::signal::ctrl_c().await {
-                tracing::warn!(%error, "cannot listen for Ctrl-C");
-                std::future::pending::<()>().await;
-            }
-        };
-        #[cfg(unix)]
-        let terminate = async move {
-            sigterm.recv().await;
-        };
-        #[cfg(not(unix))]
-        let terminate = std::future::pending::<()>();
-        tokio::select! {
-            () = ctrl_c => {}
-            () = terminate => {}
-        }
-    })
 }

@@ -11,6 +11,7 @@
 //! - [`confine`]: directories a network client names, kept under a root the server chose.
 //! - [`dir_lock`]: one process per run, learner or replay checkpoint directory.
 //! - [`private`]: every file the roles write is readable by their user only.
+//! - [`signals`]: SIGTERM and Ctrl-C, heard from a binary's first line to its exit.
 
 pub mod confine;
 pub mod demo;
@@ -18,4 +19,5 @@ pub mod dir_lock;
 pub mod launch;
 pub mod net;
 pub mod private;
+pub mod signals;
 pub mod telemetry;

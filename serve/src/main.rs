@@ -19,6 +19,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use fleetrl_runtime::net::{self, health};
+use fleetrl_runtime::signals::Signals;
 use fleetrl_runtime::telemetry;
 use tokio::sync::oneshot;
 
@@ -59,6 +60,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
+    let signals = Signals::listen().context("listening for SIGTERM and Ctrl-C")?;
     telemetry::init("info");
     let args = Args::parse();
     net::load_security()?;
@@ -78,8 +80,13 @@ async fn run() -> anyhow::Result<()> {
     let (opened, follow) = match (&args.checkpoint, &args.follow) {
         (Some(path), _) => (source::checkpoint(path)?, None),
         (None, Some(addr)) => {
-            let (opened, follow) =
-                source::follow(addr, patience, &metrics, reporter.clone()).await?;
+            // The wait for the learner (up to the patience) runs beside the stop.
+            let following = source::follow(addr, patience, &metrics, reporter.clone());
+            let Some(followed) = signals.before_stop(following).await else {
+                tracing::info!("stopped while waiting for the learner: nothing was served");
+                return Ok(());
+            };
+            let (opened, follow) = followed?;
             (opened, Some(follow))
         }
         (None, None) => anyhow::bail!("give --checkpoint or --follow"),
@@ -122,7 +129,7 @@ async fn run() -> anyhow::Result<()> {
         }
     };
     let fault = tokio::select! {
-        () = net::shutdown_signal() => None,
+        () = signals.stop() => None,
         served = server => Some(match served {
             Ok(()) => anyhow::anyhow!("the gRPC server stopped"),
             Err(error) => anyhow::Error::from(error).context("the gRPC server failed"),

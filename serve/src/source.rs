@@ -61,6 +61,11 @@ pub(crate) async fn follow(
     metrics: &ServeMetrics,
     health: HealthReporter,
 ) -> anyhow::Result<(Opened, impl Future<Output = Result<(), LearnerLost>>)> {
+    tracing::info!(
+        learner = addr,
+        patience_s = patience.as_secs(),
+        "waiting for the learner"
+    );
     let channel = net::connect_weights_subscriber(addr, patience)
         .await
         .with_context(|| format!("connecting to the learner at {addr}"))?;

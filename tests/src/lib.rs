@@ -5,13 +5,15 @@
 //! The binaries must be built first (`cargo build --release --bins`; the README's test command
 //! does it). One scenario per file in `tests/`. [`compose`] runs the same roles in containers;
 //! [`requires`] decides whether a test that needs a tool or a GPU runs, skips or fails; [`rpc`]
-//! lists every RPC from the protos' descriptors and calls any of them with any bytes.
+//! lists every RPC from the protos' descriptors and calls any of them with any bytes;
+//! [`stopping`] sends SIGTERM to a role that waits on a peer.
 
 pub mod cli;
 pub mod compose;
 pub mod meta;
 pub mod requires;
 pub mod rpc;
+pub mod stopping;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -368,6 +370,21 @@ pub fn scratch(stem: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&path);
     let _ = std::fs::remove_file(&path);
     path
+}
+
+/// A role's log without its colours (`ESC [ ... m`), so that `key=value` reads as such.
+pub fn read_log(path: &Path) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let mut plain = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }
 
 /// A loopback address with a port that was free a moment ago.

@@ -1,6 +1,7 @@
 //! An actor whose learner is gone does not act on for nothing: health turns NOT_SERVING as soon
 //! as the weight stream breaks, and once the learner stays away longer than the actor's
-//! `--connect-patience-s` the actor exits non-zero, so compose or Kubernetes restart it.
+//! `--connect-patience-s` the actor exits non-zero, so compose or Kubernetes restart it. (An
+//! actor still waiting for its learner stops at once on SIGTERM: `shutdown.rs`.)
 
 use std::time::{Duration, Instant};
 

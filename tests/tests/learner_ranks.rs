@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fleetrl_tests::cli::fleetrl_command;
+use fleetrl_tests::read_log as read;
 
 /// `fleetrl train --config PRESET` with two learner ranks into `out`.
 fn train_command(preset: &str, out: &Path, sets: &[&str]) -> Command {
@@ -43,21 +44,6 @@ fn train(preset: &str, out: &Path, sets: &[&str]) -> anyhow::Result<serde_json::
         summary["policy_version"]
     );
     Ok(summary)
-}
-
-/// A role's log without its colours (`ESC [ ... m`), so that `key=value` reads as such.
-fn read(path: &Path) -> String {
-    let log = std::fs::read_to_string(path).unwrap_or_default();
-    let mut plain = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            chars.by_ref().find(|&c| c == 'm');
-        } else {
-            plain.push(c);
-        }
-    }
-    plain
 }
 
 /// Rank 1 joined rank 0 and trained: its log says it joined and reports updates.
@@ -238,47 +224,34 @@ fn a_rank_waiting_at_the_rendezvous_stops_at_once_on_sigterm() -> anyhow::Result
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let log_path = dir.join("learner.log");
-    let log = std::fs::File::create(&log_path)?;
-    let bin = fleetrl_runtime::launch::bin_dir()?.join("fleet-learner");
     let config = fleetrl_tests::compose::repo_root().join("configs/pendulum-sac.toml");
-    let mut learner = Command::new(bin)
-        .arg("--config")
-        .arg(&config)
-        .arg("--run-dir")
-        .arg(dir.join("run"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(["--set", "learner.world_size=2", "--set", "learner.rank=0"])
-        .args(["--set", &format!("learner.rendezvous=127.0.0.1:{port}")])
-        .args(["--set", "learner.collective_timeout_s=120"])
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()?;
-    let started = Instant::now();
-    while !read(&log_path).contains("joining the other learner processes") {
-        if let Ok(Some(status)) = learner.try_wait() {
-            anyhow::bail!(
-                "the learner exited ({status}) before it joined: {}",
-                read(&log_path)
-            );
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(60),
-            "the learner never reached the rendezvous: {}",
-            read(&log_path)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // Unsafe: a plain signal to a child this test started and has not reaped.
-    unsafe {
-        libc::kill(learner.id() as i32, libc::SIGTERM);
-    }
-    let (status, took) = wait_exit(&mut learner, Duration::from_secs(20));
-    let _ = learner.kill();
-    let log = read(&log_path);
-    let status = status.unwrap_or_else(|| panic!("still waiting {took:?} after SIGTERM: {log}"));
-    assert!(status.success(), "the learner ended with {status}: {log}");
-    assert!(log.contains("stopped before training began"), "{log}");
+    let args = [
+        "--config".to_string(),
+        config.display().to_string(),
+        "--run-dir".into(),
+        dir.join("run").display().to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+    ]
+    .into_iter()
+    .chain(
+        [
+            "learner.world_size=2".to_string(),
+            "learner.rank=0".into(),
+            format!("learner.rendezvous=127.0.0.1:{port}"),
+            "learner.collective_timeout_s=120".into(),
+        ]
+        .into_iter()
+        .flat_map(|set| ["--set".to_string(), set]),
+    )
+    .collect::<Vec<_>>();
+    fleetrl_tests::stopping::stops_at_once_while_waiting(
+        "fleet-learner",
+        &args,
+        &dir.join("learner.log"),
+        "joining the other learner processes",
+        "stopped before training began",
+    )?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -162,21 +162,6 @@ fn assert_same_episodes(demos: &[Demo], dataset: &serde_json::Value) {
     }
 }
 
-/// A role's log without its colour codes.
-fn plain_log(path: &Path) -> std::io::Result<String> {
-    let text = std::fs::read_to_string(path)?;
-    let mut plain = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            chars.by_ref().find(|&c| c == 'm');
-        } else {
-            plain.push(c);
-        }
-    }
-    Ok(plain)
-}
-
 fn converted_dir(out: &Path) -> PathBuf {
     out.join("minari").join(DATASET.replace('/', "_"))
 }
@@ -233,7 +218,7 @@ fn a_minari_dataset_is_bc_data_ppod_demos_and_an_off_policy_tables_start() -> an
             &ppod.display().to_string(),
         ],
     );
-    let replay_log = plain_log(&ppod.join("logs/replay-server.log"))?;
+    let replay_log = fleetrl_tests::read_log(&ppod.join("logs/replay-server.log"));
     assert!(
         replay_log.contains("demo buffers configured") && replay_log.contains("initial: 10,"),
         "{replay_log}"
@@ -270,7 +255,7 @@ fn a_minari_dataset_is_bc_data_ppod_demos_and_an_off_policy_tables_start() -> an
         summary["total_env_steps"].as_u64().unwrap() <= 3_500,
         "{summary:#}"
     );
-    let learner_log = plain_log(&dqn.join("logs/learner.log"))?;
+    let learner_log = fleetrl_tests::read_log(&dqn.join("logs/learner.log"));
     let steps = dataset["total_steps"].as_u64().unwrap();
     assert!(
         learner_log.contains(&format!("loaded the table's demos demos=10 steps={steps} ")),

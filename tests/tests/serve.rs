@@ -9,6 +9,8 @@
 //! - a Gaussian policy's actions come back as `[N, action shape]`, the policy's mean clipped
 //!   to the action space's bounds as `fleetrl eval` plays them.
 //!
+//! Waiting for a learner to follow, it stops at once on SIGTERM (`shutdown.rs`).
+//!
 //! Token refusal and garbage on every RPC, this one's included, are `auth.rs`'s.
 
 use std::path::PathBuf;

@@ -2,6 +2,10 @@
 //! its final checkpoint, ends every weight stream with UNAVAILABLE and exits 0, instead of
 //! training on until the actors leave (which made compose and Kubernetes reach their SIGKILL
 //! grace). The actors stay up and retry, so a restarted learner gets them back.
+//!
+//! An actor, and a policy server following a learner, still waiting for their learner at
+//! startup stop at once on SIGTERM and exit 0 ([`fleetrl_tests::stopping`]; a learner rank
+//! waiting at the rendezvous: `learner_ranks.rs`).
 
 use std::time::Duration;
 
@@ -49,5 +53,50 @@ async fn sigterm_stops_a_learner_with_actors_connected() -> anyhow::Result<()> {
             "actor {id} exited with its learner"
         );
     }
+    Ok(())
+}
+
+/// An actor and a policy server whose learner never answers (their patience is two minutes)
+/// stop at once on SIGTERM while they wait for it.
+#[test]
+fn roles_waiting_for_their_learner_stop_at_once_on_sigterm() -> anyhow::Result<()> {
+    let free = || -> anyhow::Result<String> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .to_string())
+    };
+    let dir = fleetrl_tests::scratch("fleetrl-roles-wait");
+    std::fs::create_dir_all(&dir)?;
+    let patience = ["--connect-patience-s".to_string(), "120".into()];
+    let roles = [
+        (
+            "fleet-actor",
+            vec!["--learner".into(), free()?, "--replay".into(), free()?],
+            "stopped before acting",
+        ),
+        (
+            "fleet-serve",
+            vec!["--follow".into(), free()?],
+            "stopped while waiting for the learner",
+        ),
+    ];
+    for (bin, mut args, stopped) in roles {
+        // Their own health or policy port: any free one.
+        let listen = if bin == "fleet-actor" {
+            "--health-listen"
+        } else {
+            "--listen"
+        };
+        args.extend([listen.to_string(), "127.0.0.1:0".into()]);
+        args.extend(patience.iter().cloned());
+        fleetrl_tests::stopping::stops_at_once_while_waiting(
+            bin,
+            &args,
+            &dir.join(format!("{bin}.log")),
+            fleetrl_tests::stopping::WAITING_FOR_THE_LEARNER,
+            stopped,
+        )?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -9,6 +9,7 @@ use fleetrl_core::config::RunConfig;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::LearnerStatus;
 use fleetrl_runtime::net;
+use fleetrl_runtime::signals::Signals;
 
 use crate::progress::Progress;
 use crate::summary::Summary;
@@ -20,7 +21,7 @@ mod running;
 use cluster::Cluster;
 use run_dir::{lock_run_dir, run_token, LEARNER_ADDR_FILE};
 pub(crate) use run_dir::{resume_checkpoint, set_parameter};
-use running::{watch_interrupts, Running};
+use running::Running;
 
 /// How long the launcher waits for each role to answer at start.
 pub(super) const START_PATIENCE: Duration = Duration::from_secs(120);
@@ -82,7 +83,7 @@ pub(crate) async fn train(
         learner: &mut learner,
         progress: Progress::new(config.stop.total_env_steps),
         last_status: LearnerStatus::default(),
-        interrupts: watch_interrupts()?,
+        interrupts: Signals::listen().context("listening for Ctrl-C and SIGTERM")?,
         started,
     };
     let finished = match run.train().await {

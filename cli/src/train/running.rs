@@ -10,7 +10,8 @@ use fleetrl_core::config::RunConfig;
 use fleetrl_proto::v1::learner_service_client::LearnerServiceClient;
 use fleetrl_proto::v1::{GetStatusRequest, LearnerStatus, SaveCheckpointRequest};
 use fleetrl_runtime::net::Channel;
-use tokio::sync::{oneshot, watch};
+use fleetrl_runtime::signals::Signals;
+use tokio::sync::oneshot;
 
 use super::{Cluster, Outcome};
 use crate::eval_cmd::evaluate_checkpoint;
@@ -39,8 +40,12 @@ pub(super) struct Running<'a> {
     pub(super) cluster: &'a mut Cluster,
     pub(super) learner: &'a mut LearnerServiceClient<Channel>,
     pub(super) progress: Progress,
-    /// How many Ctrl-Cs and SIGTERMs the launcher has received (see [`watch_interrupts`]).
-    pub(super) interrupts: watch::Receiver<u32>,
+    /// The Ctrl-Cs (SIGINT) and SIGTERMs (what `kill`, `timeout` and job schedulers send)
+    /// the launcher receives. The first ends training (the run then evaluates its latest
+    /// checkpoint and writes the summary); a second skips what is left of that evaluation.
+    /// Either one also ends an evaluation in progress, so that an env stuck in `step` cannot
+    /// hold the run.
+    pub(super) interrupts: Signals,
     /// The learner's status as last read.
     pub(super) last_status: LearnerStatus,
     pub(super) started: Instant,
@@ -70,38 +75,6 @@ impl EvalPacing {
     }
 }
 
-/// Counts the Ctrl-Cs (SIGINT) and SIGTERMs (what `kill`, `timeout` and job schedulers send)
-/// the launcher receives. The first ends training (the run then evaluates its latest
-/// checkpoint and writes the summary); a second skips what is left of that evaluation. Either
-/// one also ends an evaluation in progress, so that an env stuck in `step` cannot hold the run.
-pub(super) fn watch_interrupts() -> anyhow::Result<watch::Receiver<u32>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigint = signal(SignalKind::interrupt()).context("listening for Ctrl-C")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
-    let (tx, rx) = watch::channel(0);
-    tokio::spawn(async move {
-        loop {
-            let got = tokio::select! {
-                got = sigint.recv() => got,
-                got = sigterm.recv() => got,
-            };
-            if got.is_none() {
-                break;
-            }
-            tx.send_modify(|n| *n += 1);
-        }
-    });
-    Ok(rx)
-}
-
-/// Resolves once the launcher has received `n` signals (Ctrl-C or SIGTERM) in all; never if
-/// it cannot listen for them.
-pub(super) async fn signalled(interrupts: &mut watch::Receiver<u32>, n: u32) {
-    if interrupts.wait_for(|&got| got >= n).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
 impl Running<'_> {
     /// Trains until a stop condition: the outcome, the evaluations made, the last status.
     pub(super) async fn train(&mut self) -> anyhow::Result<LoopResult> {
@@ -114,7 +87,7 @@ impl Running<'_> {
         let mut pacing = EvalPacing::default();
         loop {
             tokio::select! {
-                _ = signalled(&mut self.interrupts, 1) => return self.interrupted(evaluations).await,
+                _ = self.interrupts.received(1) => return self.interrupted(evaluations).await,
                 _ = ticker.tick() => {}
             }
             let status = match self.observe().await {
@@ -185,7 +158,7 @@ impl Running<'_> {
         // Meanwhile the roles that exit are noted in order: the first is the one named.
         let grace = Instant::now();
         while grace.elapsed() < SIGNAL_GRACE {
-            let signal = signalled(&mut self.interrupts, 1);
+            let signal = self.interrupts.received(1);
             if tokio::time::timeout(Duration::from_millis(100), signal)
                 .await
                 .is_ok()
@@ -352,7 +325,7 @@ impl Running<'_> {
         seed: u64,
         training: bool,
     ) -> anyhow::Result<Option<EvalResult>> {
-        let interrupts = *self.interrupts.borrow() + 1;
+        let interrupts = self.interrupts.count() + 1;
         let (done, mut result) = oneshot::channel();
         let checkpoint = path.to_path_buf();
         std::thread::Builder::new()
@@ -378,7 +351,7 @@ impl Running<'_> {
                     let (result, _seed) = result.context("the evaluation's thread panicked")??;
                     return Ok(Some(result));
                 }
-                _ = signalled(&mut self.interrupts, interrupts) => return Ok(None),
+                _ = self.interrupts.received(interrupts) => return Ok(None),
                 _ = ticker.tick() => {}
             }
             self.cluster.supervise().await?;
