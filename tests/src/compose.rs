@@ -219,10 +219,10 @@ impl Drop for Compose {
     }
 }
 
-/// Kills a container's main process with SIGKILL from the host, as the kernel's OOM killer
-/// would: unlike `docker kill`, which tells Docker the container was stopped on purpose, this
-/// leaves its restart policy to act. Needs permission to signal the container's processes
-/// (root, as the Docker engine here runs).
+/// Kills a container's main process (its init, under `init: true`, and with it the role) with
+/// SIGKILL from the host, as the kernel's OOM killer would: unlike `docker kill`, which tells
+/// Docker the container was stopped on purpose, this leaves its restart policy to act. Needs
+/// permission to signal the container's processes (root, as the Docker engine here runs).
 pub fn crash(container: &str) -> anyhow::Result<()> {
     let pid: i32 = inspect(container, "{{.State.Pid}}")?
         .parse()
