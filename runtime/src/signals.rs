@@ -1,11 +1,13 @@
 //! The stop a process is asked for: SIGTERM (compose, Kubernetes, `fleetrl train` stopping its
 //! roles, `kill`, `timeout`) or Ctrl-C (SIGINT).
 //!
-//! Every binary listens from the first line of its `main` to its exit ([`Signals::listen`]),
-//! and each wait asks the one listener. Two reasons for that shape:
+//! Every role (learner, actor, replay and policy server) listens from the first line of its
+//! `run` to its exit ([`Signals::listen`]), and each wait asks the one listener; the launcher
+//! listens once its roles have started. Two reasons for that shape:
 //! - a container's main process is PID 1, which ignores a signal it has no handler for, so a
 //!   SIGTERM that arrives before a handler exists is lost and the orchestrator waits out its
-//!   stop grace (a `docker-compose down` then takes 60 s);
+//!   stop grace (the compose files also run the roles under docker's init, for the instants
+//!   before `main`, while libtorch loads);
 //! - tokio's handler, once installed, stays for the life of the process, but a signal reaches
 //!   only the listeners that exist when it arrives: one that lands between two waits (say,
 //!   after startup's wait and before serving's) would neither kill the process nor be heard.

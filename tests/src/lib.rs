@@ -387,6 +387,21 @@ pub fn read_log(path: &Path) -> String {
     plain
 }
 
+/// Waits for `child` to exit, at most `limit`; its status and how long that took.
+pub fn wait_exit(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, Duration) {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Ok(Some(status)) = child.try_wait() {
+            return (Some(status), started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (None, started.elapsed())
+}
+
 /// A loopback address with a port that was free a moment ago.
 fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)

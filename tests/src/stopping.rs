@@ -5,8 +5,12 @@
 //! under `docker-compose down` (here, not PID 1, it died of the signal instead).
 
 use std::path::Path;
-use std::process::{Command, ExitStatus};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure};
+
+use crate::{read_log, wait_exit};
 
 /// What an actor and a policy server following a learner log as they start to wait for it.
 pub const WAITING_FOR_THE_LEARNER: &str = "waiting for the learner";
@@ -19,26 +23,11 @@ const STOP_LIMIT: Duration = Duration::from_secs(20);
 /// within [`STOP_LIMIT`], its log saying `stopped`.
 pub fn stops_at_once_while_waiting(
     bin: &str,
-    args: &[String],
+    args: &[&str],
     log_path: &Path,
     waiting: &str,
     stopped: &str,
 ) -> anyhow::Result<()> {
-    let (status, log) = sigterm_while_waiting(bin, args, log_path, waiting)?;
-    anyhow::ensure!(status.success(), "{bin} ended with {status}: {log}");
-    anyhow::ensure!(
-        log.contains(stopped),
-        "{bin} did not log {stopped:?}: {log}"
-    );
-    Ok(())
-}
-
-fn sigterm_while_waiting(
-    bin: &str,
-    args: &[String],
-    log_path: &Path,
-    waiting: &str,
-) -> anyhow::Result<(ExitStatus, String)> {
     let log = std::fs::File::create(log_path)?;
     let mut child = Command::new(fleetrl_runtime::launch::bin_dir()?.join(bin))
         .args(args)
@@ -46,19 +35,16 @@ fn sigterm_while_waiting(
         .stderr(log)
         .spawn()?;
     let started = Instant::now();
-    while !crate::read_log(log_path).contains(waiting) {
+    while !read_log(log_path).contains(waiting) {
         if let Some(status) = child.try_wait()? {
-            anyhow::bail!(
+            bail!(
                 "{bin} exited ({status}) before it waited: {}",
-                crate::read_log(log_path)
+                read_log(log_path)
             );
         }
         if started.elapsed() > Duration::from_secs(60) {
             let _ = child.kill();
-            anyhow::bail!(
-                "{bin} never logged {waiting:?}: {}",
-                crate::read_log(log_path)
-            );
+            bail!("{bin} never logged {waiting:?}: {}", read_log(log_path));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -66,19 +52,16 @@ fn sigterm_while_waiting(
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }
-    let sent = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if sent.elapsed() > STOP_LIMIT {
-            let _ = child.kill();
-            anyhow::bail!(
-                "{bin} still waits {STOP_LIMIT:?} after SIGTERM: {}",
-                crate::read_log(log_path)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let (status, _) = wait_exit(&mut child, STOP_LIMIT);
+    let _ = child.kill();
+    let log = read_log(log_path);
+    let Some(status) = status else {
+        bail!("{bin} still waits {STOP_LIMIT:?} after SIGTERM: {log}");
     };
-    Ok((status, crate::read_log(log_path)))
+    ensure!(status.success(), "{bin} ended with {status}: {log}");
+    ensure!(
+        log.contains(stopped),
+        "{bin} did not log {stopped:?}: {log}"
+    );
+    Ok(())
 }

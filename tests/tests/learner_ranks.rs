@@ -9,11 +9,11 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fleetrl_tests::cli::fleetrl_command;
-use fleetrl_tests::read_log as read;
+use fleetrl_tests::{read_log as read, wait_exit};
 
 /// `fleetrl train --config PRESET` with two learner ranks into `out`.
 fn train_command(preset: &str, out: &Path, sets: &[&str]) -> Command {
@@ -90,18 +90,6 @@ fn processes_under(dir: &Path) -> Vec<(u32, String)> {
         }
     }
     found
-}
-
-/// Waits for `child` to exit, at most `limit`; its status and how long that took.
-fn wait_exit(child: &mut Child, limit: Duration) -> (Option<std::process::ExitStatus>, Duration) {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if let Ok(Some(status)) = child.try_wait() {
-            return (Some(status), started.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (None, started.elapsed())
 }
 
 /// cartpole-ppo on two ranks solves within its preset's budget (100k env steps); the run
@@ -225,26 +213,25 @@ fn a_rank_waiting_at_the_rendezvous_stops_at_once_on_sigterm() -> anyhow::Result
         .local_addr()?
         .port();
     let config = fleetrl_tests::compose::repo_root().join("configs/pendulum-sac.toml");
+    let config = config.display().to_string();
+    let run_dir = dir.join("run").display().to_string();
+    let rendezvous = format!("learner.rendezvous=127.0.0.1:{port}");
     let args = [
-        "--config".to_string(),
-        config.display().to_string(),
-        "--run-dir".into(),
-        dir.join("run").display().to_string(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-    ]
-    .into_iter()
-    .chain(
-        [
-            "learner.world_size=2".to_string(),
-            "learner.rank=0".into(),
-            format!("learner.rendezvous=127.0.0.1:{port}"),
-            "learner.collective_timeout_s=120".into(),
-        ]
-        .into_iter()
-        .flat_map(|set| ["--set".to_string(), set]),
-    )
-    .collect::<Vec<_>>();
+        "--config",
+        &config,
+        "--run-dir",
+        &run_dir,
+        "--listen",
+        "127.0.0.1:0",
+        "--set",
+        "learner.world_size=2",
+        "--set",
+        "learner.rank=0",
+        "--set",
+        &rendezvous,
+        "--set",
+        "learner.collective_timeout_s=120",
+    ];
     fleetrl_tests::stopping::stops_at_once_while_waiting(
         "fleet-learner",
         &args,

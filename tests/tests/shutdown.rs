@@ -67,28 +67,29 @@ fn roles_waiting_for_their_learner_stop_at_once_on_sigterm() -> anyhow::Result<(
     };
     let dir = fleetrl_tests::scratch("fleetrl-roles-wait");
     std::fs::create_dir_all(&dir)?;
-    let patience = ["--connect-patience-s".to_string(), "120".into()];
+    let (learner, replay, followed) = (free()?, free()?, free()?);
+    let patience = ["--connect-patience-s", "120"];
     let roles = [
         (
             "fleet-actor",
-            vec!["--learner".into(), free()?, "--replay".into(), free()?],
+            vec![
+                "--learner",
+                &learner,
+                "--replay",
+                &replay,
+                "--health-listen",
+                "127.0.0.1:0",
+            ],
             "stopped before acting",
         ),
         (
             "fleet-serve",
-            vec!["--follow".into(), free()?],
+            vec!["--follow", &followed, "--listen", "127.0.0.1:0"],
             "stopped while waiting for the learner",
         ),
     ];
     for (bin, mut args, stopped) in roles {
-        // Their own health or policy port: any free one.
-        let listen = if bin == "fleet-actor" {
-            "--health-listen"
-        } else {
-            "--listen"
-        };
-        args.extend([listen.to_string(), "127.0.0.1:0".into()]);
-        args.extend(patience.iter().cloned());
+        args.extend(patience);
         fleetrl_tests::stopping::stops_at_once_while_waiting(
             bin,
             &args,
