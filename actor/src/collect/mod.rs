@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use fleetrl_core::acting::policy_loader::LoadPolicyError;
 use fleetrl_core::acting::ActingError;
+use fleetrl_core::algos::registry;
 use fleetrl_core::broadcast::Received;
 use fleetrl_core::config::RunConfig;
 use fleetrl_core::envs::{EnvError, Episode};
@@ -130,12 +131,14 @@ pub(crate) fn collector(
     Ok(collector)
 }
 
-/// Items an off-policy actor stacks into one insert request (on-policy: one rollout each).
+/// Items an off-policy actor stacks into one insert request (`algo.replay.items_per_request`;
+/// on-policy: one rollout each).
 pub(crate) fn items_per_request(config: &RunConfig) -> usize {
-    match config.algo.is_off_policy() {
-        true => transitions::TRANSITIONS_PER_REQUEST,
-        false => 1,
+    if !config.algo.is_off_policy() {
+        return 1;
     }
+    let replay = registry::spec(config).replay;
+    replay.map_or(1, |replay| replay.items_per_request as usize)
 }
 
 /// Episodes and steps since the last report, filled here and drained by the reporter.
@@ -318,8 +321,23 @@ fn settle_held<T>(held: &mut VecDeque<T>, version: impl Fn(&T) -> i64, lag: u32,
 
 #[cfg(test)]
 mod tests {
-    use super::settle_held;
+    use super::{items_per_request, settle_held};
+    use fleetrl_core::config::RunConfig;
     use std::collections::VecDeque;
+
+    /// An off-policy actor stacks `algo.replay.items_per_request` items a request (1 keeps it
+    /// within a step of the replay server); an on-policy one sends each rollout alone.
+    #[test]
+    fn items_per_request_follows_the_replay_options() {
+        let td3 = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            items_per_request(&RunConfig::load("halfcheetah-td3", &sets).unwrap())
+        };
+        assert_eq!(td3(&[]), 64);
+        assert_eq!(td3(&["algo.replay.items_per_request=1"]), 1);
+        let ppo = RunConfig::load("cartpole-ppo", &[]).unwrap();
+        assert_eq!(items_per_request(&ppo), 1);
+    }
 
     fn settled(versions: &[i64], lag: u32, max_lag: u32) -> Vec<i64> {
         let mut held: VecDeque<i64> = versions.iter().copied().collect();

@@ -19,9 +19,6 @@ use rand::SeedableRng;
 
 use super::{model, ActError, Collected, Collector, Pacing};
 
-/// Transitions stacked into one insert request.
-pub(super) const TRANSITIONS_PER_REQUEST: usize = 64;
-
 /// The algorithm's actor-side settings, from its registry entry.
 pub(super) fn actor_side(config: &RunConfig) -> Result<StepActing, ActError> {
     registry::spec(config).acting.ok_or(ActError::Unsupported(

@@ -21,6 +21,9 @@ pub(crate) fn check_actor_critic(
     check(num_critics >= 1, "algo.num_critics", "must be >= 1")
 }
 
+/// The most items one insert request may stack (`algo.replay.items_per_request`).
+const MAX_ITEMS_PER_REQUEST: u32 = 1024;
+
 /// The replay table of transitions and how the learner samples it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -37,6 +40,15 @@ pub struct ReplayOptions {
     /// Slack of the rate limiter in sampled transitions (0: the larger of two batches and
     /// 100 inserts' worth, `100 * samples_per_insert`).
     pub error_buffer: f64,
+    /// Items (transitions, or sequences for a recurrent model) an actor stacks into one
+    /// insert request. An actor also queues at most this many and keeps this many times
+    /// `actors.max_in_flight` unacknowledged, so its policy can act about twice this many
+    /// env steps per env ahead of what the replay server took, and `error_buffer` more ahead
+    /// of the learner. 1 (with `error_buffer` at two batches and `algo.publish_interval = 1`)
+    /// acts about 15 updates behind the learner where 64 acts about 240 behind
+    /// (`halfcheetah-td3`, bench/policy_lag.sh; SB3's step-then-update loop: 0 or 1), at one
+    /// request per env step.
+    pub items_per_request: u32,
     /// Prioritized experience replay (Schaul et al. 2016): sample by TD error.
     pub prioritized: bool,
     /// Priority exponent alpha (0 uniform, 1 proportional).
@@ -75,6 +87,7 @@ impl Default for ReplayOptions {
             samples_per_insert: 16.0,
             min_size: 1_000,
             error_buffer: 0.0,
+            items_per_request: 64,
             prioritized: false,
             priority_exponent: 0.6,
             importance_exponent: 0.4,
@@ -115,6 +128,11 @@ impl ReplayOptions {
             self.samples_per_insert > 0.0,
             "algo.replay.samples_per_insert",
             "must be > 0",
+        )?;
+        check(
+            (1..=MAX_ITEMS_PER_REQUEST).contains(&self.items_per_request),
+            "algo.replay.items_per_request",
+            "must be in [1, 1024]",
         )?;
         check(
             self.min_size >= 1 && self.min_size <= self.capacity,

@@ -510,6 +510,32 @@ fn out_of_range_is_named() {
     assert!(err.to_string().contains("algo.discount"), "{err}");
 }
 
+/// An insert request stacks 1 to 1,024 items: 0 would never send, and beyond that one request
+/// of stored sequences outgrows the replay server's message limit.
+#[test]
+fn items_per_request_is_bounded_and_named() {
+    let config = RunConfig::load("halfcheetah-td3", &[]).unwrap();
+    let replay = |c: &RunConfig| {
+        crate::algos::registry::spec(c)
+            .replay
+            .unwrap()
+            .items_per_request
+    };
+    assert_eq!(replay(&config), 64, "the default");
+    let lockstep = config
+        .with_overrides(&["algo.replay.items_per_request=1".into()])
+        .unwrap();
+    assert_eq!(replay(&lockstep), 1);
+    for bad in ["0", "1025"] {
+        let set = format!("algo.replay.items_per_request={bad}");
+        let err = config.with_overrides(&[set]).unwrap_err().to_string();
+        assert!(
+            err.contains("algo.replay.items_per_request") && err.contains("[1, 1024]"),
+            "{err}"
+        );
+    }
+}
+
 /// The presets' text, one string a preset: what the config fuzzing below mutates.
 fn preset_texts() -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
