@@ -510,8 +510,8 @@ fn out_of_range_is_named() {
     assert!(err.to_string().contains("algo.discount"), "{err}");
 }
 
-/// An insert request stacks 1 to 1,024 items: 0 would never send, and beyond that one request
-/// of stored sequences outgrows the replay server's message limit.
+/// An insert request stacks 1 to 1,024 items: 0 would never send, and the cap bounds the size of
+/// one request.
 #[test]
 fn items_per_request_is_bounded_and_named() {
     let config = RunConfig::load("halfcheetah-td3", &[]).unwrap();
