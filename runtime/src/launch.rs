@@ -78,6 +78,10 @@ fn command(binary: &str, args: &[String], log: &Path) -> anyhow::Result<Command>
         cmd.env(crate::net::auth::TOKEN_ENV, token.expose())
             .env_remove(crate::net::auth::TOKEN_FILE_ENV);
     }
+    // One address cannot serve every role this launcher starts on the host: an address in
+    // the environment (meant for one role, as compose sets it) made every role but the first
+    // fail to bind and the run end. The roles started here serve no metrics.
+    cmd.env_remove(crate::telemetry::metrics::LISTEN_ENV);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -100,3 +100,32 @@ async fn an_off_policy_actor_reports_its_weight_swaps() -> anyhow::Result<()> {
     drop(sandbox);
     Ok(())
 }
+
+/// `fleetrl train` starts every role on one host, so a metrics address in its environment
+/// (what compose gives each role) cannot go to all of them: it once made every role but the
+/// first fail to bind (`Address already in use`) and the run end. The launcher says it
+/// ignores it, and the run trains.
+#[test]
+fn train_ignores_a_metrics_address_in_its_environment() -> anyhow::Result<()> {
+    let out = fleetrl_tests::scratch("metrics-env");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let run = fleetrl_tests::cli::fleetrl_command(&[
+        "train",
+        "--config",
+        "cartpole-ppo",
+        "--set",
+        "stop.total_env_steps=3000",
+    ])
+    .env("FLEETRL_METRICS_LISTEN", taken.local_addr()?.to_string())
+    .arg("--out")
+    .arg(&out)
+    .output()?;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "fleetrl train failed: {stderr}");
+    assert!(
+        stderr.contains("FLEETRL_METRICS_LISTEN is ignored"),
+        "{stderr}"
+    );
+    assert!(out.join("summary.json").exists());
+    Ok(())
+}

@@ -65,6 +65,14 @@ pub(crate) async fn train(
     let config_path = out.join("config.toml");
     std::fs::write(&config_path, config.to_toml())
         .with_context(|| format!("writing {}", config_path.display()))?;
+    let listen = fleetrl_runtime::telemetry::metrics::LISTEN_ENV;
+    if std::env::var_os(listen).is_some() {
+        eprintln!(
+            "[fleetrl] {listen} is ignored: `fleetrl train` starts every role on this host and \
+             one address cannot serve them all; to scrape the roles' metrics, start them \
+             yourself with --metrics-listen (docs/deploy.md)"
+        );
+    }
     let started = Instant::now();
     let (mut cluster, addrs) = Cluster::start(
         &config_path,

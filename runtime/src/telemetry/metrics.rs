@@ -32,6 +32,9 @@ use tokio::net::TcpListener;
 /// A label set as stored: `(key, escaped value)` pairs in the caller's order.
 type Labels = Vec<(String, String)>;
 
+/// The environment variable every role reads its metrics address from (`--metrics-listen`).
+pub const LISTEN_ENV: &str = "FLEETRL_METRICS_LISTEN";
+
 /// A monotonically increasing total (Prometheus `counter`); rates come from `rate()`.
 #[derive(Debug, Clone, Default)]
 pub struct Counter(counter::Counter<f64, AtomicU64>);
