@@ -448,7 +448,9 @@ mod tests {
 
     /// `ConvInit::Torch` draws every weight and bias of the MinAtar encoder in PyTorch's
     /// `+-1/sqrt(fan_in)` and fills the range; `KaimingRelu` draws weights `sqrt(6)` times
-    /// wider, with the convolution's biases at 0.
+    /// wider, with the convolution's biases at 0. "Fills" is the largest of n uniform draws
+    /// above `1e-6^(1/n)` of the bound, missed once in a million: a fixed 0.9 failed the 16
+    /// biases of conv0 one run in five (0.9^16).
     #[test]
     fn encoder_inits_draw_pytorchs_and_tchs_ranges() {
         let space = image(4, 10, 10, 1.0);
@@ -468,11 +470,14 @@ mod tests {
             )
             .unwrap();
             let largest = |name: &str| vs.variables()[name].abs().max().double_value(&[]);
+            let numel = |name: &str| vs.variables()[name].numel() as f64;
             for (layer, fan_in) in [("conv0", 4.0 * 9.0), ("fc0", 16.0 * 8.0 * 8.0)] {
                 let bound = width / f64::sqrt(fan_in);
                 for part in parts {
-                    let m = largest(&format!("{layer}.{part}"));
-                    let ok = m <= bound && m > 0.9 * bound;
+                    let name = format!("{layer}.{part}");
+                    let m = largest(&name);
+                    let fills = 1e-6f64.powf(1.0 / numel(&name));
+                    let ok = m <= bound && m > fills * bound;
                     assert!(ok, "{init:?} {layer}.{part}: {m} vs {bound}");
                 }
             }
