@@ -141,8 +141,12 @@ pub(crate) struct Summary {
     pub(crate) rollouts_dropped: u64,
     /// Rollouts in the batches the learner trained on (on-policy).
     pub(crate) rollouts_trained: u64,
-    /// Mean policy lag of the trained rollouts over the run, in versions.
-    pub(crate) mean_policy_lag: f64,
+    /// Mean policy lag of the trained rollouts over the run, in versions (on-policy). Absent
+    /// for a run that trained no rollouts: replayed items carry no policy version, so the
+    /// learner cannot tell how far an off-policy actor acted ahead of it
+    /// (`bench/policy_lag.sh` measures that from the roles' metrics).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mean_policy_lag: Option<f64>,
     pub(crate) evaluations: Vec<Evaluation>,
 }
 
@@ -192,7 +196,7 @@ impl Summary {
                 .then_some(status.recent_return),
             rollouts_dropped: status.rollouts_dropped,
             rollouts_trained: status.rollouts_trained,
-            mean_policy_lag: status.mean_policy_lag,
+            mean_policy_lag: (status.rollouts_trained > 0).then_some(status.mean_policy_lag),
             evaluations: evaluations.to_vec(),
         }
     }

@@ -50,6 +50,8 @@ fn dqn_solves_cartpole_and_bc_clones_it() {
     let summary = train("cartpole-dqn", &out, &["seed=1"]);
     solved(&summary, 475.0);
     assert_eq!(summary["algo"], "dqn");
+    // Replayed transitions carry no policy version: the summary names no lag rather than 0.
+    assert!(summary.get("mean_policy_lag").is_none(), "{summary:#}");
     let expert = summary["checkpoint"]
         .as_str()
         .expect("checkpoint")
