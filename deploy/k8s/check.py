@@ -42,6 +42,10 @@ def check_workload(name, obj, config_maps, problems):
     selector = obj["spec"]["selector"]["matchLabels"]
     if any(labels.get(k) != v for k, v in selector.items()):
         problems.append(f"{name}: selector {selector} does not match pod labels {labels}")
+    if spec.get("shareProcessNamespace") is not True:
+        # Otherwise the role is its container's PID 1, which drops a SIGTERM that comes before
+        # the role listens for it, and the pod waits out its whole grace period.
+        problems.append(f"{name}: pod template lacks shareProcessNamespace: true (the role would be PID 1)")
     notes = pod["metadata"].get("annotations", {})
     if notes.get("prometheus.io/scrape") != "true":
         problems.append(f"{name}: pod template lacks prometheus.io/scrape: \"true\"")

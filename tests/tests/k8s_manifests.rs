@@ -102,6 +102,12 @@ fn broken_overlays_are_rejected() -> anyhow::Result<()> {
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: fleetrl-serve\nspec:\n  template:\n    spec:\n      containers:\n        - name: serve\n          env:\n            - name: FLEETRL_LEARNER_ADDR\n              value: fleetrl-replay:50051",
         "fleetrl-serve: follows FLEETRL_LEARNER_ADDR=fleetrl-replay:50051",
     )?;
+    // The replay server is its container's PID 1 again, deaf to an early SIGTERM.
+    assert_rejected(
+        "replay-pid-1",
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: fleetrl-replay\nspec:\n  template:\n    spec:\n      shareProcessNamespace: false",
+        "fleetrl-replay: pod template lacks shareProcessNamespace: true",
+    )?;
     // The learner asks for CUDA without requesting a GPU.
     assert_rejected(
         "cuda-no-gpu",
