@@ -1,9 +1,9 @@
 """How far an off-policy actor acts ahead of its learner, read off the roles' metrics.
 
-Starts a replay server, a learner and one actor by hand (as `fleetrl train` does, each with its
-own `--metrics-listen`) and twice a second reads the actor's `env_steps_total` and
-`policy_version` (the version acting now; `actors.rollout_length = 1` so both move every step)
-and the learner's `updates_total`. Once updates have begun, the actor's policy lag in updates
+Runs `fleetrl train --metrics-listen` (every role serves its metrics, one port each: the
+replay server, the learner, then the actor) with no evaluation before the end, and twice a
+second reads the actor's `env_steps_total` and `policy_version` (the version acting now;
+`actors.rollout_length = 1` so both move every step) and the learner's `updates_total`. Once updates have begun, the actor's policy lag in updates
 is
 
     lag = (env steps acted - min_size) * updates per env step - version acting * publish_interval
@@ -23,7 +23,6 @@ bench/policy_lag.sh runs it for the default pipeline and for `items_per_request 
 
 import json
 import os
-import secrets
 import shutil
 import socket
 import statistics
@@ -38,10 +37,25 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 BIN = os.path.join(ROOT, "target", "release")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """The first of n loopback ports in a row that were free a moment ago."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            base = first.getsockname()[1]
+            rest = []
+            try:
+                for i in range(1, n):
+                    s = socket.socket()
+                    rest.append(s)
+                    s.bind(("127.0.0.1", base + i))
+                return base
+            except OSError:
+                continue
+            finally:
+                for s in rest:
+                    s.close()
+    raise SystemExit(f"no {n} free loopback ports in a row")
 
 
 def metrics(port):
@@ -88,28 +102,17 @@ def main():
     preset, steps, sets = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     config = preset_config(preset, sets)
     work = tempfile.mkdtemp(prefix="policy-lag-")
-    env = dict(os.environ, FLEETRL_TOKEN=secrets.token_hex(16))
-    replay, learner = free_port(), free_port()
-    m_replay, m_learner, m_actor = free_port(), free_port(), free_port()
-    args = [f"--set={s}" for s in ["actors.rollout_length=1", *sets]]
-    logs = {name: open(os.path.join(work, f"{name}.log"), "w") for name in ("replay", "learner", "actor")}
-    procs = [
-        subprocess.Popen(
-            [f"{BIN}/fleet-replay-server", "--listen", f"127.0.0.1:{replay}",
-             "--demos-root", work, "--metrics-listen", f"127.0.0.1:{m_replay}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=logs["replay"]),
-        subprocess.Popen(
-            [f"{BIN}/fleet-learner", "--listen", f"127.0.0.1:{learner}",
-             "--replay", f"127.0.0.1:{replay}", "--config", preset,
-             "--run-dir", os.path.join(work, "run"),
-             "--metrics-listen", f"127.0.0.1:{m_learner}", *args],
-            env=env, stdout=subprocess.DEVNULL, stderr=logs["learner"]),
-    ]
+    base = free_ports(3)
+    m_learner, m_actor = base + 1, base + 2
+    args = [f"--set={s}" for s in [
+        "actors.rollout_length=1", f"stop.total_env_steps={2 * steps}",
+        f"eval.interval_env_steps={2 * steps}", "stop.max_wall_seconds=3600", *sets]]
+    log = open(os.path.join(work, "train.log"), "w")
+    procs = [subprocess.Popen(
+        [f"{BIN}/fleetrl", "train", "--config", preset, "--out", os.path.join(work, "run"),
+         "--metrics-listen", f"127.0.0.1:{base}", *args],
+        stdout=subprocess.DEVNULL, stderr=log)]
     try:
-        procs.append(subprocess.Popen(
-            [f"{BIN}/fleet-actor", "--learner", f"127.0.0.1:{learner}",
-             "--replay", f"127.0.0.1:{replay}", "--metrics-listen", f"127.0.0.1:{m_actor}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=logs["actor"]))
         per_step = setting(config, "algo.replay.samples_per_insert") / setting(
             config, "algo.replay.batch_size")
         min_size = setting(config, "algo.replay.min_size")
@@ -131,7 +134,7 @@ def main():
             first = first or (time.monotonic(), acted)
             last = (time.monotonic(), acted)
         if not leads:
-            raise SystemExit(f"no samples; the roles' logs are in {work}")
+            raise SystemExit(f"no samples; the run's logs are in {work}")
         leads.sort()
         print(json.dumps({
             "preset": preset, "sets": sets, "samples": len(leads),
@@ -140,13 +143,10 @@ def main():
             "env_steps_per_s": round((last[1] - first[1]) / max(last[0] - first[0], 1e-9), 1),
         }))
     finally:
-        for p in reversed(procs):
-            p.terminate()
+        # The launcher's roles get SIGTERM when it dies (no checkpoint or evaluation to wait for).
         for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            p.kill()
+            p.wait()
         if os.environ.get("KEEP") != "1":
             shutil.rmtree(work, ignore_errors=True)
 

@@ -52,6 +52,11 @@ enum Command {
         /// `learner.init_from`; on-policy algorithms).
         #[arg(long, value_name = "CHECKPOINT", conflicts_with = "resume")]
         init_from: Option<PathBuf>,
+        /// Serve every role's Prometheus metrics on HOST, from PORT up: the replay server on
+        /// PORT, learner rank r on PORT+1+r, actor i on PORT+1+learner.world_size+i (each
+        /// address is printed at start).
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Evaluate a checkpoint's deterministic policy.
     Eval {
@@ -232,6 +237,7 @@ async fn run() -> anyhow::Result<()> {
             out,
             resume,
             init_from,
+            metrics_listen,
         } => {
             let out = out.unwrap_or_else(|| match (&config, &resume) {
                 (Some(config), _) => default_out(config),
@@ -275,7 +281,8 @@ async fn run() -> anyhow::Result<()> {
                     .with_context(|| format!("--init-from {}", path.display()))?;
                 run.learner.init_from = path.display().to_string();
             }
-            let (summary, interrupted) = train::train(run, &out, resume.as_deref()).await?;
+            let (summary, interrupted) =
+                train::train(run, &out, resume.as_deref(), metrics_listen).await?;
             match summary {
                 Some(summary) => {
                     println!("{}", serde_json::to_string_pretty(&summary)?);

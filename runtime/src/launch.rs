@@ -80,7 +80,8 @@ fn command(binary: &str, args: &[String], log: &Path) -> anyhow::Result<Command>
     }
     // One address cannot serve every role this launcher starts on the host: an address in
     // the environment (meant for one role, as compose sets it) made every role but the first
-    // fail to bind and the run end. The roles started here serve no metrics.
+    // fail to bind and the run end. A role started here gets its own address as an argument
+    // (`fleetrl train --metrics-listen`), or serves no metrics.
     cmd.env_remove(crate::telemetry::metrics::LISTEN_ENV);
     cmd.args(args)
         .stdin(Stdio::null())

@@ -129,3 +129,71 @@ fn train_ignores_a_metrics_address_in_its_environment() -> anyhow::Result<()> {
     assert!(out.join("summary.json").exists());
     Ok(())
 }
+
+/// Three loopback ports in a row that were free a moment ago: the first of them.
+fn free_port_run(len: u16) -> anyhow::Result<u16> {
+    for _ in 0..50 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let base = first.local_addr()?.port();
+        if base.checked_add(len).is_none() {
+            continue;
+        }
+        let rest: Result<Vec<_>, _> = (1..len)
+            .map(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)))
+            .collect();
+        if rest.is_ok() {
+            return Ok(base);
+        }
+    }
+    anyhow::bail!("no {len} free loopback ports in a row in 50 tries")
+}
+
+/// `fleetrl train --metrics-listen HOST:PORT` gives each role its own port from PORT up (the
+/// replay server, the learner, then the actor), says which, and each serves its own series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn train_serves_each_roles_metrics_from_one_base_port() -> anyhow::Result<()> {
+    let out = fleetrl_tests::scratch("metrics-train");
+    let base = free_port_run(3)?;
+    let log = out.with_extension("stderr");
+    let mut run = fleetrl_tests::cli::fleetrl_command(&[
+        "train",
+        "--config",
+        "cartpole-ppo",
+        "--set",
+        "actors.count=1",
+        "--set",
+        "stop.total_env_steps=10000000",
+        "--set",
+        "stop.target_return=100000",
+        "--metrics-listen",
+        &format!("127.0.0.1:{base}"),
+    ])
+    .arg("--out")
+    .arg(&out)
+    .stderr(std::fs::File::create(&log)?)
+    .spawn()?;
+    let addr = |offset: u16| SocketAddr::from(([127, 0, 0, 1], base + offset));
+    let scraped = async {
+        at_least(
+            addr(0),
+            "fleetrl_replay_inserted_total{table=\"rollouts\"}",
+            2.0,
+        )
+        .await?;
+        at_least(addr(1), "fleetrl_learner_updates_total", 2.0).await?;
+        at_least(addr(2), "fleetrl_actor_env_steps_total", 1000.0).await
+    }
+    .await;
+    let _ = run.kill();
+    let _ = run.wait();
+    let stderr = std::fs::read_to_string(&log)?;
+    scraped.map_err(|e| e.context(format!("fleetrl train's stderr:\n{stderr}")))?;
+    let listed = format!(
+        "[fleetrl] metrics: replay-server {}, learner {}, actor-0 {}",
+        addr(0),
+        addr(1),
+        addr(2)
+    );
+    assert!(stderr.contains(&listed), "no `{listed}` in:\n{stderr}");
+    Ok(())
+}

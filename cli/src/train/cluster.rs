@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::{LEARNER_ADDR_FILE, START_PATIENCE};
+use super::{MetricsPorts, LEARNER_ADDR_FILE, START_PATIENCE};
 use fleetrl_runtime::launch::{self, Role};
 
 /// How long a stopping role may take to exit before it is killed.
@@ -24,6 +24,8 @@ pub(super) struct Cluster {
     pub(super) ranks: Vec<Role>,
     pub(super) actors: Vec<Role>,
     pub(super) actor_args: Vec<String>,
+    /// Where each role serves its metrics (`fleetrl train --metrics-listen`), if anywhere.
+    metrics: Option<MetricsPorts>,
     pub(super) logs: PathBuf,
     pub(super) restarts: u32,
     /// The first server or learner rank seen exited, and how: when one learner rank dies the
@@ -43,20 +45,23 @@ impl Cluster {
         actors: u32,
         learner_ranks: u32,
         resume: Option<&str>,
+        metrics: Option<MetricsPorts>,
     ) -> anyhow::Result<(Cluster, SocketAddrs)> {
         let logs = out.join("logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         let config = s(config_path.display());
         let replay_log = logs.join("replay-server.log");
+        let mut replay_args = vec![
+            s("--listen"),
+            s("127.0.0.1:0"),
+            s("--demos-root"),
+            s(demos_root.display()),
+        ];
+        replay_args.extend(metrics_args(metrics.map(|m| m.replay())));
         let mut replay = Role::start(
             "replay-server",
             "fleet-replay-server",
-            &[
-                s("--listen"),
-                s("127.0.0.1:0"),
-                s("--demos-root"),
-                s(demos_root.display()),
-            ],
+            &replay_args,
             &replay_log,
         )
         .await?;
@@ -75,6 +80,7 @@ impl Cluster {
             if learner_ranks > 1 {
                 args.extend([s("--set"), format!("learner.rank={rank}")]);
             }
+            args.extend(metrics_args(metrics.map(|m| m.learner(rank))));
             args
         };
         let mut rank0_args = learner_args(out, 0);
@@ -114,6 +120,7 @@ impl Cluster {
             ranks,
             actors: Vec::new(),
             actor_args,
+            metrics,
             logs,
             restarts: 0,
             first_exit: None,
@@ -133,6 +140,7 @@ impl Cluster {
     pub(super) async fn start_actor(&self, id: u32) -> anyhow::Result<Role> {
         let mut args = self.actor_args.clone();
         args.extend([s("--actor-id"), s(id)]);
+        args.extend(metrics_args(self.metrics.map(|m| m.actor(id))));
         let log = self.logs.join(format!("actor-{id}.log"));
         Role::start(&format!("actor-{id}"), "fleet-actor", &args, &log).await
     }
@@ -194,6 +202,12 @@ impl Cluster {
         futures::future::join_all(self.ranks.iter_mut().map(|r| r.stop(STOP_GRACE))).await;
         self.replay.stop(STOP_GRACE).await;
     }
+}
+
+/// A role's `--metrics-listen` arguments, none without an address.
+fn metrics_args(addr: Option<std::net::SocketAddr>) -> Vec<String> {
+    addr.map(|a| vec![s("--metrics-listen"), s(a)])
+        .unwrap_or_default()
 }
 
 /// The role (and log) name of learner rank `rank` (1 and up; rank 0 is `learner`).

@@ -1,6 +1,7 @@
 //! `fleetrl train`: one replay server, one learner and N actors on loopback; progress, periodic
 //! evaluation of the deterministic policy, the stop condition, and `summary.json`.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,7 @@ pub(crate) async fn train(
     config: RunConfig,
     out: &Path,
     resume: Option<&str>,
+    metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<(Option<Summary>, bool)> {
     if config.actors.count == 0 {
         anyhow::bail!(
@@ -52,6 +54,9 @@ pub(crate) async fn train(
         );
     }
     check_local_actors(config.actors.count, local_cores())?;
+    let metrics = metrics_listen
+        .map(|addr| MetricsPorts::new(addr, config.learner.world_size, config.actors.count))
+        .transpose()?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let _lock = lock_run_dir(out)?;
     run_token(out)?;
@@ -69,9 +74,12 @@ pub(crate) async fn train(
     if std::env::var_os(listen).is_some() {
         eprintln!(
             "[fleetrl] {listen} is ignored: `fleetrl train` starts every role on this host and \
-             one address cannot serve them all; to scrape the roles' metrics, start them \
-             yourself with --metrics-listen (docs/deploy.md)"
+             one address cannot serve them all; `fleetrl train --metrics-listen HOST:PORT` \
+             gives each role its own port from PORT up"
         );
+    }
+    if let Some(metrics) = &metrics {
+        eprintln!("[fleetrl] metrics: {}", metrics.describe());
     }
     let started = Instant::now();
     let (mut cluster, addrs) = Cluster::start(
@@ -81,6 +89,7 @@ pub(crate) async fn train(
         config.actors.count,
         config.learner.world_size,
         resume,
+        metrics,
     )
     .await?;
     let channel = net::connect(&addrs.learner, START_PATIENCE).await?;
@@ -116,6 +125,66 @@ fn demos_root(ppod: &mut fleetrl_core::config::PpodConfig) -> anyhow::Result<Pat
         .context("resolving the ppod.*_dir directories")
 }
 
+/// The roles' metrics addresses (`fleetrl train --metrics-listen HOST:PORT`): one host, one port
+/// a role from PORT up, the replay server first, then the learner ranks, then the actors. An
+/// actor restarted keeps its port.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MetricsPorts {
+    base: SocketAddr,
+    learner_ranks: u32,
+    actors: u32,
+}
+
+impl MetricsPorts {
+    /// Refuses port 0 (the roles would each take a port nobody is told of) and a range that
+    /// runs past 65535.
+    fn new(base: SocketAddr, learner_ranks: u32, actors: u32) -> anyhow::Result<MetricsPorts> {
+        let roles = 1 + u64::from(learner_ranks) + u64::from(actors);
+        let last = u64::from(base.port()) + roles - 1;
+        anyhow::ensure!(
+            base.port() != 0 && last <= u64::from(u16::MAX),
+            "--metrics-listen {base}: the {roles} roles (the replay server, {learner_ranks} \
+             learner rank(s), {actors} actor(s)) take one port each from {}; give a port in \
+             [1, {}]",
+            base.port(),
+            u64::from(u16::MAX) + 1 - roles
+        );
+        Ok(MetricsPorts {
+            base,
+            learner_ranks,
+            actors,
+        })
+    }
+
+    fn at(&self, offset: u32) -> SocketAddr {
+        // In range: checked in `new` for every role's offset.
+        SocketAddr::new(self.base.ip(), self.base.port() + offset as u16)
+    }
+
+    pub(super) fn replay(&self) -> SocketAddr {
+        self.at(0)
+    }
+
+    pub(super) fn learner(&self, rank: u32) -> SocketAddr {
+        self.at(1 + rank)
+    }
+
+    pub(super) fn actor(&self, id: u32) -> SocketAddr {
+        self.at(1 + self.learner_ranks + id)
+    }
+
+    /// Each role's address, for the run's log.
+    fn describe(&self) -> String {
+        let mut roles = vec![format!("replay-server {}", self.replay())];
+        roles.extend((0..self.learner_ranks).map(|rank| match rank {
+            0 => format!("learner {}", self.learner(0)),
+            _ => format!("learner-rank-{rank} {}", self.learner(rank)),
+        }));
+        roles.extend((0..self.actors).map(|id| format!("actor-{id} {}", self.actor(id))));
+        roles.join(", ")
+    }
+}
+
 /// Actor processes `fleetrl train` starts per core of this machine at most. Each holds
 /// libtorch (about 200 MB resident) and steps its own envs: more than this many a core only
 /// share the cores, while a typo (`actors.count=100000`) would start processes until the
@@ -143,6 +212,38 @@ fn check_local_actors(count: u32, cores: u32) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The replay server, then the learner ranks, then the actors, one port each; port 0 and
+    /// a range past 65535 are refused by name.
+    #[test]
+    fn metrics_ports_follow_the_roles() {
+        let base: SocketAddr = "127.0.0.1:9100".parse().unwrap();
+        let ports = MetricsPorts::new(base, 2, 3).unwrap();
+        assert_eq!(ports.replay().port(), 9100);
+        assert_eq!(
+            (ports.learner(0).port(), ports.learner(1).port()),
+            (9101, 9102)
+        );
+        assert_eq!((ports.actor(0).port(), ports.actor(2).port()), (9103, 9105));
+        assert_eq!(
+            ports.describe(),
+            "replay-server 127.0.0.1:9100, learner 127.0.0.1:9101, learner-rank-1 \
+             127.0.0.1:9102, actor-0 127.0.0.1:9103, actor-1 127.0.0.1:9104, actor-2 \
+             127.0.0.1:9105"
+        );
+        assert!(MetricsPorts::new("127.0.0.1:65530".parse().unwrap(), 1, 4).is_ok());
+        let error = MetricsPorts::new("127.0.0.1:65531".parse().unwrap(), 1, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--metrics-listen 127.0.0.1:65531") && error.contains("[1, 65530]"),
+            "{error}"
+        );
+        let error = MetricsPorts::new("127.0.0.1:0".parse().unwrap(), 1, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--metrics-listen 127.0.0.1:0"), "{error}");
+    }
 
     #[test]
     fn local_actors_are_bounded_by_the_cores() {
