@@ -130,7 +130,7 @@ fn train_ignores_a_metrics_address_in_its_environment() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Three loopback ports in a row that were free a moment ago: the first of them.
+/// The first of `len` loopback ports in a row that were free a moment ago.
 fn free_port_run(len: u16) -> anyhow::Result<u16> {
     for _ in 0..50 {
         let first = std::net::TcpListener::bind("127.0.0.1:0")?;
