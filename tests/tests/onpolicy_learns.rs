@@ -271,13 +271,12 @@ fn intrinsic_rewards_solve_sparse_mountain_car_where_plain_ppo_does_not() -> any
 /// A GRU core (`model.recurrent_cell = "gru"`, the `cartpolenovel-ppo-gru` preset) under
 /// rlpyt's `mid_batch_reset = false`, as its recurrent agents run: an env whose episode ends
 /// waits for the next rollout, and PPO masks the steps it sat out. On CartPoleNoVel-v1, where a
-/// feed-forward PPO stays at 40-46 (below), it solved with seed 0 at 41.2k env steps (52 s on a
-/// shared machine; with mid-batch resets seed 0 at 20.7k in 29 s, seed 1 at 31.0k in 42 s).
-/// The LSTM preset solved this variant at 46.6k and 31.2k (37 s and 28 s). Its own scenario
-/// (seed 1 with mid-batch resets) went when the confirming evaluation made it the suite's
-/// longest (324 s of a loaded run): PPO's LSTM keeps the pendulum and MinAtar scenarios, the
-/// LSTM IMPALA one and R2D2 this env, and `bench/seeds.sh` runs the preset on five seeds. The
-/// budget is 300k.
+/// feed-forward PPO stays at 40-46 (below), seeds 0-4 solved at 25.9k-56.6k env steps (27-65 s,
+/// two runs at a time, 2026-12-07). With the preset's former 20 epochs a batch this scenario
+/// was the suite's longest (198 s of a 1,028 s run; 83 s alone for seed 0's 46.1k). Its own
+/// scenario with mid-batch resets went earlier for the same reason: PPO's LSTM keeps the
+/// pendulum and MinAtar scenarios, the LSTM IMPALA one and R2D2 this env, and `bench/seeds.sh`
+/// runs the preset on five seeds. The budget is 300k.
 #[test]
 fn gru_ppo_solves_cartpole_without_velocities_without_mid_batch_resets() -> anyhow::Result<()> {
     let summary = train(
