@@ -251,12 +251,16 @@ fn a_minari_dataset_is_bc_data_ppod_demos_and_an_off_policy_tables_start() -> an
         dqn_return >= 400.0,
         "DQN did not learn from the demos: {summary:#}"
     );
-    assert!(
-        summary["total_env_steps"].as_u64().unwrap() <= 3_500,
-        "{summary:#}"
-    );
     let learner_log = fleetrl_tests::read_log(&dqn.join("logs/learner.log"));
     let steps = dataset["total_steps"].as_u64().unwrap();
+    // The demos are no env steps: the run stops near its budget, below the dataset's steps.
+    // Near, not at: the launcher stops at its first check (every 250 ms) past the budget, with
+    // the actors a rollout ahead (3,644 in a loaded CI run at 1,192 env steps/s).
+    let total = summary["total_env_steps"].as_u64().unwrap();
+    assert!(
+        total <= 4_500 && total < steps,
+        "{steps} demo steps: {summary:#}"
+    );
     assert!(
         learner_log.contains(&format!("loaded the table's demos demos=10 steps={steps} ")),
         "{learner_log}"
